@@ -1,0 +1,74 @@
+"""The ``torchstore`` command: parse arguments, then call the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from torchstore.errors import TorchstoreError
+
+__all__ = ["main"]
+
+
+def _info(args: argparse.Namespace) -> None:
+    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.summary import format_summary, summarize
+
+    with TrajectoryStore(args.path) as store:
+        info = summarize(store)
+    print(json.dumps(info, indent=2) if args.json else format_summary(info))
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from torchstore.demo import write_demo_store
+
+    path = write_demo_store(args.path, episodes=args.episodes, steps=args.steps, seed=args.seed)
+    print(f"wrote {args.episodes} episodes of {args.steps} steps to {path}")
+
+
+def _import_lafan(args: argparse.Namespace) -> None:
+    from torchstore.motion import import_lafan
+
+    path = import_lafan(args.source, args.dest, fps=args.fps, quat_order=args.quat_order, overwrite=args.overwrite)
+    print(f"wrote {path}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="torchstore", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("info", help="summarise a store: columns, rows, episodes, size, manifest")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_info)
+
+    p = sub.add_parser("demo", help="write a small demo store (damped pendulum episodes)")
+    p.add_argument("path")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_demo)
+
+    p = sub.add_parser("import-lafan", help="import LAFAN1 motions retargeted to the Unitree G1 (CSV)")
+    p.add_argument("source", help="a CSV file or a folder of them")
+    p.add_argument("dest", help="the store file to write")
+    p.add_argument("--fps", type=float, default=None, help="resample to this frame rate")
+    p.add_argument("--quat-order", choices=("wxyz", "xyzw"), default="wxyz")
+    p.add_argument("--overwrite", action="store_true")
+    p.set_defaults(func=_import_lafan)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except (TorchstoreError, FileNotFoundError, FileExistsError) as exc:
+        print(f"torchstore {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,254 @@
+"""Declared columns: name, dtype, per-row shape and optional uint8 quantisation.
+
+A store declares its columns instead of inheriting a fixed five. Names may be nested with
+``/`` (``next/obs``), which becomes the nested TensorDict key ``("next", "obs")``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchstore.data.quantize import Quantize
+from torchstore.errors import ColumnError
+
+__all__ = [
+    "ColumnSpec",
+    "RESERVED_COLUMNS",
+    "column_key",
+    "name_from_key",
+    "validate_columns",
+    "torch_dtype",
+    "numpy_dtype",
+]
+
+#: Reserved leaf names and the dtype rule each keeps (``None``: any dtype).
+RESERVED_COLUMNS: dict[str, str | None] = {
+    "action": None,
+    "reward": "floating",
+    "done": "bool",
+    "truncated": "bool",
+    "terminated": "bool",
+}
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-.]*$")
+
+_TORCH_BY_NAME: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "int8": torch.int8,
+    "int16": torch.int16,
+    "int32": torch.int32,
+    "int64": torch.int64,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+_NUMPY_BY_TORCH: dict[torch.dtype, np.dtype] = {
+    t: np.dtype(n) for n, t in _TORCH_BY_NAME.items()
+}
+_TORCH_BY_NUMPY: dict[np.dtype, torch.dtype] = {v: k for k, v in _NUMPY_BY_TORCH.items()}
+
+
+def torch_dtype(dtype: Any) -> torch.dtype:
+    """Canonical torch dtype from a torch dtype, numpy dtype or name; rejects what HDF5 can't hold."""
+    if isinstance(dtype, torch.dtype):
+        result = dtype
+    else:
+        try:
+            result = _TORCH_BY_NUMPY.get(np.dtype(dtype))
+        except TypeError:
+            result = None
+    if result not in _NUMPY_BY_TORCH:
+        supported = ", ".join(_TORCH_BY_NAME)
+        raise ColumnError(f"dtype ({dtype!r}) is not supported; use one of {supported}")
+    return result
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype a torch dtype is written as."""
+    return _NUMPY_BY_TORCH[torch_dtype(dtype)]
+
+
+def column_key(name: str) -> str | tuple[str, ...]:
+    """``"next/obs"`` -> ``("next", "obs")``; a flat name stays a string."""
+    parts = tuple(name.split("/"))
+    return parts[0] if len(parts) == 1 else parts
+
+
+def name_from_key(key: str | tuple[str, ...]) -> str:
+    """Inverse of :func:`column_key`."""
+    return key if isinstance(key, str) else "/".join(key)
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnSpec:
+    """One declared column.
+
+    Args:
+        name: column name; ``/`` nests (``"next/obs"``).
+        dtype: the logical dtype a batch holds (torch dtype, numpy dtype or name).
+        shape: per-row shape, ``()`` for a scalar per row.
+        quantize: store as uint8 through this affine map (floating columns only).
+
+    Examples:
+        >>> ColumnSpec("obs", torch.float32, (26,))
+        ColumnSpec(name='obs', dtype=torch.float32, shape=(26,), quantize=None)
+    """
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...] = ()
+    quantize: Quantize | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ColumnError(f"column name must be a non-empty string, got {self.name!r}")
+        for part in self.name.split("/"):
+            if not _SEGMENT.match(part):
+                raise ColumnError(
+                    f"column name ({self.name!r}) must be '/'-separated parts of letters, "
+                    "digits, '_', '-' or '.', each starting with a letter or digit"
+                )
+        dtype = torch_dtype(self.dtype)
+        object.__setattr__(self, "dtype", dtype)
+        try:
+            shape = tuple(int(s) for s in self.shape)
+        except TypeError as exc:
+            raise ColumnError(f"column '{self.name}' shape must be a tuple of ints, got {self.shape!r}") from exc
+        if any(s <= 0 for s in shape):
+            raise ColumnError(f"column '{self.name}' shape ({shape}) must have positive sizes")
+        object.__setattr__(self, "shape", shape)
+        if self.quantize is not None:
+            if isinstance(self.quantize, Mapping):
+                object.__setattr__(self, "quantize", Quantize(**self.quantize))
+            elif not isinstance(self.quantize, Quantize):
+                raise ColumnError(f"column '{self.name}' quantize must be a Quantize, got {self.quantize!r}")
+            if not dtype.is_floating_point:
+                raise ColumnError(
+                    f"column '{self.name}' is quantised, so its dtype must be floating, got {dtype}"
+                )
+        rule = RESERVED_COLUMNS.get(self.name.split("/")[-1], None)
+        if rule == "bool" and dtype != torch.bool:
+            raise ColumnError(f"reserved column '{self.name}' must be bool, got {dtype}")
+        if rule == "floating" and not dtype.is_floating_point:
+            raise ColumnError(f"reserved column '{self.name}' must be floating, got {dtype}")
+
+    @property
+    def key(self) -> str | tuple[str, ...]:
+        """The TensorDict key: a string, or a tuple for nested names."""
+        return column_key(self.name)
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """The dtype held in memory and on disk (uint8 when quantised)."""
+        return torch.uint8 if self.quantize is not None else self.dtype
+
+    @property
+    def row_nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * torch.empty((), dtype=self.storage_dtype).element_size()
+
+    def describe(self) -> str:
+        """``float32[26]`` style text, with the quantisation when there is one."""
+        text = f"{str(self.dtype).removeprefix('torch.')}{list(self.shape) if self.shape else ''}"
+        if self.quantize is not None:
+            text += f" as uint8 in [{self.quantize.low:g}, {self.quantize.high:g}]"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "shape": list(self.shape),
+            "quantize": None if self.quantize is None else self.quantize.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ColumnSpec:
+        q = data.get("quantize")
+        return cls(
+            name=data["name"],
+            dtype=data["dtype"],
+            shape=tuple(data.get("shape", ())),
+            quantize=None if q is None else Quantize(**q),
+        )
+
+    def check_rows(self, value: Any, *, rows: int | None = None) -> np.ndarray | torch.Tensor:
+        """Validate one column's rows and return them in the storage dtype.
+
+        Accepts a tensor or anything numpy can hold, with a leading row dimension. Safe
+        casts (int32 to int64, float32 to float64) are applied; casts that can lose
+        information are refused. Quantised columns take floats and return uint8 codes.
+        """
+        is_tensor = isinstance(value, torch.Tensor)
+        if is_tensor:
+            src = value.dtype
+        else:
+            value = np.asarray(value)
+            if value.dtype == object:
+                raise ColumnError(f"column '{self.name}' got an object array; pass numbers")
+            try:
+                src = torch_dtype(value.dtype)
+            except ColumnError as exc:
+                raise ColumnError(f"column '{self.name}' got unsupported dtype {value.dtype}") from exc
+        if tuple(value.shape[1:]) != self.shape or value.ndim != 1 + len(self.shape):
+            raise ColumnError(
+                f"column '{self.name}' expects rows of shape {list(self.shape)}, "
+                f"got {list(value.shape[1:]) if value.ndim else 'a scalar'} (full shape {list(value.shape)})"
+            )
+        if rows is not None and value.shape[0] != rows:
+            raise ColumnError(
+                f"column '{self.name}' has {value.shape[0]} rows, other columns have {rows}"
+            )
+        if self.quantize is not None:
+            if not src.is_floating_point:
+                raise ColumnError(
+                    f"column '{self.name}' is quantised and takes floating values, got {src}"
+                )
+            return self.quantize.encode(value)
+        if src != self.dtype and not _safe_cast(src, self.dtype):
+            raise ColumnError(
+                f"column '{self.name}' expects {self.describe()}, got "
+                f"{str(src).removeprefix('torch.')}{list(value.shape[1:])}; casting would lose "
+                "information, so convert it explicitly"
+            )
+        if is_tensor:
+            return value.to(self.dtype)
+        return value.astype(numpy_dtype(self.dtype), copy=False)
+
+
+def _safe_cast(src: torch.dtype, dst: torch.dtype) -> bool:
+    return bool(np.can_cast(numpy_dtype(src), numpy_dtype(dst), casting="safe"))
+
+
+def validate_columns(columns: Iterable[ColumnSpec] | Mapping[str, Any]) -> tuple[ColumnSpec, ...]:
+    """Check a column set: specs, unique names, no name that is also a group of another."""
+    if isinstance(columns, Mapping):
+        columns = [
+            spec if isinstance(spec, ColumnSpec) else ColumnSpec(name, **spec)
+            for name, spec in columns.items()
+        ]
+    specs = tuple(columns)
+    if not specs:
+        raise ColumnError("a store needs at least one column")
+    names: set[str] = set()
+    for spec in specs:
+        if not isinstance(spec, ColumnSpec):
+            raise ColumnError(f"columns must be ColumnSpec, got {type(spec).__name__}")
+        if spec.name in names:
+            raise ColumnError(f"column '{spec.name}' is declared twice")
+        names.add(spec.name)
+    for name in names:
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            prefix = "/".join(parts[:i])
+            if prefix in names:
+                raise ColumnError(
+                    f"column '{prefix}' is also the group of column '{name}'; rename one"
+                )
+    return specs

@@ -1,0 +1,122 @@
+"""The manifest: what a store file holds, written into the file itself.
+
+The schema part (format, columns, env id, seed, creation time, version, user metadata) is
+static and lives in one root attribute written before the file becomes visible. The live
+counts come from the ``commit`` record (HDF5 readers never refresh attributes, so counts
+kept in an attribute would go stale under a live writer).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from torchstore._version import __version__
+from torchstore.data.columns import ColumnSpec, validate_columns
+from torchstore.errors import ColumnError, StoreFormatError
+
+__all__ = ["Manifest", "FORMAT_NAME", "FORMAT_VERSION"]
+
+FORMAT_NAME = "torchstore.trajectory"
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """Everything a store file says about itself.
+
+    ``num_rows`` and ``num_episodes`` are the committed counts at the moment the manifest
+    was read.
+    """
+
+    columns: tuple[ColumnSpec, ...]
+    env_id: str | None = None
+    seed: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    torchstore_version: str = __version__
+    format: str = FORMAT_NAME
+    format_version: int = FORMAT_VERSION
+    num_rows: int = 0
+    num_episodes: int = 0
+
+    @classmethod
+    def new(
+        cls,
+        columns: Any,
+        *,
+        env_id: str | None = None,
+        seed: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Manifest:
+        """A manifest for a new store; checks the columns and that metadata is JSON."""
+        if env_id is not None and not isinstance(env_id, str):
+            raise ColumnError(f"env_id must be a string or None, got {env_id!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ColumnError(f"seed must be an int or None, got {seed!r}")
+        metadata = dict(metadata or {})
+        try:
+            json.dumps(metadata, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ColumnError(f"metadata must be JSON-serialisable: {exc}") from exc
+        return cls(
+            columns=validate_columns(columns),
+            env_id=env_id,
+            seed=seed,
+            metadata=metadata,
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+
+    def with_counts(self, rows: int, episodes: int) -> Manifest:
+        return replace(self, num_rows=int(rows), num_episodes=int(episodes))
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": self.format,
+                "format_version": self.format_version,
+                "torchstore_version": self.torchstore_version,
+                "created": self.created,
+                "env_id": self.env_id,
+                "seed": self.seed,
+                "columns": [c.to_dict() for c in self.columns],
+                "metadata": self.metadata,
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, source: str = "store") -> Manifest:
+        """Parse and check a manifest; unknown formats and future versions fail clearly."""
+        try:
+            data = json.loads(text)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise StoreFormatError(f"{source}: the manifest is not valid JSON ({exc})") from exc
+        if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+            raise StoreFormatError(f"{source}: not a torchstore trajectory store (format {data.get('format') if isinstance(data, dict) else None!r})")
+        version = data.get("format_version")
+        if not isinstance(version, int) or version < 1:
+            raise StoreFormatError(f"{source}: manifest format_version ({version!r}) must be a positive int")
+        if version > FORMAT_VERSION:
+            raise StoreFormatError(
+                f"{source} uses store format version {version}, written by torchstore "
+                f"{data.get('torchstore_version', '?')}; this torchstore ({__version__}) reads up to "
+                f"version {FORMAT_VERSION}: upgrade torchstore"
+            )
+        try:
+            columns = validate_columns(ColumnSpec.from_dict(c) for c in data["columns"])
+            return cls(
+                columns=columns,
+                env_id=data.get("env_id"),
+                seed=data.get("seed"),
+                metadata=dict(data.get("metadata") or {}),
+                created=str(data.get("created", "")),
+                torchstore_version=str(data.get("torchstore_version", "?")),
+                format=FORMAT_NAME,
+                format_version=version,
+            )
+        except (KeyError, TypeError, ColumnError) as exc:
+            raise StoreFormatError(f"{source}: the manifest's column list is malformed ({exc})") from exc

@@ -1,0 +1,50 @@
+"""The small error hierarchy every torchstore raise comes from.
+
+Each leaf also inherits the builtin a user would already catch, so ``except ValueError``
+keeps working around torchstore calls.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TorchstoreError",
+    "ColumnError",
+    "StoreFormatError",
+    "IntegrityError",
+    "UnsafePathError",
+    "EmptyStorageError",
+    "ReadOnlyStorageError",
+    "EpisodeError",
+]
+
+
+class TorchstoreError(Exception):
+    """Base class of every error torchstore raises on purpose."""
+
+
+class ColumnError(TorchstoreError, ValueError):
+    """A column spec, or rows given for columns, break the declared schema."""
+
+
+class StoreFormatError(TorchstoreError, ValueError):
+    """A file is not a torchstore store, or one this version cannot read."""
+
+
+class IntegrityError(TorchstoreError, ValueError):
+    """Committed bytes no longer match their checksum (corruption or truncation)."""
+
+
+class UnsafePathError(TorchstoreError, ValueError):
+    """A path from an untrusted source would land outside its destination folder."""
+
+
+class EmptyStorageError(TorchstoreError, RuntimeError):
+    """Sampling was asked of a storage that holds no sampleable rows."""
+
+
+class ReadOnlyStorageError(TorchstoreError, RuntimeError):
+    """A write was attempted on a read-only view."""
+
+
+class EpisodeError(TorchstoreError, ValueError):
+    """An episode operation that makes no sense (committing no rows, an episode out of range)."""

@@ -1,0 +1,241 @@
+"""Datasets that grow along rows, with an xxh3 hash per block of rows kept beside them.
+
+Why not HDF5's fletcher32 filter: it caps streaming reads near 2 GB/s on this machine
+(unfiltered reads run at 4.8-7.2 GB/s), and because HDF5 rewrites the partly filled last
+chunk in place at every flush, a writer killed mid-rewrite tears that chunk so its
+*committed* rows fail the filter. Unfiltered chunks torn the same way keep their committed
+bytes intact (108 of 108 torn states measured). So data chunks are unfiltered and
+integrity comes from xxh3-64 (about 22 GB/s here) over fixed blocks of rows.
+
+Each block has two slots of ``(rows covered, hash)``. The block still filling is rehashed
+at every commit into the slot that does *not* hold the committed value, so a writer killed
+before its commit record lands leaves the committed hash untouched, and a reader picks the
+slot whose row count matches the committed rows.
+"""
+
+from __future__ import annotations
+
+import math
+
+import h5py
+import numpy as np
+import xxhash
+
+from torchstore.errors import IntegrityError
+
+__all__ = ["ChecksummedDataset", "create_checksummed", "block_rows_for"]
+
+_CHUNK_BYTES = 128 * 1024
+_MAX_BLOCK_ROWS = 65536
+_SUM_CHUNK_BLOCKS = 512
+_STAGE_BYTES = 4 * 1024 * 1024
+
+
+def block_rows_for(row_nbytes: int) -> int:
+    """Rows per chunk (and per checksum block): about 128 KiB, a whole number of 4 KiB pages."""
+    return max(1, min(_MAX_BLOCK_ROWS, _CHUNK_BYTES // max(1, row_nbytes)))
+
+
+def create_checksummed(
+    group: h5py.Group, name: str, dtype: np.dtype, row_shape: tuple[int, ...], sums_group: h5py.Group
+) -> None:
+    """Create an empty growable dataset ``group[name]`` and its hash table ``sums_group[name]``."""
+    dtype = np.dtype(dtype)
+    row_nbytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+    rows = block_rows_for(row_nbytes)
+    group.create_dataset(
+        name, shape=(0, *row_shape), maxshape=(None, *row_shape), chunks=(rows, *row_shape), dtype=dtype
+    )
+    sums = sums_group.create_dataset(
+        name, shape=(0, 2, 2), maxshape=(None, 2, 2), chunks=(_SUM_CHUNK_BLOCKS, 2, 2), dtype=np.uint64
+    )
+    sums.attrs["block_rows"] = rows
+
+
+class ChecksummedDataset:
+    """One growable dataset and its per-block hash table.
+
+    Writers ``append`` rows (staged in memory and written in slabs), then ``seal`` before a
+    commit to record the hashes of every block touched. Readers ``read`` a row range,
+    verified block by block, never past the committed row count they are given.
+    """
+
+    def __init__(self, data: h5py.Dataset, sums: h5py.Dataset, label: str):
+        self.data = data
+        self.sums = sums
+        self.label = label
+        self.block_rows = int(sums.attrs["block_rows"])
+        self.row_shape = tuple(data.shape[1:])
+        self.dtype = data.dtype
+        self._sum_cache = np.zeros((0, 2, 2), dtype=np.uint64)
+        # writer state, set by start_writing()
+        self._staged: list[np.ndarray] = []
+        self._staged_rows = 0
+        self._staged_bytes = 0
+        self._written = 0
+        self._hasher = xxhash.xxh3_64()
+        self._sealed: list[tuple[int, int, int]] = []
+        self._sealed_rows = 0
+        # the committed partly filled block: its index, both slots, and the committed slot
+        self._tail_block = -1
+        self._tail_row: np.ndarray | None = None
+        self._tail_slot = -1
+
+    # ------------------------------------------------------------------ writing
+    def start_writing(self, committed_rows: int) -> None:
+        """Cut the dataset back to ``committed_rows`` and rebuild the hash state from the file."""
+        self.data.resize(committed_rows, axis=0)
+        nblocks = math.ceil(committed_rows / self.block_rows)
+        self.sums.resize(nblocks, axis=0)
+        self._written = committed_rows
+        self._hasher.reset()
+        self._sealed.clear()
+        self._sealed_rows = committed_rows
+        self._tail_block, self._tail_row, self._tail_slot = -1, None, -1
+        filled = committed_rows % self.block_rows
+        if filled:
+            block = committed_rows // self.block_rows
+            start = block * self.block_rows
+            row = self.sums[block]
+            slot = _slot_for(row, filled)
+            prefix = self._read_raw(start, committed_rows)
+            if slot < 0 or xxhash.xxh3_64_intdigest(prefix) != int(row[slot, 1]):
+                raise IntegrityError(
+                    f"{self.label} rows {start}..{committed_rows - 1} fail their checksum; "
+                    "the committed tail of the store is damaged and cannot be resumed"
+                )
+            self._hasher.update(prefix)
+            self._tail_block, self._tail_row, self._tail_slot = block, row.copy(), slot
+
+    def append(self, rows: np.ndarray) -> None:
+        """Stage rows (already in the dataset's dtype and row shape); written in slabs."""
+        rows = np.ascontiguousarray(rows)
+        if rows.shape[0] == 0:
+            return
+        self._staged.append(rows)
+        self._staged_rows += rows.shape[0]
+        self._staged_bytes += rows.nbytes
+        if self._staged_bytes >= _STAGE_BYTES:
+            self.write_staged()
+
+    @property
+    def rows_appended(self) -> int:
+        """Rows appended so far, staged or written, committed or not."""
+        return self._written + self._staged_rows
+
+    def write_staged(self) -> None:
+        """Write the staged rows to the file as one slab and feed them to the hash."""
+        if not self._staged_rows:
+            return
+        slab = self._staged[0] if len(self._staged) == 1 else np.concatenate(self._staged)
+        start = self._written
+        self.data.resize(start + slab.shape[0], axis=0)
+        self.data.write_direct(slab, dest_sel=np.s_[start : start + slab.shape[0]])
+        self._hash_rows(slab)
+        self._written += slab.shape[0]
+        self._staged.clear()
+        self._staged_rows = self._staged_bytes = 0
+
+    def _hash_rows(self, slab: np.ndarray) -> None:
+        pos, n, b = 0, slab.shape[0], self.block_rows
+        done = self._written
+        while pos < n:
+            take = min(b - done % b, n - pos)
+            self._hasher.update(slab[pos : pos + take])
+            pos += take
+            done += take
+            if done % b == 0:
+                self._sealed.append((done // b - 1, b, self._hasher.intdigest()))
+                self._hasher.reset()
+
+    def seal(self) -> None:
+        """Write the hashes of every block touched since the last seal (before the commit)."""
+        self.write_staged()
+        if self._written == self._sealed_rows:
+            return
+        entries = list(self._sealed)
+        filled = self._written % self.block_rows
+        if filled:
+            entries.append((self._written // self.block_rows, filled, self._hasher.intdigest()))
+        first, last = entries[0][0], entries[-1][0]
+        rows = np.zeros((last - first + 1, 2, 2), dtype=np.uint64)
+        slot = 0
+        for block, count, digest in entries:
+            slot = 0
+            if block == self._tail_block:
+                rows[block - first] = self._tail_row
+                slot = 1 - self._tail_slot
+            rows[block - first, slot] = (count, digest)
+        self.sums.resize(last + 1, axis=0)
+        self.sums[first : last + 1] = rows
+        self._sealed.clear()
+        self._sealed_rows = self._written
+        if filled:
+            self._tail_block, self._tail_row, self._tail_slot = last, rows[-1].copy(), slot
+        else:
+            self._tail_block, self._tail_row, self._tail_slot = -1, None, -1
+
+    # ------------------------------------------------------------------ reading
+    def refresh(self) -> None:
+        self.data.refresh()
+        self.sums.refresh()
+
+    def _read_raw(self, start: int, stop: int) -> np.ndarray:
+        out = np.empty((stop - start, *self.row_shape), dtype=self.dtype)
+        if stop > start:
+            try:
+                self.data.read_direct(out, source_sel=np.s_[start:stop])
+            except (OSError, ValueError) as exc:
+                raise IntegrityError(
+                    f"{self.label} rows {start}..{stop - 1} cannot be read ({exc}); the file is damaged"
+                ) from exc
+        return out
+
+    def _sum_rows(self, first: int, last: int, committed_blocks: int) -> np.ndarray:
+        """Hash-table rows ``first..last``, cached for blocks that can no longer change."""
+        if last >= len(self._sum_cache):
+            try:
+                table = self.sums[: committed_blocks]
+            except (OSError, ValueError) as exc:
+                raise IntegrityError(f"{self.label} checksum table cannot be read ({exc})") from exc
+            if table.shape[0] < committed_blocks:
+                raise IntegrityError(
+                    f"{self.label} checksum table holds {table.shape[0]} blocks, the commit needs "
+                    f"{committed_blocks}; the file is truncated or damaged"
+                )
+            self._sum_cache = table
+        return self._sum_cache[first : last + 1]
+
+    def read(self, start: int, stop: int, committed_rows: int) -> np.ndarray:
+        """Rows ``[start, stop)``, every block they touch verified against its hash."""
+        if not 0 <= start <= stop <= committed_rows:
+            raise IndexError(
+                f"{self.label} rows {start}..{stop} are outside the committed range 0..{committed_rows}"
+            )
+        if start == stop:
+            return np.empty((0, *self.row_shape), dtype=self.dtype)
+        b = self.block_rows
+        first, last = start // b, (stop - 1) // b
+        lo, hi = first * b, min((last + 1) * b, committed_rows)
+        raw = self._read_raw(lo, hi)
+        table = self._sum_rows(first, last, math.ceil(committed_rows / b))
+        for i, block in enumerate(range(first, last + 1)):
+            a = block * b
+            z = min(a + b, committed_rows)
+            slot = _slot_for(table[i], z - a)
+            digest = xxhash.xxh3_64_intdigest(raw[a - lo : z - lo])
+            if slot < 0 or digest != int(table[i][slot, 1]):
+                raise IntegrityError(
+                    f"{self.label} rows {a}..{z - 1} fail their checksum: the committed bytes changed "
+                    "on disk (corruption or truncation)"
+                )
+        return raw[start - lo : stop - lo]
+
+
+def _slot_for(row: np.ndarray, count: int) -> int:
+    """Which of a block's two slots records ``count`` rows (-1: neither)."""
+    if int(row[0, 0]) == count:
+        return 0
+    if int(row[1, 0]) == count:
+        return 1
+    return -1

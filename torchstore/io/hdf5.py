@@ -1,0 +1,165 @@
+"""HDF5 transport: atomic creation, SWMR opens with capped retries, recovery after a kill.
+
+Everything here is about files, not trajectories. The choices follow measurements on this
+stack (h5py 3.16, HDF5 2.0): the latest file format (metadata checksums), paged file space
+(no metadata write crosses a page), a single-writer/multiple-reader (SWMR) writer, and
+creation under a temporary name so a writer killed while creating leaves nothing half-made.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+
+from torchstore.errors import StoreFormatError
+
+__all__ = [
+    "create_atomically",
+    "open_for_read",
+    "open_for_append",
+    "require_hdf5",
+    "fsync_file",
+]
+
+#: Metadata read attempts for SWMR readers. HDF5's default retries a failed metadata
+#: checksum with growing sleeps (a damaged file held a reader for over 200 s); 10 attempts
+#: fail a damaged file in about 10 ms and still ride out a read racing a live writer.
+SWMR_READ_ATTEMPTS = 10
+_PAGE_SIZE = 4096
+
+
+def _libhdf5() -> ctypes.CDLL:
+    """The libhdf5 h5py itself loaded (same file, so the same library instance)."""
+    libdir = Path(h5py.__file__).resolve().parent.parent / "h5py.libs"
+    candidates = sorted(glob.glob(str(libdir / "libhdf5-*.so*"))) or sorted(
+        glob.glob(str(Path(h5py.__file__).resolve().parent / "**" / "libhdf5*.so*"), recursive=True)
+    )
+    lib = ctypes.CDLL(candidates[0] if candidates else "libhdf5.so")
+    lib.H5Pset_metadata_read_attempts.argtypes = [ctypes.c_int64, ctypes.c_uint]
+    lib.H5Pset.argtypes = [ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p]
+    lib.H5Fincrement_filesize.argtypes = [ctypes.c_int64, ctypes.c_uint64]
+    for fn in (lib.H5Pset_metadata_read_attempts, lib.H5Pset, lib.H5Fincrement_filesize):
+        fn.restype = ctypes.c_int
+    return lib
+
+
+_LIB: ctypes.CDLL | None = None
+
+
+def _lib() -> ctypes.CDLL:
+    global _LIB
+    if _LIB is None:
+        _LIB = _libhdf5()
+    return _LIB
+
+
+def _fapl(*, read_attempts: int | None = None) -> h5py.h5p.PropFAID:
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    if read_attempts is not None:
+        if _lib().H5Pset_metadata_read_attempts(fapl.id, read_attempts) < 0:
+            raise OSError("H5Pset_metadata_read_attempts failed")
+    return fapl
+
+
+def require_hdf5(path: str | os.PathLike) -> Path:
+    """Fail clearly when ``path`` is missing or is not an HDF5 file at all."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no store at {path}")
+    if path.is_dir():
+        raise StoreFormatError(f"{path} is a directory, not a store file")
+    if not h5py.is_hdf5(path):
+        raise StoreFormatError(f"{path} is not an HDF5 file (no HDF5 signature found)")
+    return path
+
+
+def create_atomically(path: str | os.PathLike, build: Callable[[h5py.File], None]) -> None:
+    """Create ``path`` by building it under a temporary name, closing it, then renaming.
+
+    A writer killed during the first writes of a new HDF5 file leaves a file that cannot
+    be opened; the rename makes creation all-or-nothing.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with h5py.File(
+            tmp, "w", libver="latest", fs_strategy="page", fs_page_size=_PAGE_SIZE, fs_persist=True
+        ) as f:
+            build(f)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def open_for_read(path: str | os.PathLike) -> h5py.File:
+    """Open read-only in SWMR mode (live writers allowed) with capped metadata retries."""
+    path = require_hdf5(path)
+    fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
+    try:
+        fid = h5py.h5f.open(
+            os.fsencode(path), h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ, fapl=fapl
+        )
+    except OSError as exc:
+        if "superblock version" in str(exc) or "SWMR" in str(exc) or "libver" in str(exc):
+            # Old-format files cannot be opened for SWMR reading: not one of ours.
+            try:
+                with h5py.File(path, "r"):
+                    pass
+            except OSError:
+                raise StoreFormatError(f"{path} cannot be opened: {exc}") from exc
+            raise StoreFormatError(
+                f"{path} is an HDF5 file in an older format; it was not written by torchstore"
+            ) from exc
+        raise StoreFormatError(f"{path} cannot be opened as a store (damaged or truncated?): {exc}") from exc
+    return h5py.File(fid)
+
+
+def _recover_after_kill(path: Path) -> None:
+    """Clear the 'open for writing' flags a killed writer left and set EOA = EOF.
+
+    Clearing the flag alone and appending again crashed or corrupted 37 of 314 measured
+    crash states (a crash inside a flush leaves metadata beyond the EOA the superblock
+    records, and a reopened writer allocates over it). Clearing the flag, raising the EOA
+    to the end of the file and skipping the EOF check fixed all of them. h5py has no API
+    for this; the library's own properties and ``H5Fincrement_filesize`` do it.
+    """
+    lib = _lib()
+    fapl = _fapl()
+    on = ctypes.c_bool(True)
+    for prop in (b"clear_status_flags", b"skip_eof_check"):
+        if lib.H5Pset(fapl.id, prop, ctypes.byref(on)) < 0:
+            raise OSError(f"this HDF5 build lacks the '{prop.decode()}' property; run h5clear -s --increment=0 {path}")
+    fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR, fapl=fapl)
+    try:
+        if lib.H5Fincrement_filesize(fid.id, 0) < 0:
+            raise OSError(f"H5Fincrement_filesize failed on {path}")
+    finally:
+        fid.close()
+
+
+def open_for_append(path: str | os.PathLike) -> h5py.File:
+    """Open an existing store read-write, recovering it first if its writer was killed."""
+    path = require_hdf5(path)
+    try:
+        return h5py.File(path, "a", libver="latest")
+    except OSError as exc:
+        text = str(exc)
+        if "unable to lock file" in text or "errno = 11" in text:
+            raise OSError(f"{path} is open for writing by another process") from exc
+        if "already open for write" not in text and "truncated file" not in text:
+            raise StoreFormatError(f"{path} cannot be opened for appending: {exc}") from exc
+    _recover_after_kill(path)
+    return h5py.File(path, "a", libver="latest")
+
+
+def fsync_file(f: h5py.File) -> None:
+    """Push the file's written pages to the disk (HDF5's flush is not an fsync)."""
+    handle = f.id.get_vfd_handle()
+    os.fsync(handle)
