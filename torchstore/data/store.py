@@ -66,9 +66,10 @@ class TrajectoryStore:
     def refresh(self) -> bool:
         """Catch up with episodes a live writer committed since; True if there were any."""
         try:
+            # the commit record first: everything it counts was flushed before it was written
+            rows, episodes, meta = self._ds.read_commit()
             for table in self._ds.all():
                 table.refresh()
-            rows, episodes, meta = self._ds.read_commit()
         except (OSError, ValueError) as exc:
             raise IntegrityError(f"{self.path}: the commit record cannot be read ({exc})") from exc
         if (rows, episodes, meta) == (self._rows, self._episodes_n, self._meta_n):
@@ -81,15 +82,19 @@ class TrajectoryStore:
                 )
         if min(rows, episodes, meta) < 0 or (episodes == 0) != (rows == 0):
             raise IntegrityError(f"{self.path}: the commit record ({rows}, {episodes}, {meta}) is inconsistent")
-        lengths = torch.from_numpy(self._ds.ep_len.read(0, episodes, episodes))
-        offsets = torch.from_numpy(self._ds.ep_offset.read(0, episodes, episodes))
+        lengths = torch.from_numpy(self._ds.ep_len.read(0, episodes, episodes, self._latest(1)))
+        offsets = torch.from_numpy(self._ds.ep_offset.read(0, episodes, episodes, self._latest(1)))
         try:
             self._episodes = EpisodeIndex(lengths, offsets, num_rows=rows)
         except StoreFormatError as exc:
             raise IntegrityError(f"{self.path}: the episode index is inconsistent: {exc}") from exc
-        self._meta_end = self._ds.ep_meta_end.read(0, episodes, episodes)
+        self._meta_end = self._ds.ep_meta_end.read(0, episodes, episodes, self._latest(1))
         self._rows, self._episodes_n, self._meta_n = rows, episodes, meta
         return True
+
+    def _latest(self, field: int):
+        """Re-reads one count of the commit record (for a block a live writer just extended)."""
+        return lambda: self._ds.read_commit()[field]
 
     @property
     def columns(self) -> tuple[ColumnSpec, ...]:
@@ -131,7 +136,7 @@ class TrajectoryStore:
     # ----------------------------------------------------------------- reading
     def read_column(self, name: str, start: int, stop: int) -> np.ndarray:
         """One column's rows ``[start, stop)`` in its storage dtype (verified)."""
-        return self._ds.columns[self.column(name).name].read(start, stop, self._rows)
+        return self._ds.columns[self.column(name).name].read(start, stop, self._rows, self._latest(0))
 
     def read_slab(
         self,
@@ -176,7 +181,7 @@ class TrajectoryStore:
         begin = int(self._meta_end[index - 1]) if index else 0
         if begin == end:
             return {}
-        raw = self._ds.ep_meta.read(begin, end, self._meta_n)
+        raw = self._ds.ep_meta.read(begin, end, self._meta_n, self._latest(2))
         try:
             return json.loads(raw.tobytes())
         except ValueError as exc:

@@ -121,7 +121,6 @@ class TrajectoryStoreWriter:
             self._ds.ep_meta_end.start_writing(episodes)
             self._ds.ep_meta.start_writing(meta)
             self._file.flush()
-            self._file.swmr_mode = True
         except BaseException:
             self._file.close()
             raise

@@ -16,6 +16,7 @@ slot whose row count matches the committed rows.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import h5py
 import numpy as np
@@ -68,6 +69,7 @@ class ChecksummedDataset:
         self.row_shape = tuple(data.shape[1:])
         self.dtype = data.dtype
         self._sum_cache = np.zeros((0, 2, 2), dtype=np.uint64)
+        self._full_blocks_cached = 0
         # writer state, set by start_writing()
         self._staged: list[np.ndarray] = []
         self._staged_rows = 0
@@ -191,11 +193,12 @@ class ChecksummedDataset:
                 ) from exc
         return out
 
-    def _sum_rows(self, first: int, last: int, committed_blocks: int) -> np.ndarray:
-        """Hash-table rows ``first..last``, cached for blocks that can no longer change."""
-        if last >= len(self._sum_cache):
+    def _sum_rows(self, first: int, last: int, committed_rows: int) -> np.ndarray:
+        """Hash-table rows ``first..last``; rows of full blocks are cached (they never change)."""
+        if last >= self._full_blocks_cached:
+            committed_blocks = math.ceil(committed_rows / self.block_rows)
             try:
-                table = self.sums[: committed_blocks]
+                table = self.sums[:committed_blocks]
             except (OSError, ValueError) as exc:
                 raise IntegrityError(f"{self.label} checksum table cannot be read ({exc})") from exc
             if table.shape[0] < committed_blocks:
@@ -204,10 +207,19 @@ class ChecksummedDataset:
                     f"{committed_blocks}; the file is truncated or damaged"
                 )
             self._sum_cache = table
+            self._full_blocks_cached = committed_rows // self.block_rows
         return self._sum_cache[first : last + 1]
 
-    def read(self, start: int, stop: int, committed_rows: int) -> np.ndarray:
-        """Rows ``[start, stop)``, every block they touch verified against its hash."""
+    def read(
+        self, start: int, stop: int, committed_rows: int, latest_committed: Callable[[], int] | None = None
+    ) -> np.ndarray:
+        """Rows ``[start, stop)``, every block they touch verified against its hash.
+
+        A live writer may commit twice between a reader's look at the commit record and
+        its read of the hash table, replacing the hash of the partly filled last block.
+        ``latest_committed`` (re-reads the commit record) lets that one block be verified
+        against the newer commit instead of being reported as damaged.
+        """
         if not 0 <= start <= stop <= committed_rows:
             raise IndexError(
                 f"{self.label} rows {start}..{stop} are outside the committed range 0..{committed_rows}"
@@ -218,18 +230,33 @@ class ChecksummedDataset:
         first, last = start // b, (stop - 1) // b
         lo, hi = first * b, min((last + 1) * b, committed_rows)
         raw = self._read_raw(lo, hi)
-        table = self._sum_rows(first, last, math.ceil(committed_rows / b))
+        table = self._sum_rows(first, last, committed_rows)
         for i, block in enumerate(range(first, last + 1)):
             a = block * b
             z = min(a + b, committed_rows)
-            slot = _slot_for(table[i], z - a)
-            digest = xxhash.xxh3_64_intdigest(raw[a - lo : z - lo])
-            if slot < 0 or digest != int(table[i][slot, 1]):
-                raise IntegrityError(
-                    f"{self.label} rows {a}..{z - 1} fail their checksum: the committed bytes changed "
-                    "on disk (corruption or truncation)"
-                )
+            if self._verified(table[i], raw[a - lo : z - lo]):
+                continue
+            if z - a < b and latest_committed is not None and self._verified_later(block, latest_committed()):
+                continue
+            raise IntegrityError(
+                f"{self.label} rows {a}..{z - 1} fail their checksum: the committed bytes changed "
+                "on disk (corruption or truncation)"
+            )
         return raw[start - lo : stop - lo]
+
+    @staticmethod
+    def _verified(row: np.ndarray, rows: np.ndarray) -> bool:
+        slot = _slot_for(row, rows.shape[0])
+        return slot >= 0 and xxhash.xxh3_64_intdigest(rows) == int(row[slot, 1])
+
+    def _verified_later(self, block: int, committed_rows: int) -> bool:
+        """Verify a partly filled block against a newer commit (a live writer moved on)."""
+        self.refresh()
+        a = block * self.block_rows
+        z = min(a + self.block_rows, committed_rows)
+        if z <= a or self.sums.shape[0] <= block:
+            return False
+        return self._verified(self.sums[block], self._read_raw(a, z))
 
 
 def _slot_for(row: np.ndarray, count: int) -> int:

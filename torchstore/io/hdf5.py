@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,8 @@ __all__ = [
 #: fail a damaged file in about 10 ms and still ride out a read racing a live writer.
 SWMR_READ_ATTEMPTS = 10
 _PAGE_SIZE = 4096
+#: How long a reader waits for a writer that is opening the file (holding its lock).
+LOCK_WAIT_S = 5.0
 
 
 def _libhdf5() -> ctypes.CDLL:
@@ -98,27 +101,33 @@ def create_atomically(path: str | os.PathLike, build: Callable[[h5py.File], None
             tmp.unlink()
 
 
+def _open_waiting_for_lock(path: Path, flags: int, fapl: h5py.h5p.PropFAID) -> h5py.h5f.FileID:
+    """``h5f.open``, retrying for a moment while a writer holds the lock to enter SWMR mode."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            return h5py.h5f.open(os.fsencode(path), flags, fapl=fapl)
+        except OSError as exc:
+            if "unable to lock file" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.01)
+
+
 def open_for_read(path: str | os.PathLike) -> h5py.File:
     """Open read-only in SWMR mode (live writers allowed) with capped metadata retries."""
     path = require_hdf5(path)
     fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
     try:
-        fid = h5py.h5f.open(
-            os.fsencode(path), h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ, fapl=fapl
-        )
+        return h5py.File(_open_waiting_for_lock(path, h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ, fapl))
     except OSError as exc:
-        if "superblock version" in str(exc) or "SWMR" in str(exc) or "libver" in str(exc):
-            # Old-format files cannot be opened for SWMR reading: not one of ours.
-            try:
-                with h5py.File(path, "r"):
-                    pass
-            except OSError:
-                raise StoreFormatError(f"{path} cannot be opened: {exc}") from exc
+        text = str(exc)
+        if "unable to lock file" in text:
+            raise OSError(f"{path} is locked by a writer that is not in SWMR mode") from exc
+        if "superblock version" in text or "libver" in text:
             raise StoreFormatError(
                 f"{path} is an HDF5 file in an older format; it was not written by torchstore"
             ) from exc
         raise StoreFormatError(f"{path} cannot be opened as a store (damaged or truncated?): {exc}") from exc
-    return h5py.File(fid)
 
 
 def _recover_after_kill(path: Path) -> None:
@@ -144,19 +153,28 @@ def _recover_after_kill(path: Path) -> None:
         fid.close()
 
 
+def _open_swmr_writer(path: Path) -> h5py.File:
+    # Opened straight into SWMR-write mode: a file opened plainly for writing and switched
+    # to SWMR afterwards is unreadable (status flag set) if the writer dies in between.
+    return h5py.File(_open_waiting_for_lock(path, h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, _fapl()))
+
+
 def open_for_append(path: str | os.PathLike) -> h5py.File:
-    """Open an existing store read-write, recovering it first if its writer was killed."""
+    """Open an existing store as its single SWMR writer, recovering it if its writer was killed."""
     path = require_hdf5(path)
     try:
-        return h5py.File(path, "a", libver="latest")
+        return _open_swmr_writer(path)
     except OSError as exc:
         text = str(exc)
         if "unable to lock file" in text or "errno = 11" in text:
-            raise OSError(f"{path} is open for writing by another process") from exc
-        if "already open for write" not in text and "truncated file" not in text:
+            raise OSError(
+                f"{path} is open in another process: a writer, or a reader that opened it before "
+                "any writer did (live readers must open after the writer)"
+            ) from exc
+        if "already open for" not in text and "truncated file" not in text:
             raise StoreFormatError(f"{path} cannot be opened for appending: {exc}") from exc
     _recover_after_kill(path)
-    return h5py.File(path, "a", libver="latest")
+    return _open_swmr_writer(path)
 
 
 def fsync_file(f: h5py.File) -> None:

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from torchstore.data import ColumnSpec, Quantize
+
+WALKER_COLUMNS = (
+    ColumnSpec("qpos", torch.float32, (9,)),
+    ColumnSpec("qvel", torch.float32, (9,)),
+    ColumnSpec("action", torch.float32, (6,)),
+    ColumnSpec("reward", torch.float32),
+    ColumnSpec("done", torch.bool),
+    ColumnSpec("next/qpos", torch.float32, (9,)),
+    ColumnSpec("pixels", torch.float32, (4, 4, 3), quantize=Quantize(0.0, 1.0)),
+)
+
+
+def make_rows(columns, n: int, seed: int) -> dict[str, np.ndarray]:
+    """Deterministic rows for ``columns`` (quantised columns get values inside their range)."""
+    rng = np.random.default_rng(seed)
+    rows = {}
+    for spec in columns:
+        shape = (n, *spec.shape)
+        dtype = spec.dtype
+        if spec.quantize is not None:
+            q = spec.quantize
+            rows[spec.name] = rng.uniform(q.low, q.high, shape).astype(np.float32)
+        elif dtype == torch.bool:
+            rows[spec.name] = rng.random(shape) < 0.5
+        elif dtype.is_floating_point:
+            rows[spec.name] = rng.standard_normal(shape).astype(str(dtype).removeprefix("torch."))
+        else:
+            info = np.iinfo(str(dtype).removeprefix("torch."))
+            rows[spec.name] = rng.integers(info.min, info.max, shape, endpoint=True).astype(info.dtype)
+    return rows
+
+
+@pytest.fixture
+def walker_columns():
+    return WALKER_COLUMNS
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

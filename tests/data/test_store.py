@@ -1,0 +1,197 @@
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from tests.conftest import WALKER_COLUMNS, make_rows
+from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
+from torchstore.data.layout import MANIFEST_ATTR
+from torchstore.errors import ColumnError, EpisodeError, StoreFormatError
+
+ALL_DTYPES = [torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
+              torch.int64, torch.uint8, torch.bool]
+
+
+def _write(path, columns, lengths, data_seed=0, **kwargs):
+    episodes = [make_rows(columns, n, data_seed + i) for i, n in enumerate(lengths)]
+    with TrajectoryStoreWriter(path, columns, **kwargs) as w:
+        for i, rows in enumerate(episodes):
+            w.add_episode(rows, metadata={"n": i})
+    return episodes
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("shape", [(), (7,), (5, 4, 3)])
+def test_every_dtype_and_shape_round_trips_exactly(tmp_path, dtype, shape):
+    cols = [ColumnSpec("x", dtype, shape)]
+    episodes = _write(tmp_path / "s.h5", cols, [3, 2500, 1])
+    with TrajectoryStore(tmp_path / "s.h5") as store:
+        assert store.num_rows == 2504 and store.num_episodes == 3
+        for i, rows in enumerate(episodes):
+            got = store.episode(i)["x"]
+            assert got.dtype == dtype and tuple(got.shape[1:]) == shape
+            assert np.array_equal(got.numpy(), rows["x"])
+
+
+def test_walker_store_round_trip_nested_and_quantised(tmp_path):
+    path = tmp_path / "w.h5"
+    episodes = _write(path, WALKER_COLUMNS, [1000, 700, 1300], env_id="walker-walk", seed=3,
+                      metadata={"task": "walk", "nested": {"k": [1, 2]}})
+    with TrajectoryStore(path) as store:
+        m = store.manifest
+        assert (m.env_id, m.seed, m.metadata["nested"], m.num_rows, m.num_episodes) == (
+            "walker-walk", 3, {"k": [1, 2]}, 3000, 3)
+        assert m.columns == WALKER_COLUMNS
+        ep = store.episode(1)
+        assert ep["next", "qpos"].shape == (700, 9)
+        assert torch.equal(ep["qpos"], torch.from_numpy(episodes[1]["qpos"]))
+        q = WALKER_COLUMNS[-1].quantize
+        err = (ep["pixels"] - torch.from_numpy(episodes[1]["pixels"])).abs().max()
+        assert ep["pixels"].dtype == torch.float32 and err <= q.step / 2 + 1e-6
+        assert store.episode(1, raw=True)["pixels"].dtype == torch.uint8
+        assert store.episode_metadata(2) == {"n": 2}
+        slab = store.read_slab(900, 1100, columns=["reward", "next/qpos"])
+        assert set(slab.keys(True, True)) == {"reward", ("next", "qpos")}
+        expected = np.concatenate([episodes[0]["reward"][900:], episodes[1]["reward"][:100]])
+        assert np.array_equal(slab["reward"].numpy(), expected)
+        streamed = torch.cat([s["action"] for s in store.iter_slabs(777, columns=["action"])])
+        assert torch.equal(streamed, torch.from_numpy(np.concatenate([e["action"] for e in episodes])))
+
+
+def test_append_in_pieces_and_tensordict_input(tmp_path):
+    cols = [ColumnSpec("obs", torch.float32, (2,)), ColumnSpec("next/obs", torch.float32, (2,))]
+    with TrajectoryStoreWriter(tmp_path / "s.h5", cols) as w:
+        for i in range(5):
+            td = TensorDict({"obs": torch.full((1, 2), float(i)), "next": {"obs": torch.full((1, 2), i + 1.0)}}, [1])
+            w.append(td)
+        assert w.pending_rows == 5 and w.num_rows == 0
+        w.end_episode()
+        w.append({"obs": torch.zeros(3, 2), "next": {"obs": torch.ones(3, 2)}})
+        # not committed: dropped at close
+    with TrajectoryStore(tmp_path / "s.h5") as store:
+        assert store.num_rows == 5 and store.num_episodes == 1
+        assert store.read_slab(0, 5)["obs"][:, 0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_resume_appends_with_the_same_schema(tmp_path):
+    path = tmp_path / "s.h5"
+    first = _write(path, WALKER_COLUMNS, [50, 60])
+    with TrajectoryStoreWriter.resume(path) as w:
+        assert (w.num_rows, w.num_episodes) == (110, 2)
+        extra = make_rows(WALKER_COLUMNS, 70, 99)
+        w.add_episode(extra)
+    with TrajectoryStore(path) as store:
+        assert store.num_episodes == 3 and store.episodes.lengths.tolist() == [50, 60, 70]
+        assert np.array_equal(store.episode(0)["qvel"].numpy(), first[0]["qvel"])
+        assert np.array_equal(store.episode(2)["qvel"].numpy(), extra["qvel"])
+
+
+# ---------------------------------------------------------------------------- bad input
+@pytest.fixture
+def open_writer(tmp_path):
+    cols = [ColumnSpec("obs", torch.float32, (3,)), ColumnSpec("done", torch.bool)]
+    w = TrajectoryStoreWriter(tmp_path / "s.h5", cols)
+    w.add_episode({"obs": np.ones((4, 3), np.float32), "done": np.zeros(4, bool)})
+    yield w
+    w.close()
+    with TrajectoryStore(tmp_path / "s.h5") as store:  # the committed episode survived every error
+        assert store.num_rows == 4 and store.num_episodes == 1
+        assert store.episode(0)["obs"].sum().item() == 12
+
+
+@pytest.mark.parametrize(
+    "rows, match",
+    [
+        ({"obs": np.ones((2, 3), np.float32)}, r"missing \['done'\]"),
+        ({"obs": np.ones((2, 3), np.float32), "done": np.zeros(2, bool), "x": np.ones(2)}, r"unknown \['x'\]"),
+        ({"obs": np.ones((2, 3)), "done": np.zeros(2, bool)}, r"column 'obs' expects float32\[3\], got float64\[3\]"),
+        ({"obs": np.ones((2, 4), np.float32), "done": np.zeros(2, bool)}, "expects rows of shape \\[3\\]"),
+        ({"obs": np.ones((2, 3), np.float32), "done": np.zeros(3, bool)}, "has 3 rows, other columns have 2"),
+        ({"obs": np.ones((2, 3), np.float32), "done": np.zeros(2, np.float32)}, "column 'done' expects bool"),
+        ({"obs": np.ones((0, 3), np.float32), "done": np.zeros(0, bool)}, "zero rows"),
+        ([1, 2, 3], "mapping of columns"),
+    ],
+)
+def test_bad_rows_are_rejected_and_lose_nothing(open_writer, rows, match):
+    with pytest.raises(ColumnError, match=match):
+        open_writer.append(rows)
+    assert open_writer.pending_rows == 0
+
+
+def test_episode_misuse(open_writer):
+    with pytest.raises(EpisodeError, match="no rows appended"):
+        open_writer.end_episode()
+    open_writer.append({"obs": np.ones((1, 3), np.float32), "done": np.zeros(1, bool)})
+    with pytest.raises(EpisodeError, match="already appended"):
+        open_writer.add_episode({"obs": np.ones((1, 3), np.float32), "done": np.zeros(1, bool)})
+    with pytest.raises(EpisodeError, match="JSON-serialisable"):
+        open_writer.end_episode(metadata={"x": object()})
+
+
+def test_existing_file_is_not_overwritten_by_default(open_writer, tmp_path):
+    with pytest.raises(FileExistsError, match="resume"):
+        TrajectoryStoreWriter(tmp_path / "s.h5", [ColumnSpec("obs", torch.float32)])
+
+
+def test_bad_manifest_inputs(tmp_path):
+    with pytest.raises(ColumnError, match="JSON-serialisable"):
+        TrajectoryStoreWriter(tmp_path / "a.h5", [ColumnSpec("x", torch.float32)], metadata={"t": torch.ones(1)})
+    with pytest.raises(ColumnError, match="seed must be an int"):
+        TrajectoryStoreWriter(tmp_path / "a.h5", [ColumnSpec("x", torch.float32)], seed="1")
+    assert not (tmp_path / "a.h5").exists()
+
+
+def test_not_a_store(tmp_path):
+    (tmp_path / "text.h5").write_text("hello, not hdf5")
+    with pytest.raises(StoreFormatError, match="not an HDF5 file"):
+        TrajectoryStore(tmp_path / "text.h5")
+    with h5py.File(tmp_path / "foreign.h5", "w", libver="latest") as f:
+        f["x"] = np.arange(3)
+    with pytest.raises(StoreFormatError, match="not a torchstore store"):
+        TrajectoryStore(tmp_path / "foreign.h5")
+    with pytest.raises(StoreFormatError, match="not a torchstore store"):
+        TrajectoryStoreWriter.resume(tmp_path / "foreign.h5")
+    with h5py.File(tmp_path / "old.h5", "w") as f:  # default (old) file format
+        f["x"] = np.arange(3)
+    with pytest.raises(StoreFormatError, match="older format|not a torchstore"):
+        TrajectoryStore(tmp_path / "old.h5")
+    with pytest.raises(FileNotFoundError, match="no store at"):
+        TrajectoryStore(tmp_path / "missing.h5")
+
+
+def _rewrite_manifest(path, mutate):
+    with h5py.File(path, "a", libver="latest") as f:
+        f.attrs[MANIFEST_ATTR] = mutate(f.attrs[MANIFEST_ATTR])
+
+
+def test_future_format_version_and_corrupt_manifest(tmp_path):
+    path = tmp_path / "s.h5"
+    _write(path, [ColumnSpec("x", torch.float32)], [3])
+    _rewrite_manifest(path, lambda t: t.replace('"format_version": 1', '"format_version": 7'))
+    with pytest.raises(StoreFormatError, match="format version 7.*reads up to version 1: upgrade torchstore"):
+        TrajectoryStore(path)
+    _rewrite_manifest(path, lambda t: t[:40])
+    with pytest.raises(StoreFormatError, match="manifest is not valid JSON"):
+        TrajectoryStore(path)
+
+
+def test_read_bounds(tmp_path):
+    _write(tmp_path / "s.h5", [ColumnSpec("x", torch.float32)], [3])
+    with TrajectoryStore(tmp_path / "s.h5") as store:
+        with pytest.raises(IndexError, match=r"outside the store's rows \[0, 3\)"):
+            store.read_slab(2, 4)
+        with pytest.raises(ColumnError, match="no column 'y'"):
+            store.read_slab(0, 1, columns=["y"])
+        with pytest.raises(EpisodeError, match="out of range"):
+            store.episode(1)
+
+
+def test_quantised_column_accepts_raw_codes(tmp_path):
+    cols = [ColumnSpec("img", torch.float32, (2,), quantize=Quantize(0, 255))]
+    with TrajectoryStoreWriter(tmp_path / "q.h5", cols) as w:
+        w.add_episode({"img": np.array([[0, 255], [7, 9]], np.uint8)}, raw=True)
+    with TrajectoryStore(tmp_path / "q.h5") as store:
+        assert store.read_slab(0, 2)["img"].tolist() == [[0.0, 255.0], [7.0, 9.0]]
