@@ -1,0 +1,44 @@
+"""Motion datasets as trajectory stores: LAFAN1 retargeted to the Unitree G1.
+
+Examples:
+    >>> from torchstore.motion import import_lafan
+    >>> import_lafan("lafan1/g1", "lafan_g1.h5", fps=50)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from torchstore.motion.kinematics import (
+    angular_velocity,
+    linear_velocity,
+    normalize_quat,
+    quat_mul,
+    slerp,
+    wxyz_to_xyzw,
+    xyzw_to_wxyz,
+)
+from torchstore.motion.lafan import (
+    G1_JOINT_NAMES,
+    LAFAN_ENV_ID,
+    LAFAN_SOURCE_FPS,
+    import_lafan,
+    lafan_columns,
+    lafan_rows,
+    read_lafan_csv,
+)
+
+__all__ = [
+    "import_lafan",
+    "read_lafan_csv",
+    "lafan_rows",
+    "lafan_columns",
+    "G1_JOINT_NAMES",
+    "LAFAN_ENV_ID",
+    "LAFAN_SOURCE_FPS",
+    "angular_velocity",
+    "linear_velocity",
+    "normalize_quat",
+    "quat_mul",
+    "slerp",
+    "xyzw_to_wxyz",
+    "wxyz_to_xyzw",
+]
