@@ -4,10 +4,10 @@
 /                     attribute torchstore_manifest (JSON, static schema)
 /commit               int64[3]: committed rows, episodes, episode-metadata bytes
 /columns/<name>       [rows, *shape] per column ('/' in a name nests groups)
-/episodes/ep_len      int64[episodes]
-/episodes/ep_offset   int64[episodes]
-/episodes/meta        uint8[bytes]: per-episode JSON, concatenated
-/episodes/meta_end    int64[episodes]: end of each episode's JSON in meta
+/episodes/index       int64[episodes, 3]: ep_len, ep_offset, meta_end (one table, so a
+                      commit appends one row to one dataset)
+/episodes/meta        uint8[bytes]: per-episode JSON, concatenated; episode i's JSON ends
+                      at meta_end[i]
 /checksums/...        the per-block hash table of every dataset above
 ```
 """
@@ -30,11 +30,12 @@ COMMIT = "commit"
 COLUMNS = "columns"
 EPISODES = "episodes"
 CHECKSUMS = "checksums"
-EP_LEN = "ep_len"
-EP_OFFSET = "ep_offset"
+EP_INDEX = "index"
+EP_INDEX_FIELDS = ("ep_len", "ep_offset", "meta_end")
 EP_META = "meta"
-EP_META_END = "meta_end"
-_EPISODE_TABLES = ((EP_LEN, np.int64), (EP_OFFSET, np.int64), (EP_META_END, np.int64), (EP_META, np.uint8))
+# Episode tables grow by one row a commit and every flush rewrites their last chunk:
+# small chunks keep that rewrite cheap.
+_EPISODE_TABLES = ((EP_INDEX, np.int64, (3,), 8192), (EP_META, np.uint8, (), 16384))
 
 
 def build_store_file(f: h5py.File, manifest: Manifest) -> None:
@@ -47,8 +48,12 @@ def build_store_file(f: h5py.File, manifest: Manifest) -> None:
             f.require_group(COLUMNS), spec.name, numpy_dtype(spec.storage_dtype), spec.shape,
             sums.require_group(COLUMNS),
         )
-    for name, dtype in _EPISODE_TABLES:
-        create_checksummed(f.require_group(EPISODES), name, np.dtype(dtype), (), sums.require_group(EPISODES))
+    for name, dtype, shape, chunk_bytes in _EPISODE_TABLES:
+        create_checksummed(
+            f.require_group(EPISODES), name, np.dtype(dtype), shape, sums.require_group(EPISODES),
+            chunk_bytes=chunk_bytes,
+        )
+    f[EPISODES][EP_INDEX].attrs["fields"] = ",".join(EP_INDEX_FIELDS)
 
 
 @dataclass
@@ -57,10 +62,8 @@ class StoreDatasets:
 
     commit: h5py.Dataset
     columns: dict[str, ChecksummedDataset]
-    ep_len: ChecksummedDataset
-    ep_offset: ChecksummedDataset
+    ep_index: ChecksummedDataset
     ep_meta: ChecksummedDataset
-    ep_meta_end: ChecksummedDataset
 
     @classmethod
     def open(cls, f: h5py.File, manifest: Manifest) -> StoreDatasets:
@@ -72,17 +75,12 @@ class StoreDatasets:
             columns={
                 spec.name: table(COLUMNS, spec.name, f"column '{spec.name}'") for spec in manifest.columns
             },
-            ep_len=table(EPISODES, EP_LEN, "episode table 'ep_len'"),
-            ep_offset=table(EPISODES, EP_OFFSET, "episode table 'ep_offset'"),
+            ep_index=table(EPISODES, EP_INDEX, "episode index"),
             ep_meta=table(EPISODES, EP_META, "episode metadata"),
-            ep_meta_end=table(EPISODES, EP_META_END, "episode table 'meta_end'"),
         )
 
     def all(self) -> list[ChecksummedDataset]:
-        return [*self.columns.values(), self.ep_len, self.ep_offset, self.ep_meta, self.ep_meta_end]
-
-    def episode_tables(self) -> list[ChecksummedDataset]:
-        return [self.ep_len, self.ep_offset, self.ep_meta_end]
+        return [*self.columns.values(), self.ep_index, self.ep_meta]
 
     def read_commit(self) -> tuple[int, int, int]:
         self.commit.refresh()

@@ -82,13 +82,15 @@ class TrajectoryStore:
                 )
         if min(rows, episodes, meta) < 0 or (episodes == 0) != (rows == 0):
             raise IntegrityError(f"{self.path}: the commit record ({rows}, {episodes}, {meta}) is inconsistent")
-        lengths = torch.from_numpy(self._ds.ep_len.read(0, episodes, episodes, self._latest(1)))
-        offsets = torch.from_numpy(self._ds.ep_offset.read(0, episodes, episodes, self._latest(1)))
+        table = self._ds.ep_index.read(0, episodes, episodes, self._latest(1))
+        lengths, offsets = torch.from_numpy(table[:, 0].copy()), torch.from_numpy(table[:, 1].copy())
         try:
             self._episodes = EpisodeIndex(lengths, offsets, num_rows=rows)
         except StoreFormatError as exc:
             raise IntegrityError(f"{self.path}: the episode index is inconsistent: {exc}") from exc
-        self._meta_end = self._ds.ep_meta_end.read(0, episodes, episodes, self._latest(1))
+        self._meta_end = table[:, 2].copy()
+        if episodes and (self._meta_end[-1] != meta or bool((np.diff(self._meta_end) < 0).any())):
+            raise IntegrityError(f"{self.path}: the episode metadata offsets are inconsistent")
         self._rows, self._episodes_n, self._meta_n = rows, episodes, meta
         return True
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import torch
 from tensordict import TensorDictBase
@@ -116,9 +117,7 @@ class TrajectoryStoreWriter:
             rows, episodes, meta = self._ds.read_commit()
             for ds in self._ds.columns.values():
                 ds.start_writing(rows)
-            self._ds.ep_len.start_writing(episodes)
-            self._ds.ep_offset.start_writing(episodes)
-            self._ds.ep_meta_end.start_writing(episodes)
+            self._ds.ep_index.start_writing(episodes)
             self._ds.ep_meta.start_writing(meta)
             self._file.flush()
         except BaseException:
@@ -171,16 +170,15 @@ class TrajectoryStoreWriter:
         ds = self._ds
         rows = self._rows + self._pending
         meta_end = self._meta_bytes + len(meta)
-        ds.ep_len.append(np.array([self._pending], dtype=np.int64))
-        ds.ep_offset.append(np.array([self._rows], dtype=np.int64))
-        ds.ep_meta_end.append(np.array([meta_end], dtype=np.int64))
+        ds.ep_index.append(np.array([[self._pending, self._rows, meta_end]], dtype=np.int64))
         ds.ep_meta.append(np.frombuffer(meta, dtype=np.uint8))
         for table in ds.all():
             table.seal()
         self._file.flush()
         if self._durable:
             fsync_file(self._file)
-        ds.commit[...] = np.array([rows, self._episodes + 1, meta_end], dtype=np.int64)
+        record = np.array([rows, self._episodes + 1, meta_end], dtype=np.int64)
+        ds.commit.id.write(h5py.h5s.ALL, h5py.h5s.ALL, record)
         self._file.flush()
         if self._durable:
             fsync_file(self._file)

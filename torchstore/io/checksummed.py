@@ -32,18 +32,28 @@ _SUM_CHUNK_BLOCKS = 512
 _STAGE_BYTES = 4 * 1024 * 1024
 
 
-def block_rows_for(row_nbytes: int) -> int:
-    """Rows per chunk (and per checksum block): about 128 KiB, a whole number of 4 KiB pages."""
-    return max(1, min(_MAX_BLOCK_ROWS, _CHUNK_BYTES // max(1, row_nbytes)))
+def block_rows_for(row_nbytes: int, chunk_bytes: int = _CHUNK_BYTES) -> int:
+    """Rows per chunk (and per checksum block): about ``chunk_bytes``, whole 4 KiB pages."""
+    return max(1, min(_MAX_BLOCK_ROWS, chunk_bytes // max(1, row_nbytes)))
 
 
 def create_checksummed(
-    group: h5py.Group, name: str, dtype: np.dtype, row_shape: tuple[int, ...], sums_group: h5py.Group
+    group: h5py.Group,
+    name: str,
+    dtype: np.dtype,
+    row_shape: tuple[int, ...],
+    sums_group: h5py.Group,
+    *,
+    chunk_bytes: int = _CHUNK_BYTES,
 ) -> None:
-    """Create an empty growable dataset ``group[name]`` and its hash table ``sums_group[name]``."""
+    """Create an empty growable dataset ``group[name]`` and its hash table ``sums_group[name]``.
+
+    Every flush rewrites the partly filled last chunk, so tables that grow by a row or
+    two per commit want small chunks (``chunk_bytes``); bulk columns want ~128 KiB.
+    """
     dtype = np.dtype(dtype)
     row_nbytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
-    rows = block_rows_for(row_nbytes)
+    rows = block_rows_for(row_nbytes, chunk_bytes)
     group.create_dataset(
         name, shape=(0, *row_shape), maxshape=(None, *row_shape), chunks=(rows, *row_shape), dtype=dtype
     )
@@ -51,6 +61,24 @@ def create_checksummed(
         name, shape=(0, 2, 2), maxshape=(None, 2, 2), chunks=(_SUM_CHUNK_BLOCKS, 2, 2), dtype=np.uint64
     )
     sums.attrs["block_rows"] = rows
+
+
+def _write_rows(dataset: h5py.Dataset, start: int, rows: np.ndarray) -> None:
+    """Write C-contiguous ``rows`` at row ``start`` through h5py's low-level API.
+
+    The high-level ``write_direct``/``__setitem__`` spend more time building selections
+    than HDF5 spends on a small write; commits write a few small rows per table.
+    """
+    dsid = dataset.id
+    fspace = dsid.get_space()
+    fspace.select_hyperslab((start,) + (0,) * (rows.ndim - 1), rows.shape)
+    dsid.write(h5py.h5s.create_simple(rows.shape), fspace, rows)
+
+
+def _set_rows(dataset: h5py.Dataset, rows: int) -> None:
+    shape = dataset.id.shape
+    if shape[0] != rows:
+        dataset.id.set_extent((rows, *shape[1:]))
 
 
 class ChecksummedDataset:
@@ -86,9 +114,8 @@ class ChecksummedDataset:
     # ------------------------------------------------------------------ writing
     def start_writing(self, committed_rows: int) -> None:
         """Cut the dataset back to ``committed_rows`` and rebuild the hash state from the file."""
-        self.data.resize(committed_rows, axis=0)
-        nblocks = math.ceil(committed_rows / self.block_rows)
-        self.sums.resize(nblocks, axis=0)
+        _set_rows(self.data, committed_rows)
+        _set_rows(self.sums, math.ceil(committed_rows / self.block_rows))
         self._written = committed_rows
         self._hasher.reset()
         self._sealed.clear()
@@ -131,8 +158,8 @@ class ChecksummedDataset:
             return
         slab = self._staged[0] if len(self._staged) == 1 else np.concatenate(self._staged)
         start = self._written
-        self.data.resize(start + slab.shape[0], axis=0)
-        self.data.write_direct(slab, dest_sel=np.s_[start : start + slab.shape[0]])
+        _set_rows(self.data, start + slab.shape[0])
+        _write_rows(self.data, start, slab)
         self._hash_rows(slab)
         self._written += slab.shape[0]
         self._staged.clear()
@@ -168,8 +195,8 @@ class ChecksummedDataset:
                 rows[block - first] = self._tail_row
                 slot = 1 - self._tail_slot
             rows[block - first, slot] = (count, digest)
-        self.sums.resize(last + 1, axis=0)
-        self.sums[first : last + 1] = rows
+        _set_rows(self.sums, max(last + 1, self.sums.id.shape[0]))
+        _write_rows(self.sums, first, rows)
         self._sealed.clear()
         self._sealed_rows = self._written
         if filled:
@@ -186,7 +213,10 @@ class ChecksummedDataset:
         out = np.empty((stop - start, *self.row_shape), dtype=self.dtype)
         if stop > start:
             try:
-                self.data.read_direct(out, source_sel=np.s_[start:stop])
+                dsid = self.data.id
+                fspace = dsid.get_space()
+                fspace.select_hyperslab((start,) + (0,) * len(self.row_shape), out.shape)
+                dsid.read(h5py.h5s.create_simple(out.shape), fspace, out)
             except (OSError, ValueError) as exc:
                 raise IntegrityError(
                     f"{self.label} rows {start}..{stop - 1} cannot be read ({exc}); the file is damaged"

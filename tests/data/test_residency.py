@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import WALKER_COLUMNS, make_rows
+from torchstore.data import TrajectoryStore, TrajectoryStoreWriter
+
+
+@pytest.fixture(scope="module")
+def walker_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("res") / "w.h5"
+    episodes = [make_rows(WALKER_COLUMNS, n, i) for i, n in enumerate([400, 1000, 250, 600])]
+    with TrajectoryStoreWriter(path, WALKER_COLUMNS) as w:
+        for rows in episodes:
+            w.add_episode(rows)
+    flat = {k: np.concatenate([e[k] for e in episodes]) for k in episodes[0]}
+    return path, flat
+
+
+def test_resident_gather_matches_the_written_rows(walker_store):
+    path, flat = walker_store
+    with TrajectoryStore(path) as store:
+        view = store.resident()
+        raw = store.resident(columns=["pixels", "reward"])
+    assert len(view) == 2250 and view.episodes.lengths.tolist() == [400, 1000, 250, 600]
+    index = torch.randint(0, 2250, (512,), generator=torch.Generator().manual_seed(0))
+    batch = view.gather(index)
+    assert batch.batch_size == (512,)
+    for name in ("qpos", "qvel", "action", "reward", "done", "next/qpos"):
+        key = tuple(name.split("/")) if "/" in name else name
+        assert np.array_equal(batch[key].numpy(), flat[name][index.numpy()]), name
+    q = WALKER_COLUMNS[-1].quantize
+    assert batch["pixels"].dtype == torch.float32
+    assert (batch["pixels"] - torch.from_numpy(flat["pixels"][index.numpy()])).abs().max() <= q.step / 2 + 1e-6
+    codes = view.gather(index, raw=True)["pixels"]
+    assert codes.dtype == torch.uint8 and torch.equal(q.decode(codes), batch["pixels"])
+    assert set(raw.gather(index).keys()) == {"pixels", "reward"}
+    start, length, ids = view.episode_segments()
+    assert start.tolist() == [0, 400, 1400, 1650] and length.tolist() == [400, 1000, 250, 600]
+    assert ids.tolist() == [0, 1, 2, 3]
+
+
+def test_window_refills_with_contiguous_reads(walker_store):
+    path, flat = walker_store
+    with TrajectoryStore(path) as store:
+        win = store.window(500, columns=["qpos", "done"])
+        assert (win.start, win.stop) == (0, 500)
+        win.refill(1900)
+        assert (win.start, win.stop, len(win)) == (1900, 2250, 350)
+        index = torch.arange(1900, 2250, 7)
+        assert np.array_equal(win.gather(index)["qpos"].numpy(), flat["qpos"][index.numpy()])
+        with pytest.raises(IndexError, match=r"rows must lie in the window \[1900, 2250\)"):
+            win.gather(torch.tensor([10]))
+        with pytest.raises(IndexError, match="window start"):
+            win.refill(5000)
+        with pytest.raises(ValueError, match="window rows"):
+            store.window(0)
