@@ -1,0 +1,151 @@
+"""Philox4x32: Random123 known-answer vectors, exact integer maths, graph safety."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchstore.samplers.philox import (
+    _mulhilo32,
+    counters_from_offset,
+    philox4x32,
+    randint_below,
+    uniform_from_words,
+)
+
+# fmt: off
+KAT = [
+    (10, "00000000 00000000 00000000 00000000", "00000000 00000000", "6627e8d5 e169c58d bc57ac4c 9b00dbd8"),
+    (10, "ffffffff ffffffff ffffffff ffffffff", "ffffffff ffffffff", "408f276d 41c83b0e a20bc7c6 6d5451fd"),
+    (10, "243f6a88 85a308d3 13198a2e 03707344", "a4093822 299f31d0", "d16cfe09 94fdcceb 5001e420 24126ea1"),
+    (7, "00000000 00000000 00000000 00000000", "00000000 00000000", "5f6fb709 0d893f64 4f121f81 4f730a48"),
+    (7, "ffffffff ffffffff ffffffff ffffffff", "ffffffff ffffffff", "5207ddc2 45165e59 4d8ee751 8c52f662"),
+    (7, "243f6a88 85a308d3 13198a2e 03707344", "a4093822 299f31d0", "4dfccaba 190a87f0 c47362ba b6b5242a"),
+]
+# fmt: on
+U32 = st.integers(0, 2**32 - 1)
+
+
+def words(text: str) -> list[int]:
+    return [int(w, 16) for w in text.split()]
+
+
+def reference_philox(counter: list[int], key: list[int], rounds: int) -> list[int]:
+    """Python-int Philox4x32, straight from the spec (the oracle)."""
+    c0, c1, c2, c3 = counter
+    k0, k1 = key
+    mask = 2**32 - 1
+    for r in range(rounds):
+        if r:
+            k0, k1 = (k0 + 0x9E3779B9) & mask, (k1 + 0xBB67AE85) & mask
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & mask, (p0 >> 32) ^ c3 ^ k1, p0 & mask
+    return [c0, c1, c2, c3]
+
+
+@pytest.mark.parametrize("rounds, counter, key, expected", KAT)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint32])
+def test_random123_known_answers(rounds, counter, key, expected, dtype):
+    out = philox4x32(
+        torch.tensor(words(counter)).to(dtype), torch.tensor(words(key)).to(dtype), rounds
+    )
+    assert out.dtype == torch.int64
+    assert out.tolist() == words(expected)
+
+
+def test_known_answers_batched_in_one_call():
+    counters = torch.tensor([words(c) for _, c, _, _ in KAT[:3]])
+    keys = torch.tensor([words(k) for _, _, k, _ in KAT[:3]])
+    assert philox4x32(counters, keys).tolist() == [words(e) for *_, e in KAT[:3]]
+
+
+@pytest.mark.parametrize("a", [0, 1, 2**16 - 1, 2**31 - 1, 2**31, 2**32 - 1])
+@pytest.mark.parametrize("b", [0, 1, 2**16, 2**31, 2**32 - 1])
+def test_mulhilo32_is_exact_at_edge_values(a, b):
+    hi, lo = _mulhilo32(torch.tensor(a), torch.tensor(b))
+    assert (int(hi), int(lo)) == divmod(a * b, 2**32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(U32, min_size=4, max_size=4), st.lists(U32, min_size=2, max_size=2), st.integers(1, 12)
+)
+def test_matches_python_reference(counter, key, rounds):
+    got = philox4x32(torch.tensor(counter), torch.tensor(key), rounds).tolist()
+    assert got == reference_philox(counter, key, rounds)
+
+
+def test_counters_carry_into_the_high_word():
+    ctr = counters_from_offset(torch.tensor(2**32 - 2), 4, stream=2**32 + 5)
+    assert ctr.tolist() == [
+        [2**32 - 2, 0, 5, 1],
+        [2**32 - 1, 0, 5, 1],
+        [0, 1, 5, 1],
+        [1, 1, 5, 1],
+    ]
+
+
+def test_uniform_from_words_stays_in_unit_interval():
+    extreme = torch.tensor([[0, 0], [2**32 - 1, 2**32 - 1]])
+    u64 = uniform_from_words(extreme)
+    u32 = uniform_from_words(extreme, torch.float32)
+    assert u64.dtype == torch.float64 and u32.dtype == torch.float32
+    assert u64[0] == 0 and u64[1] < 1 and u64[1] == 1 - 2**-53
+    assert u32[0] == 0 and u32[1] < 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(U32, U32, st.integers(1, 2**62 - 1))
+def test_randint_below_is_multiply_shift(w0, w1, n):
+    got = int(randint_below(torch.tensor([w0, w1]), torch.tensor(n)))
+    assert got == ((w0 << 32 | w1) * n) >> 64
+    assert 0 <= got < n
+
+
+def test_randint_below_is_uniform_enough():
+    # 60_000 draws over 6 values: every count within 5 sigma of 10_000.
+    w = philox4x32(counters_from_offset(torch.tensor(0), 60_000), torch.tensor([7, 9]))
+    counts = torch.bincount(randint_below(w, torch.tensor(6)), minlength=6)
+    assert counts.numel() == 6
+    assert ((counts - 10_000).abs() < 5 * (10_000 * 5 / 6) ** 0.5).all()
+
+
+def test_randint_below_zero_bound_gives_zero():
+    w = torch.tensor([[2**32 - 1, 2**32 - 1]])
+    assert randint_below(w, torch.tensor(0)).tolist() == [0]
+
+
+def _draw(offset, key, n):
+    w = philox4x32(counters_from_offset(offset, 64), key)
+    return uniform_from_words(w), uniform_from_words(w, torch.float32), randint_below(w, n)
+
+
+def test_compiled_fullgraph_matches_eager():
+    offset, key, n = torch.tensor(123), torch.tensor([2**32 - 1, 17]), torch.tensor(10**9 + 7)
+    compiled = torch.compile(_draw, fullgraph=True, backend="aot_eager")
+    for got, want in zip(compiled(offset, key, n), _draw(offset, key, n), strict=True):
+        assert torch.equal(got, want)
+
+
+@pytest.mark.slow
+def test_compiled_inductor_matches_eager():
+    offset, key, n = torch.tensor(5), torch.tensor([1, 2]), torch.tensor(1000)
+    compiled = torch.compile(_draw, fullgraph=True)
+    for got, want in zip(compiled(offset, key, n), _draw(offset, key, n), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_bad_shapes_and_rounds_are_rejected():
+    ctr, key = torch.zeros(4, dtype=torch.int64), torch.zeros(2, dtype=torch.int64)
+    with pytest.raises(
+        ValueError, match=r"counter must have a trailing dimension of 4, got \(3,\)"
+    ):
+        philox4x32(torch.zeros(3, dtype=torch.int64), key)
+    with pytest.raises(ValueError, match=r"key must have a trailing dimension of 2, got \(4,\)"):
+        philox4x32(ctr, ctr)
+    with pytest.raises(ValueError, match="rounds must be >= 1, got 0"):
+        philox4x32(ctr, key, rounds=0)
+    with pytest.raises(ValueError, match="dtype must be torch.float64 or torch.float32"):
+        uniform_from_words(ctr, torch.float16)

@@ -1,0 +1,189 @@
+"""Philox4x32 counter-based random numbers as pure tensor code.
+
+Philox4x32 (Salmon et al., SC'11; the Random123 library) maps a 128-bit counter and a 64-bit
+key to 128 random bits with a fixed number of rounds of multiply, xor and key bumps. It has
+no hidden state: the same (key, counter) always gives the same words, so a stream lives in
+two small device tensors and advances by adding to the counter. That is what lets a device
+sampler run inside ``torch.compile(fullgraph=True)`` and a captured CUDA graph.
+
+Words are carried in ``int64`` tensors holding values in ``[0, 2**32)``. A 32 x 32-bit
+product does not fit a signed int64 when both factors are ``>= 2**31``, so products are formed
+from 16-bit halves (:func:`_mulhilo32`) and nothing ever overflows. Everything here is
+branch-free tensor code: no ``.item()``, no data-dependent shapes.
+
+Examples:
+    >>> import torch
+    >>> out = philox4x32(torch.zeros(4, dtype=torch.int64), torch.zeros(2, dtype=torch.int64))
+    >>> [f"{int(w):08x}" for w in out]
+    ['6627e8d5', 'e169c58d', 'bc57ac4c', '9b00dbd8']
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "PHILOX_M0",
+    "PHILOX_M1",
+    "PHILOX_W0",
+    "PHILOX_W1",
+    "philox4x32",
+    "counters_from_offset",
+    "uniform_from_words",
+    "randint_below",
+]
+
+PHILOX_M0 = 0xD2511F53
+"""Round multiplier applied to counter word 0."""
+PHILOX_M1 = 0xCD9E8D57
+"""Round multiplier applied to counter word 2."""
+PHILOX_W0 = 0x9E3779B9
+"""Key bump added to key word 0 before every round after the first (golden ratio)."""
+PHILOX_W1 = 0xBB67AE85
+"""Key bump added to key word 1 before every round after the first (sqrt(3) - 1)."""
+
+_MASK32 = 0xFFFFFFFF
+_MASK16 = 0xFFFF
+
+
+def _as_words(x: Tensor) -> Tensor:
+    """Return ``x`` as int64 holding uint32 values (uint32 and other int dtypes accepted)."""
+    if x.dtype != torch.int64:
+        x = x.to(torch.int64)
+    return x & _MASK32
+
+
+def _mulhilo32(a: Tensor | int, b: Tensor) -> tuple[Tensor, Tensor]:
+    """Exact 32 x 32 -> 64-bit product, returned as (high 32 bits, low 32 bits).
+
+    ``b`` is split into 16-bit halves so each partial product is below ``2**48``::
+
+        a * b = a*bh * 2**16 + a*bl,   a*bh = q1 * 2**16 + q0
+              = q1 * 2**32 + (q0 * 2**16 + a*bl)
+    """
+    bl = b & _MASK16
+    bh = b >> 16
+    p_lo = a * bl
+    p_hi = a * bh
+    s = ((p_hi & _MASK16) << 16) + p_lo
+    hi = (p_hi >> 16) + (s >> 32)
+    return hi, s & _MASK32
+
+
+def philox4x32(counter: Tensor, key: Tensor, rounds: int = 10) -> Tensor:
+    """Apply the Philox4x32 bijection.
+
+    Args:
+        counter: ``[..., 4]`` counter words (int64 holding uint32 values, or uint32).
+        key: ``[..., 2]`` key words, broadcastable against ``counter[..., :2]``.
+        rounds: number of rounds; 10 is the standard Philox4x32-10 (7 is the
+            smallest variant Random123 publishes vectors for).
+
+    Returns:
+        ``[..., 4]`` int64 tensor of output words in ``[0, 2**32)``.
+
+    Raises:
+        ValueError: if the trailing dimensions are not 4 and 2, or ``rounds < 1``.
+    """
+    if counter.shape[-1:] != (4,):
+        raise ValueError(f"counter must have a trailing dimension of 4, got {tuple(counter.shape)}")
+    if key.shape[-1:] != (2,):
+        raise ValueError(f"key must have a trailing dimension of 2, got {tuple(key.shape)}")
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    counter = _as_words(counter)
+    key = _as_words(key)
+    c0, c1, c2, c3 = counter.unbind(-1)
+    k0, k1 = key.unbind(-1)
+    for r in range(rounds):
+        if r > 0:
+            k0 = (k0 + PHILOX_W0) & _MASK32
+            k1 = (k1 + PHILOX_W1) & _MASK32
+        hi0, lo0 = _mulhilo32(PHILOX_M0, c0)
+        hi1, lo1 = _mulhilo32(PHILOX_M1, c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return torch.stack(torch.broadcast_tensors(c0, c1, c2, c3), dim=-1)
+
+
+def counters_from_offset(offset: Tensor, n: int, stream: Tensor | int = 0) -> Tensor:
+    """Build ``n`` consecutive counters starting at a 64-bit ``offset``.
+
+    Counter ``i`` is ``(lo32(offset + i), hi32(offset + i), lo32(stream), hi32(stream))``.
+    ``offset`` may be a 0-d device tensor that the caller advances in place by ``n`` after
+    each draw, so a compiled or graph-captured caller never leaves the device.
+
+    Args:
+        offset: 0-d int64 tensor (or int) with ``0 <= offset < 2**63 - n``.
+        n: number of counters (static).
+        stream: 0-d int64 tensor or int selecting an independent sub-stream.
+
+    Returns:
+        ``[n, 4]`` int64 counter words.
+    """
+    offset = torch.as_tensor(offset, dtype=torch.int64)
+    stream = torch.as_tensor(stream, dtype=torch.int64, device=offset.device)
+    pos = offset + torch.arange(n, dtype=torch.int64, device=offset.device)
+    lo = pos & _MASK32
+    hi = (pos >> 32) & _MASK32
+    s_lo = (stream & _MASK32).expand(n)
+    s_hi = ((stream >> 32) & _MASK32).expand(n)
+    return torch.stack((lo, hi, s_lo, s_hi), dim=-1)
+
+
+def uniform_from_words(words: Tensor, dtype: torch.dtype = torch.float64) -> Tensor:
+    """Map Philox output words to floats in ``[0, 1)``.
+
+    float64 takes the top 26 bits of word 0 and the top 27 bits of word 1 (53 bits, the
+    full mantissa): ``u = (w0 >> 6) * 2**-26 + (w1 >> 5) * 2**-53``. float32 takes the top
+    24 bits of word 0: ``u = (w0 >> 8) * 2**-24``. Both are exact multiples of the spacing,
+    so ``u < 1`` always and every representable step is equally likely.
+
+    Args:
+        words: ``[..., k]`` int64 words with ``k >= 2`` (``k >= 1`` for float32).
+        dtype: ``torch.float64`` or ``torch.float32``.
+
+    Returns:
+        ``[...]`` tensor of ``dtype``.
+
+    Raises:
+        ValueError: for any other dtype.
+    """
+    if dtype == torch.float64:
+        hi = (words[..., 0] & _MASK32) >> 6
+        lo = (words[..., 1] & _MASK32) >> 5
+        return ((hi << 27) + lo).to(torch.float64) * (2.0**-53)
+    if dtype == torch.float32:
+        top = (words[..., 0] & _MASK32) >> 8
+        return top.to(torch.float32) * (2.0**-24)
+    raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
+
+
+def randint_below(words: Tensor, n: Tensor | int) -> Tensor:
+    """Map two Philox words to integers in ``[0, n)`` by 64-bit multiply-shift (Lemire).
+
+    With ``x = w0 * 2**32 + w1`` uniform on ``[0, 2**64)``, the result is
+    ``floor(x * n / 2**64)``. Each outcome has ``floor(2**64 / n)`` or ``ceil(2**64 / n)``
+    preimages, so its probability differs from ``1 / n`` by less than ``2**-64`` (relative
+    bias below ``n / 2**64``, about 5e-13 for ``n = 10**7``). No rejection loop, so the
+    shape and the control flow stay fixed. The 128-bit product is formed from exact 32-bit
+    limbs; ``n`` may be a device tensor (``0 <= n < 2**62``); ``n == 0`` gives 0.
+
+    Args:
+        words: ``[..., k]`` int64 words, ``k >= 2``; words 0 and 1 are used.
+        n: exclusive upper bound, a 0-d int64 tensor (or int) broadcastable to ``[...]``.
+
+    Returns:
+        ``[...]`` int64 tensor with values in ``[0, max(n, 1))``.
+    """
+    x1 = words[..., 0] & _MASK32
+    x0 = words[..., 1] & _MASK32
+    n = torch.as_tensor(n, dtype=torch.int64, device=words.device)
+    n1 = n >> 32
+    n0 = n & _MASK32
+    hi00, _ = _mulhilo32(x0, n0)
+    hi01, lo01 = _mulhilo32(x0, n1)
+    hi10, lo10 = _mulhilo32(x1, n0)
+    mid = hi00 + lo01 + lo10  # < 3 * 2**32: fits
+    # x1 * n1 < 2**32 * 2**30, so it is exact in int64 as is.
+    return x1 * n1 + hi01 + hi10 + (mid >> 32)

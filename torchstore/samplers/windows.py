@@ -1,0 +1,219 @@
+"""Length-T windows inside episode segments, as pure tensor functions.
+
+A *segment* is a run of consecutive ring rows from one episode: ``(start, length,
+episode_id)``, its rows ``(start + arange(length)) % capacity``. The store keeps these on
+write (``storage.episode_segments()``), so nothing here scans done flags. A segment never
+crosses the ring's write cursor, so a window inside one segment crosses neither an episode
+boundary nor the wrap point.
+
+Choice of distribution: **uniform over all valid windows** in the buffer. A segment of
+``length`` rows holds ``max(length - T + 1, 0)`` window starts, so segments are weighted by
+that count (long episodes give proportionally more windows, every row of every long-enough
+episode is reachable, the last one included). torchrl's ``SliceSampler`` instead picks an
+episode uniformly first, which over-samples rows of short episodes.
+
+With ``pad=True`` a segment shorter than ``T`` contributes one window, starting at its first
+row; the missing steps repeat its last row and are ``False`` in the mask. Segments of ``T``
+rows or more are never padded.
+
+Examples:
+    >>> import torch
+    >>> start, length, ep = torch.tensor([0, 5]), torch.tensor([5, 3]), torch.tensor([7, 8])
+    >>> w = choose_windows(start, length, ep, torch.tensor([0, 3, 4]), capacity=8, T=2)
+    >>> w.index.tolist(), w.episode_id.tolist()
+    ([[0, 1], [3, 4], [5, 6]], [7, 7, 8])
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from torchstore.errors import EmptyStorageError
+
+__all__ = [
+    "Windows",
+    "window_counts",
+    "choose_windows",
+    "windows_at",
+    "sample_windows",
+    "clip_segments",
+]
+
+
+class Windows(NamedTuple):
+    """A batch of ``n`` windows of ``T`` rows.
+
+    Attributes:
+        index: ``[n, T]`` int64 physical rows (modulo capacity).
+        mask: ``[n, T]`` bool; ``False`` marks padding (always all ``True`` without pad).
+        episode_id: ``[n]`` episode of each window.
+        segment: ``[n]`` position of each window's segment in the segment tensors.
+        start_step: ``[n]`` offset of the window's first row within its segment (the oldest
+            surviving row of the episode is offset 0).
+    """
+
+    index: Tensor
+    mask: Tensor
+    episode_id: Tensor
+    segment: Tensor
+    start_step: Tensor
+
+
+def window_counts(length: Tensor, T: int, *, pad: bool = False) -> Tensor:
+    """Number of window starts each segment holds: ``max(length - T + 1, 0)``.
+
+    With ``pad=True`` every non-empty segment holds at least one (padded) window.
+    """
+    counts = (length - T + 1).clamp(min=0)
+    if pad:
+        counts = torch.where(length > 0, counts.clamp(min=1), counts)
+    return counts
+
+
+def choose_windows(
+    start: Tensor,
+    length: Tensor,
+    episode_id: Tensor,
+    draws: Tensor,
+    *,
+    capacity: int,
+    T: int,
+    pad: bool = False,
+) -> Windows:
+    """Turn global window numbers into windows; no randomness, no host sync.
+
+    Window number ``g`` in ``[0, window_counts(length, T, pad=pad).sum())`` is the
+    ``g``-th valid window counting segment by segment. Draw ``g`` uniformly for uniform
+    windows. Values outside that range are clamped into the first or last segment.
+
+    Args:
+        start, length, episode_id: ``[S]`` int64 segment tensors (``S >= 1``).
+        draws: ``[n]`` int64 window numbers.
+        capacity: ring capacity (the modulus of physical rows).
+        T: window length.
+        pad: allow padded windows in segments shorter than ``T``.
+
+    Returns:
+        The :class:`Windows`.
+    """
+    counts = window_counts(length, T, pad=pad)
+    cum = counts.cumsum(0)
+    seg = torch.searchsorted(cum, draws, right=True).clamp(0, counts.shape[0] - 1)
+    offset = draws - (cum[seg] - counts[seg])
+    return windows_at(start, length, episode_id, seg, offset, capacity=capacity, T=T)
+
+
+def windows_at(
+    start: Tensor,
+    length: Tensor,
+    episode_id: Tensor,
+    segment: Tensor,
+    offset: Tensor,
+    *,
+    capacity: int,
+    T: int,
+) -> Windows:
+    """Build the windows starting ``offset`` rows into segments ``segment``.
+
+    Offsets are clamped to ``[0, max(length - T, 0)]``; in a segment shorter than ``T`` the
+    window starts at its first row and is padded (mask ``False``) past its last row.
+
+    Args:
+        start, length, episode_id: ``[S]`` int64 segment tensors.
+        segment: ``[n]`` int64 positions into the segment tensors.
+        offset: ``[n]`` int64 offsets of the first row within each segment.
+        capacity: ring capacity.
+        T: window length.
+    """
+    seg_len = length[segment]
+    offset = torch.minimum(offset.clamp(min=0), (seg_len - T).clamp(min=0))
+    steps = offset.unsqueeze(-1) + torch.arange(T, device=offset.device)
+    last = (seg_len - 1).clamp(min=0).unsqueeze(-1)
+    mask = steps <= last
+    steps = torch.minimum(steps, last)
+    index = (start[segment].unsqueeze(-1) + steps) % capacity
+    return Windows(index, mask, episode_id[segment], segment, offset)
+
+
+def sample_windows(
+    start: Tensor,
+    length: Tensor,
+    episode_id: Tensor,
+    *,
+    capacity: int,
+    T: int,
+    n: int,
+    pad: bool = False,
+    generator: torch.Generator | None = None,
+) -> Windows:
+    """Draw ``n`` windows uniformly over all valid windows (see the module docstring).
+
+    Args:
+        start, length, episode_id: ``[S]`` int64 segment tensors, as
+            ``storage.episode_segments()`` returns them.
+        capacity: ring capacity.
+        T: window length (>= 1).
+        n: number of windows (>= 0).
+        pad: allow padded windows in segments shorter than ``T``.
+        generator: torch generator for the draws (the global one when ``None``).
+
+    Returns:
+        The :class:`Windows`, on the device of ``start``.
+
+    Raises:
+        ValueError: if ``T < 1``, ``n < 0`` or the segment tensors disagree in shape.
+        EmptyStorageError: if the segments hold no rows, or (``pad=False``) no segment
+            holds ``T`` rows.
+    """
+    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+        raise ValueError(f"window length T must be an int >= 1, got {T!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"number of windows n must be an int >= 0, got {n!r}")
+    if not (start.ndim == 1 and start.shape == length.shape == episode_id.shape):
+        raise ValueError(
+            "segment start, length and episode_id must be 1-D of one shape, got "
+            f"{tuple(start.shape)}, {tuple(length.shape)}, {tuple(episode_id.shape)}"
+        )
+    longest = int(length.max()) if length.numel() else 0
+    if longest <= 0:
+        raise EmptyStorageError("Cannot sample windows from an empty storage (no episode rows)")
+    total = int(window_counts(length, T, pad=pad).sum())
+    if total == 0:
+        raise EmptyStorageError(
+            f"no episode holds a window of length T={T}: the longest episode has {longest} "
+            "rows; pass pad=True or use a shorter window"
+        )
+    draw_device = generator.device if generator is not None else start.device
+    draws = torch.randint(total, (n,), generator=generator, device=draw_device)
+    return choose_windows(
+        start, length, episode_id, draws.to(start.device), capacity=capacity, T=T, pad=pad
+    )
+
+
+def clip_segments(
+    start: Tensor, length: Tensor, *, cursor: int | Tensor, count: int | Tensor, capacity: int
+) -> tuple[Tensor, Tensor]:
+    """Restrict segments to the newest ``count`` rows of a ring (ERE for windows).
+
+    A row's age position is ``(row - cursor) % capacity`` (oldest 0, newest ``capacity -
+    1`` once full); the newest ``count`` rows are those at positions ``>= capacity -
+    count``. Segments never cross the cursor, so each one is contiguous in age positions
+    and its clipped part is again one segment. Segments wholly older get length 0.
+
+    Args:
+        start, length: ``[S]`` int64 segment tensors.
+        cursor: the ring's write cursor.
+        count: how many of the newest rows to keep.
+        capacity: ring capacity.
+
+    Returns:
+        ``(start, length)`` of the clipped segments (same ``S``; drop zero lengths if needed).
+    """
+    pos = (start - cursor) % capacity
+    keep_from = capacity - count
+    new_pos = torch.maximum(pos, torch.as_tensor(keep_from, device=pos.device))
+    new_len = (pos + length - new_pos).clamp(min=0)
+    return (new_pos + cursor) % capacity, new_len
