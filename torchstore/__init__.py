@@ -22,6 +22,17 @@ from torchstore.errors import (
     StoreFormatError,
     TorchstoreError,
 )
+from torchstore.samplers import (
+    ERE,
+    PhiloxSampler,
+    PhiloxStream,
+    PrioritizedSampler,
+    SequenceWindowSampler,
+    UniformSampler,
+    empty_batch,
+    sample_into,
+    update_priority_,
+)
 
 __all__ = [
     "__version__",
@@ -33,6 +44,15 @@ __all__ = [
     "TrajectoryStore",
     "TrajectoryStoreWriter",
     "WindowedStore",
+    "ERE",
+    "PhiloxSampler",
+    "PhiloxStream",
+    "PrioritizedSampler",
+    "SequenceWindowSampler",
+    "UniformSampler",
+    "empty_batch",
+    "sample_into",
+    "update_priority_",
     "TorchstoreError",
     "ColumnError",
     "EpisodeError",

@@ -1,10 +1,14 @@
-"""Columns held in memory as one row-major block per storage dtype.
+"""Columns held in memory as one row-major block: every column of a row, side by side.
 
 Gathering scattered rows is the hot path of sampling. One ``index_select`` over a block
-holding every same-dtype column of a row costs about what the raw floor costs; gathering
-five columns separately costs about 3x that, and TensorDict advanced indexing about 2.5x
-more again. So each column is a strided view into its dtype's block, a gather is one
-``index_select`` per block, and the batch's leaves are views into the gathered blocks.
+holding every column of a row costs about what the raw floor costs; gathering five
+columns separately costs about 3x that, and TensorDict advanced indexing about 2.5x more
+again. A second block for a lone ``done`` column still adds 10-15 % at 1M rows (its cache
+misses are separate), and a 2-D gather of a few bool columns about 40 % (measured, 4096 of
+1M walker rows, one thread). So the columns of every dtype share one block of machine
+words: each row is the columns' bytes, widest dtype first so every column is aligned,
+padded to a whole number of words. A column is a dtype view plus a strided slice of the
+block, a gather is one ``index_select``, and the batch's leaves are views into it.
 """
 
 from __future__ import annotations
@@ -20,12 +24,29 @@ from torchstore.data.columns import ColumnSpec
 
 __all__ = ["PackedColumns"]
 
+# The word a block is made of: the widest of these that divides the row's byte width.
+_WORD_DTYPES = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
+
 
 @dataclass(frozen=True, slots=True)
 class _Slot:
     block: int
+    offset: int  # in elements of the column's storage dtype, within the row
+    width: int  # elements per row
+
+
+@dataclass(frozen=True, slots=True)
+class _Recipe:
+    """How one column's leaf is cut out of a gathered block (precomputed once)."""
+
+    key: str | tuple[str, ...]
+    block: int
     offset: int
-    width: int
+    shape: tuple[int, ...]
+    inner_strides: tuple[int, ...]
+    spec: ColumnSpec
+    #: strides of the leaf in the storage-dtype view of a contiguous block
+    strides: tuple[int, ...]
 
 
 class PackedColumns:
@@ -37,41 +58,75 @@ class PackedColumns:
         device: where the blocks live.
 
     Examples:
-        >>> cols = [ColumnSpec("obs", torch.float32, (3,)), ColumnSpec("reward", torch.float32)]
+        >>> cols = [ColumnSpec("obs", torch.float32, (3,)), ColumnSpec("done", torch.bool)]
         >>> packed = PackedColumns(cols, capacity=4)
-        >>> packed.blocks[0].shape
-        torch.Size([4, 4])
+        >>> packed.blocks[0].shape, packed.blocks[0].dtype  # 13 bytes per row, padded to 16
+        (torch.Size([4, 2]), torch.int64)
+        >>> packed.view("obs").shape
+        torch.Size([4, 3])
     """
 
-    def __init__(self, columns: Iterable[ColumnSpec], capacity: int, device: torch.device | str = "cpu"):
+    def __init__(
+        self, columns: Iterable[ColumnSpec], capacity: int, device: torch.device | str = "cpu"
+    ):
         self.columns: tuple[ColumnSpec, ...] = tuple(columns)
         self.capacity = int(capacity)
         self.device = torch.device(device)
-        dtypes: list[torch.dtype] = []
-        widths: list[int] = []
-        self._slots: dict[str, _Slot] = {}
-        for spec in self.columns:
-            width = int(np.prod(spec.shape, dtype=np.int64))
-            if spec.storage_dtype not in dtypes:
-                dtypes.append(spec.storage_dtype)
-                widths.append(0)
-            b = dtypes.index(spec.storage_dtype)
-            self._slots[spec.name] = _Slot(b, widths[b], width)
-            widths[b] += width
-        self.blocks: list[torch.Tensor] = [
-            torch.zeros(self.capacity, w, dtype=d, device=self.device) for d, w in zip(dtypes, widths)
-        ]
         self._specs = {spec.name: spec for spec in self.columns}
+        self._slots: dict[str, _Slot] = {}
+        itemsize = {spec.name: _itemsize(spec.storage_dtype) for spec in self.columns}
+        offset = 0  # bytes
+        for spec in sorted(self.columns, key=lambda s: -itemsize[s.name]):
+            width = int(np.prod(spec.shape, dtype=np.int64))
+            self._slots[spec.name] = _Slot(0, offset // itemsize[spec.name], width)
+            offset += width * itemsize[spec.name]
+        align = max(itemsize.values(), default=1)
+        row_bytes = max(align, -(-offset // align) * align)
+        word = next(size for size in _WORD_DTYPES if row_bytes % size == 0)
+        self.row_bytes = row_bytes
+        self.blocks: list[torch.Tensor] = [
+            torch.zeros(
+                self.capacity, row_bytes // word, dtype=_WORD_DTYPES[word], device=self.device
+            )
+        ]
+        self._recipes = {name: self._recipe(name) for name in self._specs}
+        self._words = [self._word_view(block) for block in self.blocks]
+
+    def _recipe(self, name: str) -> _Recipe:
+        spec, slot = self._specs[name], self._slots[name]
+        inner: list[int] = []
+        step = 1
+        for size in reversed(spec.shape):
+            inner.append(step)
+            step *= size
+        inner_strides = tuple(reversed(inner))
+        row_stride = self.row_bytes // _itemsize(spec.storage_dtype)
+        return _Recipe(
+            key=spec.key,
+            block=slot.block,
+            offset=slot.offset,
+            shape=spec.shape,
+            inner_strides=inner_strides,
+            spec=spec,
+            strides=(row_stride, *inner_strides),
+        )
+
+    @staticmethod
+    def _word_view(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(block, 1-D view)`` when a row is a single word: a 1-D gather is much faster."""
+        if block.shape[1] != 1 or not block.is_contiguous():
+            return None
+        return block, block.view(block.shape[0])
 
     def view(self, name: str) -> torch.Tensor:
         """The column's rows as a ``[capacity, *shape]`` view into its block (storage dtype)."""
         return self._leaf(self.blocks[self._slots[name].block], name)
 
     def _leaf(self, block: torch.Tensor, name: str) -> torch.Tensor:
-        slot = self._slots[name]
-        shape = self._specs[name].shape
-        part = block.narrow(1, slot.offset, slot.width)
-        return part.unflatten(1, shape) if shape else part.select(1, 0)
+        spec, slot = self._specs[name], self._slots[name]
+        typed = block.view(spec.storage_dtype) if block.dtype != spec.storage_dtype else block
+        part = typed.narrow(1, slot.offset, slot.width)
+        return part.unflatten(1, spec.shape) if spec.shape else part.select(1, 0)
 
     def write(self, rows: slice | torch.Tensor, values: Mapping[str, torch.Tensor]) -> None:
         """Write already-validated storage-dtype values at ``rows`` (a slice or int64 index)."""
@@ -83,27 +138,82 @@ class PackedColumns:
             else:
                 view.index_copy_(0, rows, value)
 
-    def gather_blocks(self, index: torch.Tensor, out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
-        """One ``index_select`` per block; into ``out`` when given (preallocated, no allocation)."""
-        if out is None:
-            return [torch.index_select(block, 0, index) for block in self.blocks]
-        for block, dest in zip(self.blocks, out):
-            torch.index_select(block, 0, index, out=dest)
-        return out
+    def gather_blocks(
+        self, index: torch.Tensor, out: list[torch.Tensor] | None = None
+    ) -> list[torch.Tensor]:
+        """One ``index_select`` per block; into ``out`` when given (preallocated, no allocation).
+
+        A block whose row is a single word is gathered as a 1-D tensor of words, which is
+        several times faster than a 2-D gather of one-element rows.
+        """
+        result = []
+        for b, block in enumerate(self.blocks):
+            dest = None if out is None else out[b]
+            words = self._words[b]
+            if words is not None and words[0] is block and (dest is None or dest.is_contiguous()):
+                if dest is None:
+                    dest = torch.index_select(words[1], 0, index).unsqueeze(1)
+                else:
+                    torch.index_select(words[1], 0, index, out=dest.view(dest.shape[0]))
+            elif dest is None:
+                dest = torch.index_select(block, 0, index)
+            else:
+                torch.index_select(block, 0, index, out=dest)
+            result.append(dest)
+        return out if out is not None else result
+
+    def leaf(self, blocks: list[torch.Tensor], name: str, *, raw: bool = False) -> torch.Tensor:
+        """One column of gathered ``blocks`` as a view (dequantised unless ``raw``)."""
+        spec = self._specs[name]
+        leaf = self._leaf(blocks[self._slots[name].block], name)
+        if spec.quantize is not None and not raw:
+            leaf = spec.quantize.decode(leaf, spec.dtype)
+        return leaf
 
     def batch_from_blocks(
-        self, blocks: list[torch.Tensor], *, raw: bool = False, names: Iterable[str] | None = None
+        self,
+        blocks: list[torch.Tensor],
+        *,
+        raw: bool = False,
+        names: Iterable[str] | None = None,
+        extra: Mapping[str | tuple[str, ...], torch.Tensor] | None = None,
     ) -> TensorDict:
-        """A TensorDict whose leaves are views into gathered ``blocks``; dequantised unless ``raw``."""
+        """A TensorDict whose leaves are views into gathered ``blocks``; dequantised unless ``raw``.
+
+        ``extra`` adds leaves as they are (for instance the gathered row indices). The
+        TensorDict is built without re-validating leaves, which are correct by
+        construction; this costs about a tenth of ``TensorDict(...)``.
+        """
         n = blocks[0].shape[0] if blocks else 0
+        # A gathered block is contiguous from offset 0: a leaf is one as_strided of the
+        # block's dtype view with precomputed strides. Slices and caller buffers take the
+        # general cut.
+        plain = [b.is_contiguous() and b.storage_offset() == 0 for b in blocks]
+        typed: dict = {}
         leaves: dict = {}
-        for name in names if names is not None else self._specs:
-            spec = self._specs[name]
-            leaf = self._leaf(blocks[self._slots[name].block], name)
-            if spec.quantize is not None and not raw:
-                leaf = spec.quantize.decode(leaf, spec.dtype)
-            _put(leaves, spec.key, leaf)
-        return TensorDict(leaves, batch_size=[n], device=self.device)
+        as_strided = torch.as_strided
+        recipes = self._recipes
+        for name in names if names is not None else recipes:
+            recipe = recipes[name]
+            b, dtype = recipe.block, recipe.spec.storage_dtype
+            view = typed.get((b, dtype))
+            if view is None:
+                block = blocks[b]
+                view = typed[(b, dtype)] = block if block.dtype == dtype else block.view(dtype)
+            if plain[b]:
+                leaf = as_strided(view, (n, *recipe.shape), recipe.strides, recipe.offset)
+            else:
+                leaf = _cut(view, recipe)
+            if recipe.spec.quantize is not None and not raw:
+                leaf = recipe.spec.quantize.decode(leaf, recipe.spec.dtype)
+            if type(recipe.key) is str:
+                leaves[recipe.key] = leaf
+            else:
+                _put(leaves, recipe.key, leaf)
+        if extra:
+            for key, value in extra.items():
+                _put(leaves, key, value)
+        return TensorDict._new_unsafe(leaves, batch_size=torch.Size([n]), device=self.device)
 
     def gather(self, index: torch.Tensor, *, raw: bool = False) -> TensorDict:
         """Rows at ``index`` (int64 on this device) as a TensorDict of batch size ``[len(index)]``."""
@@ -116,6 +226,21 @@ class PackedColumns:
     @property
     def nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.blocks)
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _cut(typed: torch.Tensor, recipe: _Recipe) -> torch.Tensor:
+    """The ``[rows, *shape]`` view of one column in the dtype view of a block."""
+    row_stride, col_stride = typed.stride()
+    return torch.as_strided(
+        typed,
+        (typed.shape[0], *recipe.shape),
+        (row_stride, *(s * col_stride for s in recipe.inner_strides)),
+        typed.storage_offset() + recipe.offset * col_stride,
+    )
 
 
 def _put(tree: dict, key: str | tuple[str, ...], value: torch.Tensor) -> None:

@@ -9,8 +9,10 @@ The torchrl ``Sampler`` subclasses (:class:`UniformSampler`, :class:`Prioritized
 
 from __future__ import annotations
 
+from torchstore.samplers.device import PhiloxSampler, empty_batch, sample_into, update_priority_
 from torchstore.samplers.ere import ERE, recent_range
 from torchstore.samplers.philox import (
+    PhiloxStream,
     counters_from_offset,
     philox4x32,
     randint_below,
@@ -24,6 +26,11 @@ from torchstore.samplers.windows import Windows, choose_windows, clip_segments, 
 
 __all__ = [
     "ERE",
+    "PhiloxSampler",
+    "PhiloxStream",
+    "empty_batch",
+    "sample_into",
+    "update_priority_",
     "PrioritizedSampler",
     "SequenceWindowSampler",
     "SumTree",

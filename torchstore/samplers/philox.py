@@ -32,6 +32,7 @@ __all__ = [
     "counters_from_offset",
     "uniform_from_words",
     "randint_below",
+    "PhiloxStream",
 ]
 
 PHILOX_M0 = 0xD2511F53
@@ -187,3 +188,67 @@ def randint_below(words: Tensor, n: Tensor | int) -> Tensor:
     mid = hi00 + lo01 + lo10  # < 3 * 2**32: fits
     # x1 * n1 < 2**32 * 2**30, so it is exact in int64 as is.
     return x1 * n1 + hi01 + hi10 + (mid >> 32)
+
+
+class PhiloxStream:
+    """A Philox4x32-10 stream whose key and position live in device tensors.
+
+    The key is the 64-bit ``seed``; counter words 2-3 hold ``stream`` (a rank or worker
+    number: streams never overlap); words 0-1 hold the position, a 0-d int64 tensor that
+    every draw advances in place. No host state changes between draws, so the same code
+    runs eagerly, under ``torch.compile(fullgraph=True)`` and inside a captured CUDA graph,
+    and each replay of a graph draws fresh numbers (it reads and bumps the device position).
+
+    Examples:
+        >>> s = PhiloxStream(seed=7)
+        >>> a = s.randint(4, torch.tensor(10))
+        >>> int(s.position)
+        4
+    """
+
+    def __init__(self, seed: int = 0, stream: int = 0, device: torch.device | str = "cpu"):
+        for name, value in (("seed", seed), ("stream", stream)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+                raise ValueError(f"{name} must be an int in [0, 2**63), got {value!r}")
+        device = torch.device(device)
+        self.seed = seed
+        self.stream = stream
+        self.key = torch.tensor([seed & _MASK32, (seed >> 32) & _MASK32], dtype=torch.int64, device=device)
+        self.stream_id = torch.tensor(stream, dtype=torch.int64, device=device)
+        self.position = torch.zeros((), dtype=torch.int64, device=device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.key.device
+
+    def to(self, device: torch.device | str) -> PhiloxStream:
+        """Move the key and position (in place) to ``device``."""
+        self.key = self.key.to(device)
+        self.stream_id = self.stream_id.to(device)
+        self.position = self.position.to(device)
+        return self
+
+    def words(self, n: int) -> Tensor:
+        """``[n, 4]`` fresh words; advances the position by ``n`` in place."""
+        out = philox4x32(counters_from_offset(self.position, n, self.stream_id), self.key)
+        self.position.add_(n)
+        return out
+
+    def uniform(self, n: int, dtype: torch.dtype = torch.float64) -> Tensor:
+        """``n`` floats in ``[0, 1)`` (see :func:`uniform_from_words`)."""
+        return uniform_from_words(self.words(n), dtype)
+
+    def randint(self, n: int, high: Tensor | int) -> Tensor:
+        """``n`` integers in ``[0, high)``; ``high`` may be a device tensor (see :func:`randint_below`)."""
+        return randint_below(self.words(n), high)
+
+    def state_dict(self) -> dict:
+        return {"seed": self.seed, "stream": self.stream, "position": self.position.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if (state["seed"], state["stream"]) != (self.seed, self.stream):
+            raise ValueError(
+                f"Philox stream (seed {state['seed']}, stream {state['stream']}) does not match "
+                f"this one (seed {self.seed}, stream {self.stream})"
+            )
+        self.position.copy_(torch.as_tensor(state["position"]))

@@ -37,6 +37,7 @@ from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchrlP
 
 from torchstore.errors import EmptyStorageError
 from torchstore.samplers.ere import ERE
+from torchstore.samplers.philox import PhiloxStream
 from torchstore.samplers.sumtree import SumTree, last_write_wins
 from torchstore.samplers.uniform import _SamplerCommon, ring_geometry, storage_device
 
@@ -66,6 +67,8 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
             or ``"sum"``.
         dtype: tree dtype; float64 by default.
         generator: a ``torch.Generator`` or an int seed (the buffer's generator wins).
+        philox: a :class:`~torchstore.samplers.philox.PhiloxStream` for the graph-safe
+            device path (:func:`torchstore.sample_into`); eager ``sample`` ignores it.
 
     Examples:
         >>> import torch
@@ -91,6 +94,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         reduction: str = "max",
         dtype: torch.dtype = torch.float64,
         generator: torch.Generator | int | None = None,
+        philox: PhiloxStream | None = None,
     ) -> None:
         # torchrl's __init__ is skipped on purpose: it builds the C++ trees (see module doc).
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -114,6 +118,10 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         self._raw = torch.zeros(capacity, dtype=dtype, device=tree_device)
         self._max_raw: Tensor | None = None
         self._sample_calls = 0
+        if philox is not None and not isinstance(philox, PhiloxStream):
+            raise TypeError(f"philox must be a PhiloxStream or None, got {type(philox).__name__}")
+        #: the Philox stream the graph-safe device path (``sample_into``) draws from
+        self.philox = philox
 
     # ------------------------------------------------------------ properties
     @property

@@ -1,0 +1,851 @@
+"""``StoreReplay``: the replay ring over declared columns, as a torchrl ``Storage``.
+
+It is a drop-in for torchrl's ``LazyTensorStorage`` (``StoreReplay(max_size, device=...)``
+infers the columns from the first write) and the storage torchstore's samplers read:
+rows live in :class:`~torchstore.data.packed.PackedColumns` (every column of a row side
+by side in one block, so a gather is one ``index_select``), an explicit episode index
+(:class:`~torchstore.data.ring_episodes.RingEpisodes`) is kept as rows are written, and
+the fill level and cursor are mirrored in device scalars for graph-safe samplers.
+
+Why a ``TensorStorage`` subclass: ``ReplayBuffer`` only accepts a storage without an
+explicit ``collate_fn`` if it is one, and ``SliceSampler``, ``ConsumingSampler`` and
+``PrioritizedSliceSampler`` check for it too. Every member that reads torchrl's own
+``_storage`` TensorDict is overridden here; ``_storage`` stays ``None`` and the packed
+blocks are the data. Checkpoints go through :class:`StoreReplayCheckpointer`, which
+writes a trajectory store file.
+
+Layout rules, written down once:
+
+* ``"index"``, the int64 entry torchrl's ``TensorDictRoundRobinWriter`` adds to every
+  write, is not stored unless declared as a column: it always equals the physical row, so
+  once a write has carried it, ``get`` returns it as the gathered row indices.
+* Episode ends come from ``next/done``, ``next/truncated`` and ``next/terminated`` when
+  any of them is a column (torchrl's nested layout, where the root ``done`` is the state
+  *before* the step), else from the flat ``done``, ``truncated`` and ``terminated``;
+  flags present are OR-ed. With none of them the ring holds one open episode.
+* ``ndim`` must be 1. Extra batch dims of written TensorDicts become per-row shape.
+* Writes outside the append order (torchrl's max-value writer, a ``set`` at another row)
+  are correct but rebuild the episode index in ``O(capacity)`` and give the surviving
+  episodes fresh ids; ``rb[idx] = v`` rebuilds only when it changes an end flag.
+
+Not supported, each refused with a clear error: ``update_if_present``
+(``supports_conditional_update`` is False), torchrl's checkpointers and their save/load
+hooks, and sharing with spawned processes. A tensorclass is stored, and returned, as its
+TensorDict. ``set`` and ``get`` are opaque to ``torch.compile`` (a compiled
+``extend`` + ``sample`` loop does not recompile); graph-safe sampling reads ``packed``,
+``fill_level`` and ``cursor_tensor`` directly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from multiprocessing.context import get_spawning_popen
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase, is_tensor_collection, is_tensorclass
+from torchrl.data.replay_buffers.checkpointers import StorageCheckpointerBase
+from torchrl.data.replay_buffers.storages import Storage, TensorStorage
+
+from torchstore.data.columns import ColumnSpec, name_from_key, validate_columns
+from torchstore.data.packed import PackedColumns
+from torchstore.data.ring_episodes import RingEpisodes, age_rows
+from torchstore.errors import ColumnError, StoreFormatError
+
+try:
+    from torch.compiler import disable as _compile_disable
+except ImportError:  # pragma: no cover
+    from torch._dynamo import disable as _compile_disable
+
+__all__ = ["StoreReplay", "StoreReplayCheckpointer", "REPLAY_FILE", "END_COLUMNS"]
+
+#: File a replay checkpoint writes inside the folder given to ``dumps``.
+REPLAY_FILE = "replay.h5"
+#: Manifest metadata key holding what a restore needs beyond rows and episodes.
+_META_KEY = "torchstore.replay"
+_META_VERSION = 1
+#: Column names that mark episode ends, nested layout first.
+END_COLUMNS: tuple[tuple[str, ...], ...] = (
+    ("next/done", "next/truncated", "next/terminated"),
+    ("done", "truncated", "terminated"),
+)
+_INDEX_KEY = "index"
+_TENSOR_COLUMN = "data"
+_SLAB_ROWS = 65536
+
+
+class StoreReplayCheckpointer(StorageCheckpointerBase):
+    """torchrl checkpointer of a :class:`StoreReplay`: a trajectory store file per dump.
+
+    torchrl's save/load hooks transform its own ``_storage`` TensorDict, which a
+    ``StoreReplay`` does not have, so registering one is refused.
+    """
+
+    def register_save_hook(self, hook: Any) -> None:
+        raise NotImplementedError("StoreReplay checkpoints take no save hooks")
+
+    def register_load_hook(self, hook: Any) -> None:
+        raise NotImplementedError("StoreReplay checkpoints take no load hooks")
+
+    def dumps(self, storage: StoreReplay, path: str | os.PathLike) -> None:
+        storage._dump(Path(path))
+
+    def loads(self, storage: StoreReplay, path: str | os.PathLike) -> None:
+        storage._load(Path(path))
+
+
+class StoreReplay(TensorStorage):
+    """Ring-buffer replay storage over declared columns; a torchrl ``Storage``.
+
+    Args:
+        capacity: rows in the ring (torchrl's ``max_size``).
+        columns: the columns (``ColumnSpec`` list or mapping name -> spec kwargs); inferred
+            from the first write (dtype and per-row shape of every leaf) when omitted.
+        device: where the rows live and batches land (``"auto"``: the first write's).
+        ndim: must be 1 (time-major multi-env storage is not supported).
+        compilable: torchrl's flag (tensor counters instead of shared ones).
+
+    Examples:
+        >>> from torchrl.data import TensorDictReplayBuffer
+        >>> rb = TensorDictReplayBuffer(storage=StoreReplay(1000), batch_size=32)
+        >>> done = torch.zeros(10, 1, dtype=torch.bool)
+        >>> index = rb.extend(TensorDict({"obs": torch.zeros(10, 3), "done": done}, [10]))
+        >>> rb.sample()["obs"].shape
+        torch.Size([32, 3])
+    """
+
+    _default_checkpointer = StoreReplayCheckpointer
+    # update_if_present patches torchrl's ``_storage`` leaves directly; not supported.
+    supports_conditional_update = False
+
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        columns: Sequence[ColumnSpec] | Mapping[str, Any] | None = None,
+        device: torch.device | str = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+    ):
+        if ndim != 1:
+            raise ValueError(
+                f"StoreReplay ndim ({ndim}) must be 1; flatten multi-env batches to rows "
+                "(td.reshape(-1)) before extending"
+            )
+        if (
+            isinstance(capacity, bool)
+            or not isinstance(capacity, (int, np.integer))
+            or capacity < 1
+        ):
+            raise ValueError(f"StoreReplay capacity ({capacity!r}) must be a positive int")
+        self._episodes = RingEpisodes(int(capacity))
+        super().__init__(
+            storage=None, max_size=int(capacity), device=device, ndim=1, compilable=compilable
+        )
+        self._declared = None if columns is None else validate_columns(columns)
+        self._packed: PackedColumns | None = None
+        self._end_names: tuple[str, ...] = ()
+        self._tensor_mode = False
+        self._returns_index = False
+        self._segments_cache: tuple[int, tuple[torch.Tensor, ...]] | None = None
+        scalar_device = "cpu" if self.device == "auto" else self.device
+        self.fill_level = torch.zeros((), dtype=torch.int64, device=scalar_device)
+        self.cursor_tensor = torch.zeros((), dtype=torch.int64, device=scalar_device)
+        if self._declared is not None and self.device != "auto":
+            self._allocate(self._declared)
+
+    # ----------------------------------------------------------------- public state
+    @property
+    def capacity(self) -> int:
+        return self.max_size
+
+    @property
+    def cursor(self) -> int:
+        """Physical row the next ring write goes to."""
+        return self._episodes.cursor
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...] | None:
+        """The columns (``None`` until the first write when they are inferred)."""
+        return None if self._packed is None else self._packed.columns
+
+    @property
+    def packed(self) -> PackedColumns:
+        """The resident blocks (for samplers that gather into preallocated buffers)."""
+        if self._packed is None:
+            raise RuntimeError("StoreReplay holds no columns yet: write rows or declare columns")
+        return self._packed
+
+    @property
+    def next_episode_id(self) -> int:
+        return self._episodes.next_episode_id
+
+    def episode_segments(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(start, length, episode_id)``: int64 ``[n]`` on the device, oldest first.
+
+        One entry per surviving (part of an) episode, the one being written included. The
+        rows of segment ``i`` are ``(start[i] + arange(length[i])) % capacity``; no segment
+        crosses an episode end or the ring's wrap point (the cursor).
+        """
+        version = self._episodes.version
+        cached = self._segments_cache
+        if cached is None or cached[0] != version:
+            table = torch.stack(self._episodes.segments())
+            device = torch.device("cpu") if self.device == "auto" else self.device
+            cached = (version, tuple(table.to(device).unbind(0)))
+            self._segments_cache = cached
+        return cached[1]
+
+    def align_writer(self, target: Any) -> None:
+        """Point a buffer's (or writer's) round-robin cursor at this ring's cursor.
+
+        A fresh writer starts at row 0; after :meth:`from_store` or ``loads`` on a ring
+        that is not full, call this so new rows append after the restored ones.
+        """
+        writer = getattr(target, "_writer", target)
+        writer._cursor = self.cursor
+
+    @property
+    def checkpointer(self) -> StoreReplayCheckpointer:
+        return self._checkpointer
+
+    @checkpointer.setter
+    def checkpointer(self, value: StorageCheckpointerBase | None) -> None:
+        # torchrl's own checkpointers read and write its ``_storage`` TensorDict.
+        if value is None:
+            value = StoreReplayCheckpointer()
+        elif not isinstance(value, StoreReplayCheckpointer):
+            raise TypeError(
+                f"StoreReplay checkpoints with StoreReplayCheckpointer, got "
+                f"{type(value).__name__}; drop the buffer's checkpointer= argument"
+            )
+        self._checkpointer = value
+
+    # ----------------------------------------------------------------- torchrl sizes
+    @_compile_disable()
+    def __len__(self) -> int:
+        return self._episodes.rows
+
+    @property
+    def _len(self) -> int:
+        return self._episodes.rows
+
+    @_len.setter
+    def _len(self, value: int) -> None:
+        # torchrl's writer.write_at (ConsumingSampler) assigns the length directly.
+        value = int(value)
+        index = getattr(self, "_episodes", None)
+        if index is None or value == index.rows:
+            return
+        if not 0 <= value <= self.max_size:
+            raise ValueError(f"length ({value}) must be in [0, {self.max_size}]")
+        self._rebuild(rows=value, cursor=index.cursor)
+        self._sync_scalars()
+
+    @property
+    def _total_shape(self) -> torch.Size | None:
+        return torch.Size([self.max_size]) if self.initialized else None
+
+    # ----------------------------------------------------------------- allocation
+    def _allocate(self, columns: Sequence[ColumnSpec]) -> None:
+        columns = validate_columns(columns)
+        if self._declared is not None and self._packed is None:
+            _check_same_columns(self._declared, columns, what="declared")
+        self._packed = PackedColumns(columns, self.max_size, self.device)
+        names = {c.name for c in columns}
+        self._end_names = ()
+        for group in END_COLUMNS:
+            present = tuple(n for n in group if n in names)
+            if present:
+                self._end_names = present
+                break
+        self.fill_level = self.fill_level.to(self.device)
+        self.cursor_tensor = self.cursor_tensor.to(self.device)
+        self._segments_cache = None
+        self.initialized = True
+
+    def _infer(self, batch: TensorDictBase) -> None:
+        if self.device == "auto":
+            self.device = batch.device if batch.device is not None else torch.device("cpu")
+        if self._declared is not None:
+            self._allocate(self._declared)
+            return
+        specs = []
+        for key, value in batch.items(include_nested=True, leaves_only=True):
+            name = name_from_key(key)
+            if name == _INDEX_KEY:
+                continue
+            if not isinstance(value, torch.Tensor):
+                raise ColumnError(
+                    f"column '{name}' holds {type(value).__name__}; only tensors can be stored"
+                )
+            specs.append(ColumnSpec(name, value.dtype, tuple(value.shape[1:])))
+        self._allocate(specs)
+
+    # ----------------------------------------------------------------- writes
+    @_compile_disable()
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Write rows at ``cursor`` (int, int64 tensor, slice, range, numpy array or list).
+
+        With ``set_cursor`` (torchrl's writers), rows written at the cursor extend the ring
+        and the episode index is updated incrementally; any other target rows are written
+        and the index is rebuilt. ``set_cursor=False`` (``rb[idx] = v``) rewrites rows in
+        place and rebuilds the index only if an episode-end flag of a valid row changed.
+        """
+        rows, single = self._normalise_cursor(cursor)
+        batch, tensor_input = _as_batch(data, single)
+        if not self.initialized:
+            self._infer(batch)
+            self._tensor_mode = tensor_input
+        n = batch.batch_size[0]
+        count = rows[1] if isinstance(rows, tuple) else rows.numel()
+        if n != count:
+            raise ValueError(f"the cursor addresses {count} rows but the data holds {n}")
+        if n == 0:
+            return
+        values, ends = self._validate(batch, n)
+        if set_cursor:
+            self._set_last_cursor(
+                (rows[0] + rows[1] - 1) % self.max_size if isinstance(rows, tuple) else rows
+            )
+            self._write_with_cursor(rows, values, ends, n)
+        else:
+            self._rewrite(rows, values, ends)
+        self._sync_scalars()
+        self._bump_mutation_revision()
+
+    def _write_with_cursor(self, rows, values, ends, n: int) -> None:
+        cap = self.max_size
+        first = rows[0] if isinstance(rows, tuple) else None
+        if first is None and n and _is_ring_run(rows, cap):
+            first = int(rows[0])
+        if first is not None and self._episodes.accepts_append(first):
+            keep = min(n, cap)
+            start = (first + n - keep) % cap
+            self._write_run(start, {k: v[n - keep :] for k, v in values.items()})
+            self._episodes.append(ends if ends is not None else torch.zeros(n, dtype=torch.bool))
+            return
+        # Not an append at the ring's cursor (max-value writer, a user's set()): write,
+        # then grow the length as torchrl's TensorStorage does and rebuild the index.
+        index = self._row_tensor(rows)
+        self._packed.write(index.to(self.device), values)
+        last = int(index[-1])
+        self._rebuild(rows=min(len(self) + n, cap), cursor=(last + 1) % cap)
+
+    def _rewrite(self, rows, values, ends) -> None:
+        index = self._row_tensor(rows)
+        before = None
+        if ends is not None and index.numel():
+            valid = index.cpu() < len(self)
+            before = (self._end_flags(index), valid)
+        self._packed.write(index.to(self.device), values)
+        if before is not None:
+            old, valid = before
+            if bool(((old != self._end_flags(index)) & valid).any()):
+                self._rebuild(rows=len(self), cursor=self._episodes.cursor)
+
+    def _write_run(self, start: int, values: Mapping[str, torch.Tensor]) -> None:
+        n = next(iter(values.values())).shape[0]
+        head = min(n, self.max_size - start)
+        self._packed.write(slice(start, start + head), {k: v[:head] for k, v in values.items()})
+        if head < n:
+            self._packed.write(slice(0, n - head), {k: v[head:] for k, v in values.items()})
+
+    def _validate(
+        self, batch: TensorDictBase, n: int
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        specs = self._packed._specs
+        leaves: dict[str, Any] = {}
+        for key, value in batch.items(include_nested=True, leaves_only=True):
+            leaves[name_from_key(key)] = value
+        if _INDEX_KEY in leaves and _INDEX_KEY not in specs:
+            del leaves[_INDEX_KEY]
+            self._returns_index = True
+        missing = [name for name in specs if name not in leaves]
+        if missing:
+            raise ColumnError(
+                f"column '{missing[0]}' is missing from the written rows "
+                f"(declared {list(specs)}, got {list(leaves)})"
+            )
+        extra = [name for name in leaves if name not in specs]
+        if extra:
+            raise ColumnError(
+                f"column '{extra[0]}' is not a column of this replay (declared {list(specs)}); "
+                "declare it or drop it before writing"
+            )
+        values: dict[str, torch.Tensor] = {}
+        for name, spec in specs.items():
+            value = leaves[name]
+            if not isinstance(value, torch.Tensor):
+                raise ColumnError(
+                    f"column '{name}' holds {type(value).__name__}; only tensors can be stored"
+                )
+            values[name] = spec.check_rows(value, rows=n)
+        ends = None
+        if self._end_names:
+            ends = torch.zeros(n, dtype=torch.bool, device=values[self._end_names[0]].device)
+            for name in self._end_names:
+                ends |= values[name].reshape(n, -1).any(-1)
+        return values, ends
+
+    def _normalise_cursor(self, cursor: Any) -> tuple[tuple[int, int] | torch.Tensor, bool]:
+        """``(first, n)`` for a contiguous run, or an int64 index tensor; and single-row."""
+        cap = self.max_size
+        if isinstance(cursor, tuple) and len(cursor) == 1:
+            cursor = cursor[0]
+        if isinstance(cursor, (int, np.integer)) and not isinstance(cursor, bool):
+            return (_wrap_int(int(cursor), cap, "cursor"), 1), True
+        if (
+            isinstance(cursor, torch.Tensor)
+            and cursor.ndim == 0
+            and not cursor.dtype.is_floating_point
+        ):
+            return (_wrap_int(int(cursor), cap, "cursor"), 1), True
+        if isinstance(cursor, (slice, range)):
+            r = range(*cursor.indices(cap)) if isinstance(cursor, slice) else cursor
+            if r.step == 1 and len(r) and 0 <= r.start and r.stop <= cap:
+                return (r.start, len(r)), False
+            cursor = torch.as_tensor(list(r), dtype=torch.int64)
+        if isinstance(cursor, tuple):
+            raise IndexError(f"StoreReplay is 1-D; got a {len(cursor)}-element tuple cursor")
+        index = torch.as_tensor(cursor)
+        if index.dtype == torch.bool:
+            index = torch.nonzero(index.reshape(-1)).reshape(-1)
+        if index.dtype.is_floating_point or index.dtype.is_complex or index.ndim != 1:
+            raise IndexError(
+                f"cursor must be 1-D integers, got {index.dtype} of shape {list(index.shape)}"
+            )
+        index = index.to(torch.int64)
+        if index.numel() and (int(index.min()) < -cap or int(index.max()) >= cap):
+            raise IndexError(
+                f"cursor rows must lie in [0, {cap}), got {index.min()}..{index.max()}"
+            )
+        return index % cap, False
+
+    def _row_tensor(self, rows) -> torch.Tensor:
+        if isinstance(rows, tuple):
+            first, n = rows
+            return (first + torch.arange(n, dtype=torch.int64)) % self.max_size
+        return rows
+
+    def _end_flags(self, index: torch.Tensor) -> torch.Tensor:
+        """End flags of physical rows ``index`` (CPU bool)."""
+        index = index.to(self.device)
+        flags = torch.zeros(index.numel(), dtype=torch.bool, device=self.device)
+        for name in self._end_names:
+            flags |= (
+                self._packed.view(name).index_select(0, index).reshape(index.numel(), -1).any(-1)
+            )
+        return flags.cpu()
+
+    def _rebuild(self, *, rows: int, cursor: int) -> None:
+        if self._end_names and self._packed is not None:
+            ends = self._end_flags(age_rows(rows, cursor, self.max_size))
+        else:
+            ends = torch.zeros(rows, dtype=torch.bool)
+        self._episodes.rebuild(ends, rows=rows, cursor=cursor)
+
+    def _sync_scalars(self) -> None:
+        self.fill_level.fill_(self._episodes.rows)
+        self.cursor_tensor.fill_(self._episodes.cursor)
+
+    def _empty(self) -> None:
+        self._episodes.reset()
+        self._sync_scalars()
+        self._bump_mutation_revision()
+
+    # ----------------------------------------------------------------- reads
+    @_compile_disable()
+    def get(self, index: Any) -> Any:
+        """Rows at ``index`` (int, int64 tensor, 1-tuple, slice, numpy array, list).
+
+        Returns a TensorDict of batch size ``len(index)`` (an int gives one row), gathered
+        with one ``index_select`` of the packed rows and dequantised on the storage device.
+        Indices must lie in ``[-len, len)``.
+        """
+        packed = self._packed
+        if packed is None:
+            raise RuntimeError("Cannot get elements out of a non-initialized storage.")
+        if type(index) is tuple and len(index) == 1:
+            index = index[0]
+        n = self._episodes.rows
+        if (
+            n == self.max_size
+            and type(index) is torch.Tensor
+            and index.dtype == torch.int64
+            and index.ndim == 1
+            and index.device.type == "cpu"
+            and packed.device.type == "cpu"
+        ):
+            # Fast path (a full CPU ring, a sampler's indices): index_select checks the
+            # bounds itself; anything it refuses (negative indices included) goes the
+            # checked way below.
+            try:
+                return self._from_blocks(packed.gather_blocks(index), index)
+            except (IndexError, RuntimeError):
+                pass
+        if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+            row = _wrap_int(int(index), n, "index", valid=True)
+            return self._slice(row, row + 1)[0]
+        if isinstance(index, slice):
+            r = range(*index.indices(n))
+            if r.step == 1:
+                return self._slice(r.start, max(r.start, r.stop))
+            index = torch.arange(r.start, r.stop, r.step, dtype=torch.int64, device=self.device)
+        elif isinstance(index, tuple):
+            raise IndexError(f"StoreReplay is 1-D; got a {len(index)}-element tuple index")
+        elif not isinstance(index, torch.Tensor):
+            index = torch.as_tensor(np.asarray(index))
+        if index.dtype == torch.bool:
+            if index.shape != (n,):
+                raise IndexError(f"a boolean index must have shape [{n}], got {list(index.shape)}")
+            index = torch.nonzero(index).reshape(-1)
+        if index.dtype != torch.int64:
+            if index.dtype.is_floating_point or index.dtype.is_complex:
+                raise IndexError(f"index must hold integers, got {index.dtype}")
+            index = index.to(torch.int64)
+        if index.ndim == 0:
+            return self.get(int(index))
+        index = index.to(self.device)
+        if index.numel():
+            low, high = torch.aminmax(index)
+            low, high = int(low), int(high)
+            if high >= n or low < -n:
+                bad = high if high >= n else low
+                raise IndexError(
+                    f"index {bad} is out of range for a StoreReplay holding {n} rows "
+                    f"(capacity {self.max_size}); valid indices are [-{n}, {n})"
+                )
+            if low < 0:
+                index = torch.where(index < 0, index + n, index)
+        flat = index.reshape(-1) if index.ndim > 1 else index
+        out = self._from_blocks(packed.gather_blocks(flat), flat)
+        if index.ndim > 1:
+            out = out.reshape(index.shape)
+        return out
+
+    def _from_blocks(self, blocks: list[torch.Tensor], index: Any) -> Any:
+        if self._tensor_mode:
+            return self._packed.leaf(blocks, _TENSOR_COLUMN)
+        if not self._returns_index:
+            return self._packed.batch_from_blocks(blocks)
+        index = index() if callable(index) else index
+        return self._packed.batch_from_blocks(blocks, extra={_INDEX_KEY: index})
+
+    def _slice(self, start: int, stop: int) -> Any:
+        blocks = [b[start:stop] for b in self._packed.blocks]
+        return self._from_blocks(blocks, lambda: torch.arange(start, stop, device=self.device))
+
+    # ----------------------------------------------------------------- state dict
+    def state_dict(self) -> dict[str, Any]:
+        """Copies of the blocks plus the ring and episode-index state."""
+        packed = self._packed
+        return {
+            "_storage": {} if packed is None else {"blocks": [b.clone() for b in packed.blocks]},
+            "initialized": self.initialized,
+            "_len": len(self),
+            "columns": None if packed is None else [c.to_dict() for c in packed.columns],
+            "capacity": self.max_size,
+            "tensor_mode": self._tensor_mode,
+            "returns_index": self._returns_index,
+            "episodes": self._episodes.state_dict(),
+            "last_cursor_index": self._last_cursor_index,
+        }
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (copies; the caller's tensors are not kept)."""
+        if int(state_dict.get("capacity", self.max_size)) != self.max_size:
+            raise ValueError(
+                f"state holds a ring of capacity {state_dict['capacity']}, "
+                f"this one has {self.max_size}"
+            )
+        if not state_dict["initialized"]:
+            self._episodes.reset()
+        else:
+            columns = [ColumnSpec.from_dict(c) for c in state_dict["columns"]]
+            self._adopt_columns(columns)
+            for block, saved in zip(
+                self._packed.blocks, state_dict["_storage"]["blocks"], strict=True
+            ):
+                if block.shape != saved.shape or block.dtype != saved.dtype:
+                    raise ValueError(
+                        f"saved block {saved.dtype}{list(saved.shape)} does not match "
+                        f"{block.dtype}{list(block.shape)}"
+                    )
+                block.copy_(saved)
+            self._tensor_mode = bool(state_dict.get("tensor_mode", False))
+            self._returns_index = bool(state_dict.get("returns_index", False))
+            self._episodes.load_state_dict(state_dict["episodes"])
+        last = state_dict.get("last_cursor_index")
+        self._set_last_cursor(-1 if last is None else int(last))
+        self._sync_scalars()
+        self._bump_mutation_revision()
+
+    def _adopt_columns(self, columns: Sequence[ColumnSpec]) -> None:
+        columns = validate_columns(columns)
+        if self._packed is not None:
+            _check_same_columns(self._packed.columns, columns, what="this replay's")
+            return
+        if self.device == "auto":
+            self.device = torch.device("cpu")
+        self._allocate(columns)
+
+    # ----------------------------------------------------------------- checkpoints
+    def _dump(self, path: Path) -> None:
+        from torchstore.data.writer import TrajectoryStoreWriter
+
+        if not self.initialized:
+            raise RuntimeError("Cannot save a non-initialized storage.")
+        path.mkdir(parents=True, exist_ok=True)
+        index = self._episodes
+        start, length, ids = index.segments()
+        meta = {
+            "version": _META_VERSION,
+            "capacity": self.max_size,
+            "rows": index.rows,
+            "cursor": index.cursor,
+            "open": index.is_open,
+            "next_episode_id": index.next_episode_id,
+            "episode_ids": ids.tolist(),
+            "last_cursor_index": self._last_cursor_index,
+            "tensor_mode": self._tensor_mode,
+            "returns_index": self._returns_index,
+        }
+        cap = self.max_size
+        with TrajectoryStoreWriter(
+            path / REPLAY_FILE, self._packed.columns, metadata={_META_KEY: meta}, overwrite=True
+        ) as writer:
+            # A segment is at most two physical runs (it may wrap past row capacity-1);
+            # each run is written as views of the blocks, in slabs, with no gather.
+            for first, seg_len in zip(start.tolist(), length.tolist(), strict=True):
+                head = min(seg_len, cap - first)
+                for lo, hi in ((first, first + head), (0, seg_len - head)):
+                    for a in range(lo, hi, _SLAB_ROWS):
+                        writer.append(
+                            self._packed.slice(a, min(hi, a + _SLAB_ROWS), raw=True), raw=True
+                        )
+                writer.end_episode()
+
+    def _load(self, path: Path) -> None:
+        from torchstore.data.store import TrajectoryStore
+
+        file = path / REPLAY_FILE if path.is_dir() else path
+        if not file.exists():
+            raise FileNotFoundError(f"no replay checkpoint at {file}")
+        with TrajectoryStore(file) as store:
+            meta = store.manifest.metadata.get(_META_KEY)
+            if meta is None:
+                raise StoreFormatError(f"{file} is a trajectory store but not a replay checkpoint")
+            if int(meta["capacity"]) != self.max_size:
+                raise ValueError(
+                    f"checkpoint {file} holds a ring of capacity {meta['capacity']}, "
+                    f"this one has {self.max_size}"
+                )
+            self._adopt_columns(store.columns)
+            rows, cursor = int(meta["rows"]), int(meta["cursor"])
+            if store.num_rows != rows:
+                raise StoreFormatError(
+                    f"{file}: manifest says {rows} rows, the store holds {store.num_rows}"
+                )
+            if not (0 <= rows <= self.max_size and 0 <= cursor < self.max_size):
+                raise StoreFormatError(
+                    f"{file}: ring position rows={rows}, cursor={cursor} is invalid"
+                )
+            self._fill_from(store, age_rows(rows, cursor, self.max_size), 0)
+            self._episodes.load(
+                store.episodes.lengths,
+                torch.as_tensor(meta["episode_ids"], dtype=torch.int64),
+                rows=rows,
+                cursor=cursor,
+                is_open=bool(meta["open"]),
+                next_episode_id=int(meta["next_episode_id"]),
+            )
+            self._tensor_mode = bool(meta.get("tensor_mode", False))
+            self._returns_index = bool(meta.get("returns_index", False))
+            last = meta.get("last_cursor_index")
+            self._set_last_cursor(-1 if last is None else int(last))
+        self._sync_scalars()
+
+    def _fill_from(self, store: Any, physical: torch.Tensor, first: int) -> None:
+        """Copy store rows ``first ..`` (raw codes) to physical rows ``physical``."""
+        done = 0
+        total = physical.numel()
+        while done < total:
+            n = min(_SLAB_ROWS, total - done)
+            slab = store.read_slab(first + done, first + done + n, raw=True)
+            rows = physical[done : done + n]
+            values = {spec.name: slab.get(spec.key) for spec in self._packed.columns}
+            if n and int(rows[-1]) - int(rows[0]) == n - 1:
+                self._packed.write(slice(int(rows[0]), int(rows[0]) + n), values)
+            else:
+                self._packed.write(rows.to(self.device), values)
+            done += n
+
+    @classmethod
+    def from_store(
+        cls,
+        store: Any,
+        capacity: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+        compilable: bool = False,
+    ) -> StoreReplay:
+        """A ring prefilled from a trajectory store (offline-to-online).
+
+        Columns come from the store; its episodes become the ring's (ids are the store's
+        episode numbers). When ``capacity`` is smaller than the store, the newest rows are
+        kept (the oldest kept episode may be partial). From a replay checkpoint (``dumps``)
+        the episode ids and the open episode are kept (``loads`` restores the exact ring).
+        Rows are laid out oldest first from row 0; call :meth:`align_writer` before
+        extending a ring that is not full.
+        """
+        from torchstore.data.store import TrajectoryStore
+
+        owned = not isinstance(store, TrajectoryStore)
+        if owned:
+            path = Path(store)
+            if path.is_dir():
+                path = path / REPLAY_FILE
+            if not path.exists():
+                raise FileNotFoundError(f"no trajectory store at {path}")
+            store = TrajectoryStore(path)
+        try:
+            total = store.num_rows
+            if capacity is None:
+                capacity = total
+            if (
+                isinstance(capacity, bool)
+                or not isinstance(capacity, (int, np.integer))
+                or capacity < 1
+            ):
+                raise ValueError(
+                    f"capacity ({capacity!r}) must be a positive int"
+                    + (" (the store is empty; pass capacity)" if total == 0 else "")
+                )
+            replay = cls(int(capacity), columns=store.columns, device=device, compilable=compilable)
+            keep = min(total, replay.max_size)
+            first = total - keep
+            physical = torch.arange(keep, dtype=torch.int64)
+            replay._fill_from(store, physical, first)
+            lengths, offsets = store.episodes.lengths, store.episodes.offsets
+            ends = offsets + lengths
+            alive = ends > first
+            kept_lengths = (ends[alive] - torch.clamp(offsets[alive], min=first)).to(torch.int64)
+            ids = torch.nonzero(alive).reshape(-1).to(torch.int64)
+            meta = store.manifest.metadata.get(_META_KEY, {})
+            if meta and len(meta.get("episode_ids", [])) == store.num_episodes:
+                ids = torch.as_tensor(meta["episode_ids"], dtype=torch.int64)[alive]
+                next_id = int(meta["next_episode_id"])
+                is_open = bool(meta["open"])
+            else:
+                next_id = store.num_episodes
+                is_open = False
+            replay._episodes.load(
+                kept_lengths,
+                ids,
+                rows=keep,
+                cursor=keep % replay.max_size,
+                is_open=is_open and keep > 0,
+                next_episode_id=next_id,
+            )
+            replay._set_last_cursor(keep - 1 if keep else -1)
+            replay._sync_scalars()
+            replay._bump_mutation_revision()
+            return replay
+        finally:
+            if owned:
+                store.close()
+
+    # ----------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict[str, Any]:
+        if get_spawning_popen() is not None:
+            raise RuntimeError(
+                "StoreReplay cannot be shared with spawned processes: its ring position and "
+                "episode index are process-local; write from one process"
+            )
+        return Storage.__getstate__(self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        Storage.__setstate__(self, state)
+
+    def __repr__(self) -> str:
+        cols = (
+            "inferred on first write"
+            if self.columns is None
+            else ", ".join(f"{c.name}: {c.describe()}" for c in self.columns)
+        )
+        return (
+            f"StoreReplay(capacity={self.max_size}, len={len(self)}, cursor={self.cursor}, "
+            f"device={self.device}, episodes={self._episodes.num_segments}, columns=[{cols}])"
+        )
+
+
+# --------------------------------------------------------------------- helpers
+def _wrap_int(value: int, size: int, what: str, *, valid: bool = False) -> int:
+    if not -size <= value < size:
+        span = "valid rows" if valid else "capacity"
+        raise IndexError(f"{what} {value} is out of range for {size} {span}; use [-{size}, {size})")
+    return value % size
+
+
+def _is_ring_run(index: torch.Tensor, cap: int) -> bool:
+    """Whether ``index`` is ``(first + arange(n)) % cap`` (what torchrl's writers pass)."""
+    first = int(index[0])
+    expected = (first + torch.arange(index.numel(), dtype=torch.int64, device=index.device)) % cap
+    return bool(torch.equal(index, expected))
+
+
+def _as_batch(data: Any, single: bool) -> tuple[TensorDictBase, bool]:
+    """Written data as a TensorDict with one leading row dim; and whether it was a bare tensor."""
+    if isinstance(data, list):
+        if not data:
+            raise ValueError("cannot write an empty list of rows")
+        if all(isinstance(x, torch.Tensor) for x in data):
+            data = torch.stack(data)
+        else:
+            data = torch.stack([_as_batch(x, True)[0][0] for x in data])
+    if isinstance(data, np.ndarray):
+        data = torch.from_numpy(data)
+    if isinstance(data, torch.Tensor):
+        if single:
+            data = data.unsqueeze(0)
+        if data.ndim == 0:
+            raise ColumnError("written rows need a leading row dimension, got a 0-d tensor")
+        return TensorDict({_TENSOR_COLUMN: data}, batch_size=data.shape[:1]), True
+    if is_tensorclass(data):
+        data = data.to_tensordict()
+    if isinstance(data, Mapping) and not is_tensor_collection(data):
+        data = TensorDict(dict(data), batch_size=[])
+        if not single:
+            data.auto_batch_size_(1)
+    elif not is_tensor_collection(data):
+        raise ColumnError(
+            f"StoreReplay stores TensorDicts, mappings or tensors, got {type(data).__name__}"
+        )
+    if single:
+        data = data.unsqueeze(0)
+    if data.batch_dims == 0:
+        raise ColumnError(
+            "written rows need a leading row dimension shared by every column (batch_size is [])"
+        )
+    if data.batch_dims > 1:
+        data = data.copy()
+        data.batch_size = data.batch_size[:1]
+    return data, False
+
+
+def _check_same_columns(
+    expected: Sequence[ColumnSpec], got: Sequence[ColumnSpec], *, what: str
+) -> None:
+    if tuple(expected) != tuple(got):
+        want = {c.name: c.describe() for c in expected}
+        have = {c.name: c.describe() for c in got}
+        diff = sorted(n for n in set(want) | set(have) if want.get(n) != have.get(n))
+        name = diff[0] if diff else (expected[0].name if expected else "?")
+        raise ColumnError(
+            f"column '{name}' differs from {what} columns: expected {want.get(name, 'absent')}, "
+            f"got {have.get(name, 'absent')}"
+        )
