@@ -103,7 +103,6 @@ def test_smooth_motion_velocities_within_difference_error(tmp_path):
     n = 61
     t = np.arange(n) / LAFAN_SOURCE_FPS
     ep = _import_one(tmp_path, frames_of(motion, n))
-    h = 1 / LAFAN_SOURCE_FPS
     inner = slice(1, -1)  # central differences: h^2/6 max|x'''| = h^2/6 * 5.07 = 9.4e-4
     for name in ("root_lin_vel", "root_ang_vel", "joint_vel"):
         expected = getattr(motion, name)(t)
