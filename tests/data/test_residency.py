@@ -57,3 +57,36 @@ def test_window_refills_with_contiguous_reads(walker_store):
             win.refill(5000)
         with pytest.raises(ValueError, match="window rows"):
             store.window(0)
+
+
+def test_resident_view_is_a_read_only_torchrl_storage(walker_store, tmp_path):
+    from tensordict import TensorDict
+    from torchrl.data import ReplayBuffer, TensorDictReplayBuffer
+
+    from torchstore.errors import ReadOnlyStorageError
+    from torchstore.samplers import PrioritizedSampler, SequenceWindowSampler, UniformSampler
+
+    path, flat = walker_store
+    with TrajectoryStore(path) as store:
+        view = store.resident(columns=["qpos", "reward", "done"])
+    rb = TensorDictReplayBuffer(storage=view, sampler=UniformSampler(generator=0), batch_size=128)
+    batch, info = rb.sample(return_info=True)
+    assert np.array_equal(batch["qpos"].numpy(), flat["qpos"][info["index"].numpy()])
+    prio = TensorDictReplayBuffer(storage=view, sampler=PrioritizedSampler(len(view)), batch_size=64)
+    sample, info = prio.sample(return_info=True)
+    assert "priority_weight" in sample.keys()
+    prio.update_priority(info["index"], torch.rand(64))
+    windows = ReplayBuffer(storage=view, sampler=SequenceWindowSampler(50), batch_size=200)
+    w, info = windows.sample(return_info=True)
+    index = info["index"].reshape(4, 50)
+    assert torch.equal(w["reward"].reshape(4, 50), torch.from_numpy(flat["reward"])[index])
+    assert bool((index[:, 1:] - index[:, :-1] == 1).all())  # consecutive rows
+    assert len(list(zip(range(3), rb))) == 3  # iterating the buffer works
+    rows = TensorDict({"qpos": torch.zeros(2, 9), "reward": torch.zeros(2), "done": torch.zeros(2, dtype=torch.bool)}, [2])
+    with pytest.raises(ReadOnlyStorageError, match="read-only view of .*w.h5.*StoreReplay.from_store"):
+        rb.extend(rows)
+    with pytest.raises(ReadOnlyStorageError, match="cannot empty it"):
+        rb.empty()
+    rb.dumps(tmp_path / "ckpt")  # a checkpoint of the view is an ordinary store file
+    with TrajectoryStore(tmp_path / "ckpt" / "storage" / "replay.h5") as copy:
+        assert copy.num_rows == len(view) and copy.num_episodes == 4

@@ -52,8 +52,14 @@ from torchrl.data.replay_buffers.storages import Storage, TensorStorage
 
 from torchstore.data.columns import ColumnSpec, name_from_key, validate_columns
 from torchstore.data.packed import PackedColumns
+from torchstore.data.replay_checkpoint import (
+    REPLAY_FILE,
+    dump_replay,
+    load_replay,
+    replay_from_store,
+)
 from torchstore.data.ring_episodes import RingEpisodes, age_rows
-from torchstore.errors import ColumnError, StoreFormatError
+from torchstore.errors import ColumnError
 
 try:
     from torch.compiler import disable as _compile_disable
@@ -62,11 +68,6 @@ except ImportError:  # pragma: no cover
 
 __all__ = ["StoreReplay", "StoreReplayCheckpointer", "REPLAY_FILE", "END_COLUMNS"]
 
-#: File a replay checkpoint writes inside the folder given to ``dumps``.
-REPLAY_FILE = "replay.h5"
-#: Manifest metadata key holding what a restore needs beyond rows and episodes.
-_META_KEY = "torchstore.replay"
-_META_VERSION = 1
 #: Column names that mark episode ends, nested layout first.
 END_COLUMNS: tuple[tuple[str, ...], ...] = (
     ("next/done", "next/truncated", "next/terminated"),
@@ -74,7 +75,6 @@ END_COLUMNS: tuple[tuple[str, ...], ...] = (
 )
 _INDEX_KEY = "index"
 _TENSOR_COLUMN = "data"
-_SLAB_ROWS = 65536
 
 
 class StoreReplayCheckpointer(StorageCheckpointerBase):
@@ -595,94 +595,10 @@ class StoreReplay(TensorStorage):
 
     # ----------------------------------------------------------------- checkpoints
     def _dump(self, path: Path) -> None:
-        from torchstore.data.writer import TrajectoryStoreWriter
-
-        if not self.initialized:
-            raise RuntimeError("Cannot save a non-initialized storage.")
-        path.mkdir(parents=True, exist_ok=True)
-        index = self._episodes
-        start, length, ids = index.segments()
-        meta = {
-            "version": _META_VERSION,
-            "capacity": self.max_size,
-            "rows": index.rows,
-            "cursor": index.cursor,
-            "open": index.is_open,
-            "next_episode_id": index.next_episode_id,
-            "episode_ids": ids.tolist(),
-            "last_cursor_index": self._last_cursor_index,
-            "tensor_mode": self._tensor_mode,
-            "returns_index": self._returns_index,
-        }
-        cap = self.max_size
-        with TrajectoryStoreWriter(
-            path / REPLAY_FILE, self._packed.columns, metadata={_META_KEY: meta}, overwrite=True
-        ) as writer:
-            # A segment is at most two physical runs (it may wrap past row capacity-1);
-            # each run is written as views of the blocks, in slabs, with no gather.
-            for first, seg_len in zip(start.tolist(), length.tolist(), strict=True):
-                head = min(seg_len, cap - first)
-                for lo, hi in ((first, first + head), (0, seg_len - head)):
-                    for a in range(lo, hi, _SLAB_ROWS):
-                        writer.append(
-                            self._packed.slice(a, min(hi, a + _SLAB_ROWS), raw=True), raw=True
-                        )
-                writer.end_episode()
+        dump_replay(self, path)
 
     def _load(self, path: Path) -> None:
-        from torchstore.data.store import TrajectoryStore
-
-        file = path / REPLAY_FILE if path.is_dir() else path
-        if not file.exists():
-            raise FileNotFoundError(f"no replay checkpoint at {file}")
-        with TrajectoryStore(file) as store:
-            meta = store.manifest.metadata.get(_META_KEY)
-            if meta is None:
-                raise StoreFormatError(f"{file} is a trajectory store but not a replay checkpoint")
-            if int(meta["capacity"]) != self.max_size:
-                raise ValueError(
-                    f"checkpoint {file} holds a ring of capacity {meta['capacity']}, "
-                    f"this one has {self.max_size}"
-                )
-            self._adopt_columns(store.columns)
-            rows, cursor = int(meta["rows"]), int(meta["cursor"])
-            if store.num_rows != rows:
-                raise StoreFormatError(
-                    f"{file}: manifest says {rows} rows, the store holds {store.num_rows}"
-                )
-            if not (0 <= rows <= self.max_size and 0 <= cursor < self.max_size):
-                raise StoreFormatError(
-                    f"{file}: ring position rows={rows}, cursor={cursor} is invalid"
-                )
-            self._fill_from(store, age_rows(rows, cursor, self.max_size), 0)
-            self._episodes.load(
-                store.episodes.lengths,
-                torch.as_tensor(meta["episode_ids"], dtype=torch.int64),
-                rows=rows,
-                cursor=cursor,
-                is_open=bool(meta["open"]),
-                next_episode_id=int(meta["next_episode_id"]),
-            )
-            self._tensor_mode = bool(meta.get("tensor_mode", False))
-            self._returns_index = bool(meta.get("returns_index", False))
-            last = meta.get("last_cursor_index")
-            self._set_last_cursor(-1 if last is None else int(last))
-        self._sync_scalars()
-
-    def _fill_from(self, store: Any, physical: torch.Tensor, first: int) -> None:
-        """Copy store rows ``first ..`` (raw codes) to physical rows ``physical``."""
-        done = 0
-        total = physical.numel()
-        while done < total:
-            n = min(_SLAB_ROWS, total - done)
-            slab = store.read_slab(first + done, first + done + n, raw=True)
-            rows = physical[done : done + n]
-            values = {spec.name: slab.get(spec.key) for spec in self._packed.columns}
-            if n and int(rows[-1]) - int(rows[0]) == n - 1:
-                self._packed.write(slice(int(rows[0]), int(rows[0]) + n), values)
-            else:
-                self._packed.write(rows.to(self.device), values)
-            done += n
+        load_replay(self, path)
 
     @classmethod
     def from_store(
@@ -692,72 +608,18 @@ class StoreReplay(TensorStorage):
         *,
         device: torch.device | str = "cpu",
         compilable: bool = False,
+        columns: Sequence[str] | None = None,
     ) -> StoreReplay:
         """A ring prefilled from a trajectory store (offline-to-online).
 
-        Columns come from the store; its episodes become the ring's (ids are the store's
-        episode numbers). When ``capacity`` is smaller than the store, the newest rows are
-        kept (the oldest kept episode may be partial). From a replay checkpoint (``dumps``)
-        the episode ids and the open episode are kept (``loads`` restores the exact ring).
-        Rows are laid out oldest first from row 0; call :meth:`align_writer` before
-        extending a ring that is not full.
+        Columns come from the store (all, or the names in ``columns``); its episodes become
+        the ring's (ids are the store's episode numbers). When ``capacity`` is smaller than
+        the store, the newest rows are kept (the oldest kept episode may be partial). From a
+        replay checkpoint (``dumps``) the episode ids and the open episode are kept
+        (``loads`` restores the exact ring). Rows are laid out oldest first from row 0;
+        call :meth:`align_writer` before extending a ring that is not full.
         """
-        from torchstore.data.store import TrajectoryStore
-
-        owned = not isinstance(store, TrajectoryStore)
-        if owned:
-            path = Path(store)
-            if path.is_dir():
-                path = path / REPLAY_FILE
-            if not path.exists():
-                raise FileNotFoundError(f"no trajectory store at {path}")
-            store = TrajectoryStore(path)
-        try:
-            total = store.num_rows
-            if capacity is None:
-                capacity = total
-            if (
-                isinstance(capacity, bool)
-                or not isinstance(capacity, (int, np.integer))
-                or capacity < 1
-            ):
-                raise ValueError(
-                    f"capacity ({capacity!r}) must be a positive int"
-                    + (" (the store is empty; pass capacity)" if total == 0 else "")
-                )
-            replay = cls(int(capacity), columns=store.columns, device=device, compilable=compilable)
-            keep = min(total, replay.max_size)
-            first = total - keep
-            physical = torch.arange(keep, dtype=torch.int64)
-            replay._fill_from(store, physical, first)
-            lengths, offsets = store.episodes.lengths, store.episodes.offsets
-            ends = offsets + lengths
-            alive = ends > first
-            kept_lengths = (ends[alive] - torch.clamp(offsets[alive], min=first)).to(torch.int64)
-            ids = torch.nonzero(alive).reshape(-1).to(torch.int64)
-            meta = store.manifest.metadata.get(_META_KEY, {})
-            if meta and len(meta.get("episode_ids", [])) == store.num_episodes:
-                ids = torch.as_tensor(meta["episode_ids"], dtype=torch.int64)[alive]
-                next_id = int(meta["next_episode_id"])
-                is_open = bool(meta["open"])
-            else:
-                next_id = store.num_episodes
-                is_open = False
-            replay._episodes.load(
-                kept_lengths,
-                ids,
-                rows=keep,
-                cursor=keep % replay.max_size,
-                is_open=is_open and keep > 0,
-                next_episode_id=next_id,
-            )
-            replay._set_last_cursor(keep - 1 if keep else -1)
-            replay._sync_scalars()
-            replay._bump_mutation_revision()
-            return replay
-        finally:
-            if owned:
-                store.close()
+        return replay_from_store(cls, store, capacity, device=device, compilable=compilable, columns=columns)
 
     # ----------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:

@@ -1,44 +1,42 @@
-"""A store's columns loaded into memory on a device, for gathers of scattered rows."""
+"""A store's columns loaded into memory on a device: gathers, and a read-only torchrl Storage."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict
 
-from torchstore.data.columns import ColumnSpec
 from torchstore.data.episodes import EpisodeIndex
-from torchstore.data.packed import PackedColumns
+from torchstore.data.replay import StoreReplay
+from torchstore.errors import ReadOnlyStorageError
 
 if TYPE_CHECKING:
     from torchstore.data.store import TrajectoryStore
 
 __all__ = ["ResidentStore"]
 
-_LOAD_SLAB_ROWS = 1 << 18
 
-
-class ResidentStore:
+class ResidentStore(StoreReplay):
     """Columns of a trajectory store held in memory; rows are gathered by index.
 
-    Built by :meth:`TrajectoryStore.resident`. Each gather is one ``index_select`` per
-    dtype block (see :class:`PackedColumns`); quantised columns are dequantised on the
-    device the batch lands on.
+    Built by :meth:`TrajectoryStore.resident`. All of a row's columns sit side by side in
+    one packed block (see :class:`~torchstore.data.packed.PackedColumns`), so a gather is
+    one ``index_select``; quantised columns are dequantised on the device the batch lands on.
+
+    It is also a read-only torchrl ``Storage`` (a full :class:`StoreReplay` that refuses
+    writes), so an offline dataset can be sampled through torchrl's buffers and torchstore's
+    samplers, the device path included.
 
     Examples:
         >>> view = TrajectoryStore("demo.h5").resident(device="cpu")
         >>> view.gather(torch.tensor([0, 5, 9]))["obs"].shape
         torch.Size([3, 3])
+        >>> rb = TensorDictReplayBuffer(storage=view, batch_size=256)  # sample an offline dataset
     """
 
-    def __init__(self, packed: PackedColumns, episodes: EpisodeIndex, num_rows: int):
-        self.packed = packed
-        self.episodes = episodes
-        self.num_rows = int(num_rows)
-        self.fill_level = torch.tensor(self.num_rows, dtype=torch.int64, device=packed.device)
-        self.cursor_tensor = torch.tensor(0, dtype=torch.int64, device=packed.device)
+    _read_only = False
 
     @classmethod
     def load(
@@ -47,51 +45,52 @@ class ResidentStore:
         columns: Sequence[str] | None = None,
         device: torch.device | str = "cpu",
     ) -> ResidentStore:
-        specs = store._select(columns)
-        packed = PackedColumns(specs, store.num_rows, device)
-        for start in range(0, store.num_rows, _LOAD_SLAB_ROWS):
-            stop = min(start + _LOAD_SLAB_ROWS, store.num_rows)
-            packed.write(
-                slice(start, stop),
-                {s.name: torch.from_numpy(store.read_column(s.name, start, stop)) for s in specs},
-            )
-        return cls(packed, store.episodes.to(device), store.num_rows)
+        view = cls.from_store(store, max(store.num_rows, 1), device=device, columns=columns)
+        view.episodes = store.episodes.to(device)
+        view.source = store.path
+        view._read_only = True
+        return view
 
     @property
-    def columns(self) -> tuple[ColumnSpec, ...]:
-        return self.packed.columns
-
-    @property
-    def device(self) -> torch.device:
-        return self.packed.device
-
-    @property
-    def capacity(self) -> int:
-        return self.num_rows
-
-    @property
-    def cursor(self) -> int:
-        """Where a ring would write next: a full read-only store wraps to row 0."""
-        return 0
-
-    def __len__(self) -> int:
-        return self.num_rows
+    def num_rows(self) -> int:
+        return len(self)
 
     def gather(self, index: torch.Tensor, *, raw: bool = False) -> TensorDict:
         """Rows at ``index`` (int64 on this view's device) as a TensorDict ``[len(index)]``.
 
-        ``raw=True`` returns quantised columns as their uint8 codes.
+        ``raw=True`` returns quantised columns as their uint8 codes. No bounds check beyond
+        ``index_select``'s own (indices must lie in ``[0, len(self))``).
         """
         return self.packed.gather(index, raw=raw)
 
-    def episode_segments(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(start, length, episode_id)`` of every episode, on this view's device."""
-        ids = torch.arange(self.episodes.num_episodes, device=self.device)
-        return self.episodes.offsets, self.episodes.lengths, ids
+    # ------------------------------------------------------------ read-only
+    def _refuse(self, what: str) -> None:
+        if self._read_only:
+            raise ReadOnlyStorageError(
+                f"{what}: a ResidentStore is a read-only view of {self.source}; to train online "
+                "from it, copy it into a ring with StoreReplay.from_store(store, capacity)"
+            )
+
+    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
+        self._refuse("cannot write rows")
+        super().set(cursor, data, set_cursor=set_cursor)
+
+    def _empty(self) -> None:
+        self._refuse("cannot empty it")
+        super()._empty()
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        self._refuse("cannot load a state into it")
+        super().load_state_dict(state_dict)
+
+    def _load(self, path: Any) -> None:
+        self._refuse("cannot load a checkpoint into it")
+        super()._load(path)
 
     def __repr__(self) -> str:
         return (
-            f"ResidentStore(rows={self.num_rows}, episodes={self.episodes.num_episodes}, "
-            f"columns={[c.name for c in self.columns]}, device={self.device}, "
+            f"ResidentStore({str(getattr(self, 'source', '?'))!r}, rows={len(self)}, "
+            f"episodes={getattr(self, 'episodes', EpisodeIndex(torch.zeros(0))).num_episodes}, "
+            f"columns={[c.name for c in self.columns or ()]}, device={self.device}, "
             f"{self.packed.nbytes / 2**20:.1f} MiB)"
         )

@@ -128,7 +128,8 @@ class TrajectoryStore:
                 return spec
         raise ColumnError(f"no column '{name}' in {self.path}; columns are {[c.name for c in self.columns]}")
 
-    def _select(self, columns: Iterable[str] | None) -> list[ColumnSpec]:
+    def select_columns(self, columns: Iterable[str] | None) -> list[ColumnSpec]:
+        """The specs of ``columns`` (names, or nested keys), all columns for ``None``."""
         if columns is None:
             return list(self.columns)
         if isinstance(columns, str):
@@ -153,7 +154,7 @@ class TrajectoryStore:
         if not 0 <= start <= stop <= self._rows:
             raise IndexError(f"slab [{start}, {stop}) is outside the store's rows [0, {self._rows})")
         leaves: dict[Any, torch.Tensor] = {}
-        for spec in self._select(columns):
+        for spec in self.select_columns(columns):
             value = torch.from_numpy(self.read_column(spec.name, start, stop))
             if spec.quantize is not None and not raw:
                 value = spec.quantize.decode(value, spec.dtype)
@@ -166,7 +167,7 @@ class TrajectoryStore:
         """Stream the whole store as consecutive slabs of ``rows`` rows (the last may be shorter)."""
         if rows < 1:
             raise ValueError(f"rows ({rows}) must be >= 1")
-        names = [s.name for s in self._select(columns)]
+        names = [s.name for s in self.select_columns(columns)]
         for start in range(0, self._rows, rows):
             yield self.read_slab(start, min(start + rows, self._rows), names, raw=raw)
 

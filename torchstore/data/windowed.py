@@ -38,7 +38,7 @@ class WindowedStore:
         if rows < 1:
             raise ValueError(f"window rows ({rows}) must be >= 1")
         self.store = store
-        specs = store._select(columns)
+        specs = store.select_columns(columns)
         self.packed = PackedColumns(specs, rows, device)
         self.rows = int(rows)
         self.start = 0

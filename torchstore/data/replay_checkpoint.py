@@ -1,0 +1,187 @@
+"""Replay checkpoints and prefills: a ring to and from a trajectory store file.
+
+``rb.dumps(dir)`` writes ``dir/storage/replay.h5``, an ordinary trajectory store (rows
+oldest first, one store episode per surviving episode) whose manifest metadata holds what
+an exact restore needs; ``StoreReplay.from_store`` prefills a ring from any store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from torchstore.data.ring_episodes import age_rows
+from torchstore.data.store import TrajectoryStore
+from torchstore.data.writer import TrajectoryStoreWriter
+from torchstore.errors import StoreFormatError
+
+if TYPE_CHECKING:
+    from torchstore.data.replay import StoreReplay
+
+__all__ = ["REPLAY_FILE", "dump_replay", "load_replay", "fill_from_store", "replay_from_store"]
+
+#: File a replay checkpoint writes inside the folder given to ``dumps``.
+REPLAY_FILE = "replay.h5"
+#: Manifest metadata key holding what a restore needs beyond rows and episodes.
+META_KEY = "torchstore.replay"
+_META_VERSION = 1
+_SLAB_ROWS = 65536
+
+
+def dump_replay(replay: StoreReplay, path: Path) -> None:
+    """Write the ring to ``path/replay.h5`` as a trajectory store, oldest rows first."""
+    if not replay.initialized:
+        raise RuntimeError("Cannot save a non-initialized storage.")
+    path.mkdir(parents=True, exist_ok=True)
+    index = replay._episodes
+    start, length, ids = index.segments()
+    meta = {
+        "version": _META_VERSION,
+        "capacity": replay.max_size,
+        "rows": index.rows,
+        "cursor": index.cursor,
+        "open": index.is_open,
+        "next_episode_id": index.next_episode_id,
+        "episode_ids": ids.tolist(),
+        "last_cursor_index": replay._last_cursor_index,
+        "tensor_mode": replay._tensor_mode,
+        "returns_index": replay._returns_index,
+    }
+    cap = replay.max_size
+    with TrajectoryStoreWriter(
+        path / REPLAY_FILE, replay._packed.columns, metadata={META_KEY: meta}, overwrite=True
+    ) as writer:
+        # A segment is at most two physical runs (it may wrap past row capacity-1);
+        # each run is written as views of the blocks, in slabs, with no gather.
+        for first, seg_len in zip(start.tolist(), length.tolist(), strict=True):
+            head = min(seg_len, cap - first)
+            for lo, hi in ((first, first + head), (0, seg_len - head)):
+                for a in range(lo, hi, _SLAB_ROWS):
+                    writer.append(
+                        replay._packed.slice(a, min(hi, a + _SLAB_ROWS), raw=True), raw=True
+                    )
+            writer.end_episode()
+
+def load_replay(replay: StoreReplay, path: Path) -> None:
+    """Restore the exact ring (rows, cursor, episode ids) from :func:`dump_replay` output."""
+    file = path / REPLAY_FILE if path.is_dir() else path
+    if not file.exists():
+        raise FileNotFoundError(f"no replay checkpoint at {file}")
+    with TrajectoryStore(file) as store:
+        meta = store.manifest.metadata.get(META_KEY)
+        if meta is None:
+            raise StoreFormatError(f"{file} is a trajectory store but not a replay checkpoint")
+        if int(meta["capacity"]) != replay.max_size:
+            raise ValueError(
+                f"checkpoint {file} holds a ring of capacity {meta['capacity']}, "
+                f"this one has {replay.max_size}"
+            )
+        replay._adopt_columns(store.columns)
+        rows, cursor = int(meta["rows"]), int(meta["cursor"])
+        if store.num_rows != rows:
+            raise StoreFormatError(
+                f"{file}: manifest says {rows} rows, the store holds {store.num_rows}"
+            )
+        if not (0 <= rows <= replay.max_size and 0 <= cursor < replay.max_size):
+            raise StoreFormatError(
+                f"{file}: ring position rows={rows}, cursor={cursor} is invalid"
+            )
+        fill_from_store(replay, store, age_rows(rows, cursor, replay.max_size), 0)
+        replay._episodes.load(
+            store.episodes.lengths,
+            torch.as_tensor(meta["episode_ids"], dtype=torch.int64),
+            rows=rows,
+            cursor=cursor,
+            is_open=bool(meta["open"]),
+            next_episode_id=int(meta["next_episode_id"]),
+        )
+        replay._tensor_mode = bool(meta.get("tensor_mode", False))
+        replay._returns_index = bool(meta.get("returns_index", False))
+        last = meta.get("last_cursor_index")
+        replay._set_last_cursor(-1 if last is None else int(last))
+    replay._sync_scalars()
+
+def fill_from_store(replay: StoreReplay, store: TrajectoryStore, physical: torch.Tensor, first: int) -> None:
+    """Copy store rows ``first ..`` (raw codes) to physical rows ``physical``."""
+    done = 0
+    total = physical.numel()
+    while done < total:
+        n = min(_SLAB_ROWS, total - done)
+        slab = store.read_slab(first + done, first + done + n, raw=True)
+        rows = physical[done : done + n]
+        values = {spec.name: slab.get(spec.key) for spec in replay._packed.columns}
+        if n and int(rows[-1]) - int(rows[0]) == n - 1:
+            replay._packed.write(slice(int(rows[0]), int(rows[0]) + n), values)
+        else:
+            replay._packed.write(rows.to(replay.device), values)
+        done += n
+
+def replay_from_store(
+    cls: type[StoreReplay],
+    store: Any,
+    capacity: int | None = None,
+    *,
+    device: torch.device | str = "cpu",
+    compilable: bool = False,
+    columns: Any = None,
+) -> StoreReplay:
+    """``StoreReplay.from_store``: see there."""
+    owned = not isinstance(store, TrajectoryStore)  # a path: open it here, close it after
+    if owned:
+        path = Path(store)
+        if path.is_dir():
+            path = path / REPLAY_FILE
+        if not path.exists():
+            raise FileNotFoundError(f"no trajectory store at {path}")
+        store = TrajectoryStore(path)
+    try:
+        total = store.num_rows
+        if capacity is None:
+            capacity = total
+        if (
+            isinstance(capacity, bool)
+            or not isinstance(capacity, (int, np.integer))
+            or capacity < 1
+        ):
+            raise ValueError(
+                f"capacity ({capacity!r}) must be a positive int"
+                + (" (the store is empty; pass capacity)" if total == 0 else "")
+            )
+        specs = store.select_columns(columns)
+        replay = cls(int(capacity), columns=specs, device=device, compilable=compilable)
+        keep = min(total, replay.max_size)
+        first = total - keep
+        physical = torch.arange(keep, dtype=torch.int64)
+        fill_from_store(replay, store, physical, first)
+        lengths, offsets = store.episodes.lengths, store.episodes.offsets
+        ends = offsets + lengths
+        alive = ends > first
+        kept_lengths = (ends[alive] - torch.clamp(offsets[alive], min=first)).to(torch.int64)
+        ids = torch.nonzero(alive).reshape(-1).to(torch.int64)
+        meta = store.manifest.metadata.get(META_KEY, {})
+        if meta and len(meta.get("episode_ids", [])) == store.num_episodes:
+            ids = torch.as_tensor(meta["episode_ids"], dtype=torch.int64)[alive]
+            next_id = int(meta["next_episode_id"])
+            is_open = bool(meta["open"])
+        else:
+            next_id = store.num_episodes
+            is_open = False
+        replay._episodes.load(
+            kept_lengths,
+            ids,
+            rows=keep,
+            cursor=keep % replay.max_size,
+            is_open=is_open and keep > 0,
+            next_episode_id=next_id,
+        )
+        replay._set_last_cursor(keep - 1 if keep else -1)
+        replay._sync_scalars()
+        replay._bump_mutation_revision()
+        return replay
+    finally:
+        if owned:
+            store.close()
+
