@@ -12,8 +12,9 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     assert blocks
+    namespace: dict = {}  # one namespace, as a reader running the blocks in order would
     for block in blocks:
-        exec(compile(block, str(README), "exec"), {})
+        exec(compile(block, str(README), "exec"), namespace)
 
 
 def test_readme_commands_match_ci():
