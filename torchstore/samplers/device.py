@@ -115,8 +115,12 @@ def _draw_prioritized(sampler: PrioritizedSampler, storage: Any, batch_size: int
     count = _fill_level(storage)
     tree = sampler.tree
     u = philox.uniform(batch_size, dtype=tree.dtype)
-    index, value, _ = tree.sample(u, count, start=torch.zeros_like(count))
-    p_min = tree.min(count, start=torch.zeros_like(count))
+    # Priorities are only ever set for written rows (torchrl marks each write), so no leaf
+    # past the fill level holds mass and the whole tree can be descended; the clamp keeps
+    # an index valid even if that assumption is broken.
+    index, value, _ = tree.sample_whole(u)
+    index = torch.minimum(index, (count - 1).clamp(min=0))
+    p_min = tree.min_whole()
     # beta is read at trace time: under torch.compile a new beta recompiles; a captured
     # graph keeps the beta it was captured with.
     weight = torch.pow(value / p_min, -sampler.beta).to(torch.float32)

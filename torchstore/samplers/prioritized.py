@@ -118,6 +118,9 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         self._raw = torch.zeros(capacity, dtype=dtype, device=tree_device)
         self._max_raw: Tensor | None = None
         self._sample_calls = 0
+        # highest row that ever got a priority: while it is below the storage length, no
+        # leaf past the valid rows holds mass and draws can descend the whole tree
+        self._high_water = -1
         if philox is not None and not isinstance(philox, PhiloxStream):
             raise TypeError(f"philox must be a PhiloxStream or None, got {type(philox).__name__}")
         #: the Philox stream the graph-safe device path (``sample_into``) draws from
@@ -259,6 +262,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
                 "build the sampler with the storage's capacity"
             )
         index, priority = last_write_wins(index, priority)
+        self._high_water = max(self._high_water, int(index[-1]))  # sorted: the last is the max
         batch_max = priority.max()
         self._max_raw = (
             batch_max if self._max_raw is None else torch.maximum(self._max_raw, batch_max)
@@ -306,13 +310,17 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
             generator=self.generator,
             device=self._draw_device(device),
         ).to(device)
-        index, value, total = self._tree.sample(u, count, start=start)
+        if self._ere is None and self._high_water < n:
+            index, value, total = self._tree.sample_whole(u)
+            p_min = self._tree.min_whole()
+        else:
+            index, value, total = self._tree.sample(u, count, start=start)
+            p_min = self._tree.min(count, start=start)
         if not torch.compiler.is_compiling() and not bool(total > 0):
             raise EmptyStorageError(
                 f"all {count} sampleable rows have priority 0 (with eps={self._eps}); "
                 "give some row a positive priority or use eps > 0"
             )
-        p_min = self._tree.min(count, start=start)
         weight = self._weights(value, p_min)
         out_device = storage_device(storage)
         index = index.to(out_device)
@@ -373,9 +381,12 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         )
         self._raw = torch.as_tensor(state_dict["raw"]).to(device, self.dtype).clone()
         self._tree.load_state_dict(state_dict["tree"])
+        written = torch.nonzero(self._tree.values() > 0)
+        self._high_water = int(written.max()) if written.numel() else -1
         self._load_common_state(state_dict)
 
     def _empty(self) -> None:
+        self._high_water = -1
         self._tree.clear()
         self._raw.zero_()
         self._max_raw = None

@@ -171,13 +171,18 @@ class SumTree:
             self._check(idx, val)
         sorted_idx, winner = last_write_wins(idx, val)
         node = sorted_idx + self.num_leaves
-        self._sum[node] = winner
-        self._min[node] = torch.where(winner > 0, winner, torch.full_like(winner, float("inf")))
+        # index_select / index_copy_ rather than advanced indexing: same values, about
+        # half the time per level (duplicate parents all write the same sum).
+        self._sum.index_copy_(0, node, winner)
+        self._min.index_copy_(0, node, torch.where(winner > 0, winner, torch.full_like(winner, float("inf"))))
         for _ in range(self.depth):
             node = node >> 1
             left = node << 1
-            self._sum[node] = self._sum[left] + self._sum[left + 1]
-            self._min[node] = torch.minimum(self._min[left], self._min[left + 1])
+            right = left + 1
+            self._sum.index_copy_(0, node, self._sum.index_select(0, left) + self._sum.index_select(0, right))
+            self._min.index_copy_(
+                0, node, torch.minimum(self._min.index_select(0, left), self._min.index_select(0, right))
+            )
 
     def _check(self, idx: Tensor, val: Tensor) -> None:
         bad_idx = (idx < 0) | (idx >= self.capacity)
@@ -373,6 +378,32 @@ class SumTree:
             mass = mass - torch.where(go_right, r_left, torch.zeros_like(r_left))
             node = left + go_right.long()
         return (node - self.num_leaves).clamp(0, self.capacity - 1)
+
+    # ------------------------------------------------------------------ whole tree
+    def sample_whole(self, u: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`sample` over every leaf: two gathers a level instead of range bookkeeping.
+
+        Equal to ``sample(u, upto)`` whenever no leaf at or past ``upto`` holds mass (true
+        for a replay ring whose priorities are only set for written rows), and about ten
+        times cheaper. Same guard: never enters a subtree without positive mass.
+        """
+        total = self._sum[1]
+        mass = u.to(self.dtype) * total
+        node = torch.ones(mass.shape, dtype=torch.int64, device=self.device)
+        zero = torch.zeros((), dtype=self.dtype, device=self.device)
+        for _ in range(self.depth):
+            left = node << 1
+            r_left = _take(self._sum, left)
+            r_right = _take(self._sum, left + 1)
+            go_right = (r_left <= 0) | ((mass >= r_left) & (r_right > 0))
+            mass = mass - torch.where(go_right, r_left, zero)
+            node = left + go_right.long()
+        index = (node - self.num_leaves).clamp(0, self.capacity - 1)
+        return index, _take(self._sum, index + self.num_leaves), total
+
+    def min_whole(self) -> Tensor:
+        """Smallest positive leaf of the whole tree (``+inf`` if none): the min-tree's root."""
+        return self._min[1]
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
