@@ -34,6 +34,20 @@ def _import_lafan(args: argparse.Namespace) -> None:
     print(f"wrote {path}")
 
 
+def _demo_data(args: argparse.Namespace) -> None:
+    from torchstore.tasks import write_demo_data
+
+    path = write_demo_data(args.path, episodes=args.episodes, seed=args.seed)
+    print(f"wrote {args.episodes} reach demonstrations to {path}")
+
+
+def _viz(args: argparse.Namespace) -> None:
+    from torchstore.viz import plot_store
+
+    for path in plot_store(args.store, args.out, episodes=args.episodes):
+        print(f"wrote {path}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="torchstore", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -57,6 +71,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quat-order", choices=("wxyz", "xyzw"), default="wxyz")
     p.add_argument("--overwrite", action="store_true")
     p.set_defaults(func=_import_lafan)
+
+    p = sub.add_parser("demo-data", help="write the default task's expert demonstrations (2-D reach)")
+    p.add_argument("path", nargs="?", default="data/reach_demo.h5")
+    p.add_argument("--episodes", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_demo_data)
+
+    p = sub.add_parser("viz", help="plot a store: episode lengths, column traces, image frames (PNG)")
+    p.add_argument("store")
+    p.add_argument("--out", required=True, help="folder to write the PNG files to")
+    p.add_argument("--episodes", type=int, default=3, help="episodes to draw traces and frames of")
+    p.set_defaults(func=_viz)
     return parser
 
 

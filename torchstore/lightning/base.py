@@ -1,0 +1,302 @@
+"""What both DataModules share: the store, the split, the device, the stream and its state.
+
+A DataModule reads the store's columns and episode count when it is built (to check
+columns and the split at the boundary) and makes the columns it needs resident on the
+training device once in :meth:`setup`. Given a path, it opens the store only for those two
+moments; given an open :class:`~torchstore.data.TrajectoryStore`, it uses it and leaves it
+open. Batches are drawn on that device
+from a Philox4x32-10 stream (:class:`~torchstore.lightning.batches.DrawStream`, the
+numbers of :class:`~torchstore.samplers.PhiloxStream`) keyed by ``seed`` whose sub-stream is
+the DDP rank, so ranks never draw the same numbers and a run is reproducible whatever
+the number of ranks.
+
+Checkpoints. :meth:`state_dict` holds every rank's stream position (and sampler state,
+such as priorities) gathered from all ranks, so that rank ``r`` of a resumed run takes
+up exactly where rank ``r`` stopped. Under DDP it is a collective: Lightning calls it on
+every rank when it saves a checkpoint, and so must any caller.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum, StrEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lightning.pytorch as pl
+import torch
+from tensordict import TensorDict
+
+from torchstore.data.store import TrajectoryStore
+from torchstore.lightning.batches import (
+    Batches,
+    DrawStream,
+    EvalBatches,
+    RowSegments,
+    gather_rank_states,
+    rank_info,
+)
+from torchstore.lightning.split import EpisodeSplit, shard_episodes, split_episodes
+
+__all__ = ["StoreDataModule", "Output"]
+
+_STATE_FORMAT = 1
+E = TypeVar("E", bound=Enum)
+
+
+class Output(StrEnum):
+    """What a batch is: a ``TensorDict`` or a plain nested ``dict`` of tensors."""
+
+    TENSORDICT = "tensordict"
+    DICT = "dict"
+
+
+def choice(enum: type[E], value: Any, name: str) -> E:
+    """``value`` as a member of the closed set ``enum`` (a member or its string)."""
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in enum)
+        raise ValueError(f"{name} ({value!r}) must be one of {allowed}") from None
+
+
+def check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} ({value!r}) must be an int >= {minimum}")
+    return value
+
+
+def _check_device(device: Any) -> None:
+    if device == "auto":
+        return
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device ({device!r}) must be 'auto' or a torch device ({exc})") from None
+
+
+class StoreDataModule(pl.LightningDataModule):
+    """Base of the DataModules over a trajectory store (see the module docstring).
+
+    Subclasses name the columns they need (:meth:`_required_columns`), build their
+    resident views in :meth:`_load`, and draw batches in :meth:`_draw_train` and
+    :meth:`_make_val`.
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike | TrajectoryStore,
+        *,
+        batch_size: int,
+        steps_per_epoch: int | None,
+        device: str | torch.device,
+        val_episodes: float | int,
+        seed: int,
+        shard_episodes: bool,
+        output: str | Output,
+    ):
+        super().__init__()
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        if steps_per_epoch is not None:
+            check_int("steps_per_epoch", steps_per_epoch, 1)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+            raise ValueError(f"seed ({seed!r}) must be an int in [0, 2**63)")
+        _check_device(device)
+        self.seed = seed
+        self.val_episodes = val_episodes
+        self.shard_episodes = bool(shard_episodes)
+        self.output = choice(Output, output, "output")
+        self.device_request = device
+        if isinstance(store, TrajectoryStore):
+            #: the caller's open store (used as it is, never closed here), or None
+            self._store: TrajectoryStore | None = store
+            self.store_path = store.path
+        elif isinstance(store, (str, os.PathLike)):
+            self._store = None
+            self.store_path = Path(store)
+        else:
+            raise TypeError(
+                f"store must be a path or a TrajectoryStore, got {type(store).__name__}"
+            )
+        with self._opened() as opened:
+            if opened.num_episodes == 0:
+                raise ValueError(f"store {self.store_path} holds no committed episodes")
+            self.split: EpisodeSplit = split_episodes(opened.num_episodes, val_episodes)
+            for name in self._required_columns():
+                opened.column(name)  # ColumnError naming the columns there are
+            self._check_options(opened)
+        self._steps_per_epoch = steps_per_epoch
+        self._ready = False
+        self._pending_state: dict[str, Any] | None = None
+        self.rank, self.world_size = 0, 1
+
+    # ------------------------------------------------------------ subclass hooks
+    def _required_columns(self) -> list[str]:
+        raise NotImplementedError
+
+    def _check_options(self, store: TrajectoryStore) -> None:
+        """Validate subclass options against the open store (called from ``__init__``)."""
+
+    def _load(self, store: TrajectoryStore, device: torch.device) -> None:
+        raise NotImplementedError
+
+    def _draw_train(self) -> Any:
+        raise NotImplementedError
+
+    def _make_val(self, i: int) -> Any:
+        raise NotImplementedError
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`_extra_state` saved."""
+
+    # ------------------------------------------------------------ setup
+    @property
+    def steps_per_epoch(self) -> int:
+        if self._steps_per_epoch is not None:
+            return self._steps_per_epoch
+        self._ensure_ready()
+        return max(1, len(self.train_rows) // self.batch_size)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Make the store resident on the training device (once; later calls do nothing).
+
+        ``device="auto"`` takes the trainer's root device under a Trainer, else cuda when
+        available, else cpu. The split is made over the episodes committed at this point.
+        """
+        if self._ready:
+            return
+        trainer = getattr(self, "trainer", None)
+        if self.device_request == "auto":
+            if trainer is not None:
+                device = trainer.strategy.root_device
+            else:
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            device = torch.device(self.device_request)
+        self.rank, self.world_size = rank_info(trainer)
+        with self._opened() as store:
+            self.split = split_episodes(store.num_episodes, self.val_episodes)
+            train = self.split.train
+            if self.shard_episodes:
+                train = shard_episodes(train, self.rank, self.world_size)
+            self._load(store, device)
+            episodes = store.episodes.to(device)
+        self.device = device
+        self.train_rows = RowSegments(episodes, train)
+        self.val_rows = RowSegments(episodes, self.split.val)
+        self.philox = DrawStream(self.seed, self.rank, device)
+        self._after_load()
+        self._ready = True
+        if self._pending_state is not None:
+            state, self._pending_state = self._pending_state, None
+            self.load_state_dict(state)
+
+    def _after_load(self) -> None:
+        """Called at the end of setup, once rows and the stream exist."""
+
+    def _ensure_ready(self) -> None:
+        if not self._ready:
+            self.setup()
+
+    @contextmanager
+    def _opened(self) -> Iterator[TrajectoryStore]:
+        """The caller's store, or the store at ``store_path`` opened for the block only.
+
+        A store this module opens is never held open between calls: two open handles on
+        one file in one process fail to read (HDF5), and a DataModule may wait long
+        between construction and setup.
+        """
+        if self._store is not None:
+            yield self._store
+            return
+        with TrajectoryStore(self.store_path) as store:
+            yield store
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if state.get("_store") is not None:  # an open file does not pickle: reopen by path
+            state["_store"] = None
+        return state
+
+    # ------------------------------------------------------------ dataloaders
+    def train_dataloader(self) -> Batches:
+        """``steps_per_epoch`` batches per epoch, drawn on the device as they are asked for."""
+        self._ensure_ready()
+        return Batches(self._draw_train, self.steps_per_epoch)
+
+    def val_dataloader(self) -> EvalBatches | list:
+        """The validation rows in order, ``batch_size`` at a time (``[]`` without validation)."""
+        self._ensure_ready()
+        n = len(self.val_rows)
+        if n == 0:
+            return []
+        return EvalBatches(self._make_val, -(-n // self.batch_size))
+
+    def _val_numbers(self, i: int) -> torch.Tensor:
+        stop = min((i + 1) * self.batch_size, len(self.val_rows))
+        return torch.arange(i * self.batch_size, stop, dtype=torch.int64, device=self.device)
+
+    def _finish(self, leaves: dict, batch_size: int) -> TensorDict | dict:
+        if self.output is Output.DICT:
+            return leaves
+        return TensorDict._new_unsafe(
+            leaves, batch_size=torch.Size([batch_size]), device=self.device
+        )
+
+    # ------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Every rank's sampler state (a collective under DDP; see the module docstring).
+
+        Empty before :meth:`setup` (nothing has been drawn).
+        """
+        if not self._ready:
+            return dict(self._pending_state or {})
+        mine = {"rank": self.rank, "position": self.philox.position, **self._extra_state()}
+        return {
+            "format": _STATE_FORMAT,
+            "seed": self.seed,
+            "world_size": self.world_size,
+            "ranks": gather_rank_states(mine),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict` output: rank ``r`` takes rank ``r``'s state.
+
+        Raises:
+            ValueError: if the checkpoint was drawn with another seed or format, or holds
+                per-rank sampler state (priorities) for a different number of ranks.
+        """
+        if not state_dict:
+            return
+        if state_dict.get("format") != _STATE_FORMAT:
+            raise ValueError(
+                f"datamodule state format ({state_dict.get('format')!r}) must be {_STATE_FORMAT}"
+            )
+        if state_dict["seed"] != self.seed:
+            raise ValueError(
+                f"the checkpoint's batches were drawn with seed {state_dict['seed']}, this "
+                f"datamodule has seed {self.seed}; build it with the checkpoint's seed"
+            )
+        if not self._ready:
+            self._pending_state = state_dict
+            return
+        ranks = state_dict["ranks"]
+        if len(ranks) == self.world_size:
+            mine = ranks[self.rank]
+        elif (
+            all(set(r) == {"rank", "position"} for r in ranks)
+            and len({r["position"] for r in ranks}) == 1
+        ):
+            mine = ranks[0]  # uniform streams stand at one position on every rank
+        else:
+            raise ValueError(
+                f"the checkpoint holds per-rank sampler state for {len(ranks)} ranks, this run "
+                f"has {self.world_size}; resume with the same number of ranks"
+            )
+        self.philox.position = int(mine["position"])
+        self._load_extra_state(mine)

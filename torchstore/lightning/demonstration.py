@@ -1,0 +1,217 @@
+"""Behaviour cloning: observation histories and action chunks (ACT, diffusion policy).
+
+Each sample is a step ``t`` drawn uniformly over all rows of the training episodes, with
+
+- the observation history: the ``n_obs_steps`` steps ``t - n_obs_steps + 1 .. t``;
+- the action chunk: the ``action_horizon`` steps ``t .. t + action_horizon - 1``;
+
+both from ``t``'s episode. Steps before the episode's first row repeat the first row, steps
+after its last row repeat the last row, and the masks mark which steps are real.
+
+Batch layout (a TensorDict of batch size ``[B]``; ``output="dict"`` gives the same tree as
+nested dicts)::
+
+    ("obs", *column_key(k))     [B, n_obs_steps, *shape]     for k in obs_keys
+    ("action", *column_key(k))  [B, action_horizon, *shape]  for k in action_keys
+    "obs_mask"                  [B, n_obs_steps]  bool, False where padded
+    "action_mask"               [B, action_horizon]  bool, False where padded
+    "index"                     [B] int64, the store row of step t
+    "episode"                   [B] int64, its episode
+
+so with the pendulum demo, ``batch["obs", "obs"]`` is ``[B, n_obs_steps, 3]`` and
+``batch["action", "action"]`` is ``[B, action_horizon, 1]``. A nested column such as
+``next/obs`` sits at ``("obs", "next", "obs")``.
+
+Normalisation (``normalize=True``): every floating obs and action column is normalised on
+the device, ``(x - mean) / std`` by default or onto ``[-1, 1]`` with
+``normalization="min_max"`` (integer and bool columns are left as they are). Statistics
+come from all committed rows of the store and are cached in ``<store>.stats.json`` (see
+:mod:`torchstore.lightning.normalizer`). ``datamodule.normalizer`` maps a policy's
+outputs back: ``normalizer.unnormalize("action", chunk)``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from torchstore.data.columns import column_key
+from torchstore.data.resident import ResidentStore
+from torchstore.data.store import TrajectoryStore
+from torchstore.lightning.base import Output, StoreDataModule, check_int, choice
+from torchstore.lightning.batches import RowSegments, put
+from torchstore.lightning.normalizer import Normalization, Normalizer, load_or_compute_stats
+
+__all__ = ["DemonstrationDataModule"]
+
+
+def _names(value: Any, what: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, Sequence) or not value:
+        raise ValueError(f"{what} ({value!r}) must be a non-empty list of column names")
+    names = [v if isinstance(v, str) else "/".join(v) for v in value]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} ({names}) must not repeat a column")
+    return names
+
+
+class DemonstrationDataModule(StoreDataModule):
+    """Observation histories and action chunks for behaviour cloning (layout: module docstring).
+
+    Args:
+        store: a store path or an open :class:`~torchstore.data.TrajectoryStore`.
+        batch_size: samples per batch (>= 1).
+        obs_keys: observation column names (``"obs"``, ``"pixels"``, ``"next/obs"``, ...).
+        action_keys: action column names.
+        n_obs_steps: length of the observation history ending at ``t`` (>= 1).
+        action_horizon: length of the action chunk starting at ``t`` (>= 1).
+        steps_per_epoch: batches per epoch; ``None``: training rows // batch_size (at
+            least 1).
+        device: ``"auto"`` (the trainer's root device, else cuda when available, else
+            cpu) or a device.
+        val_episodes: whole episodes held out, the store's last ones: a fraction in
+            ``[0, 1)`` (rounded half up, at least one when positive) or an int count.
+            ``val_dataloader()`` takes every row of them as ``t``, in order.
+        seed: key of the Philox stream; the DDP rank is its sub-stream.
+        normalize: normalise floating obs and action columns (``normalizer`` is ``None``
+            when ``False``).
+        normalization: ``"mean_std"`` or ``"min_max"``.
+        stats_cache: cache statistics in ``<store>.stats.json``; ``False`` keeps them in
+            memory only.
+        shard_episodes: under DDP, rank ``r`` samples only training episodes
+            ``r, r + world_size, ...``.
+        output: ``"tensordict"`` or ``"dict"``.
+
+    Raises:
+        ColumnError: for a column the store does not have.
+        ValueError: for bad sizes, a split leaving no training episode, or unknown options.
+
+    Examples:
+        >>> dm = DemonstrationDataModule("demo.h5", batch_size=64, obs_keys=["obs"],
+        ...     action_keys=["action"], n_obs_steps=2, action_horizon=16)
+        >>> batch = next(iter(dm.train_dataloader()))
+        >>> batch["obs", "obs"].shape, batch["action", "action"].shape, batch["action_mask"].shape
+        (torch.Size([64, 2, 3]), torch.Size([64, 16, 1]), torch.Size([64, 16]))
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike | TrajectoryStore,
+        *,
+        batch_size: int,
+        obs_keys: Sequence[str | tuple[str, ...]],
+        action_keys: Sequence[str | tuple[str, ...]],
+        n_obs_steps: int,
+        action_horizon: int,
+        steps_per_epoch: int | None = None,
+        device: str | torch.device = "auto",
+        val_episodes: float | int = 0.0,
+        seed: int = 0,
+        normalize: bool = True,
+        normalization: str | Normalization = "mean_std",
+        stats_cache: bool = True,
+        shard_episodes: bool = False,
+        output: str | Output = "tensordict",
+    ):
+        self.obs_keys = _names(obs_keys, "obs_keys")
+        self.action_keys = _names(action_keys, "action_keys")
+        self.n_obs_steps = check_int("n_obs_steps", n_obs_steps, 1)
+        self.action_horizon = check_int("action_horizon", action_horizon, 1)
+        self.normalize = bool(normalize)
+        self.normalization = choice(Normalization, normalization, "normalization")
+        self.stats_cache = bool(stats_cache)
+        self._normalizer: Normalizer | None = None
+        super().__init__(
+            store,
+            batch_size=batch_size,
+            steps_per_epoch=steps_per_epoch,
+            device=device,
+            val_episodes=val_episodes,
+            seed=seed,
+            shard_episodes=shard_episodes,
+            output=output,
+        )
+
+    def _required_columns(self) -> list[str]:
+        return self.obs_keys + self.action_keys
+
+    # ------------------------------------------------------------ setup
+    def _load(self, store: TrajectoryStore, device: torch.device) -> None:
+        self.obs_resident = store.resident(self.obs_keys, device=device)
+        self.action_resident = store.resident(self.action_keys, device=device)
+        self._obs_steps = torch.arange(1 - self.n_obs_steps, 1, device=device)
+        self._action_steps = torch.arange(self.action_horizon, device=device)
+        if not self.normalize:
+            return
+        floating = {s.name for s in store.columns if s.dtype.is_floating_point}
+        stats = load_or_compute_stats(
+            store,
+            self.obs_resident,
+            [k for k in self.obs_keys if k in floating],
+            cache=self.stats_cache,
+        )
+        rest = [k for k in self.action_keys if k in floating and k not in stats]
+        stats.update(
+            load_or_compute_stats(store, self.action_resident, rest, cache=self.stats_cache)
+        )
+        self._normalizer = Normalizer(stats, self.normalization).to(device)
+
+    @property
+    def normalizer(self) -> Normalizer | None:
+        """The :class:`Normalizer` batches were normalised with (``None`` without normalisation)."""
+        self._ensure_ready()
+        return self._normalizer
+
+    # ------------------------------------------------------------ batches
+    def _draw_train(self) -> TensorDict | dict:
+        g = self.philox.randint(self.batch_size, self.train_rows.total)
+        row, seg = self.train_rows.locate(g)
+        return self._windows(row, seg, self.train_rows)
+
+    def _make_val(self, i: int) -> TensorDict | dict:
+        row, seg = self.val_rows.locate(self._val_numbers(i))
+        return self._windows(row, seg, self.val_rows)
+
+    def _windows(self, t: torch.Tensor, seg: torch.Tensor, rows: RowSegments) -> TensorDict | dict:
+        first = rows.start[seg].unsqueeze(1)
+        last = first + rows.length[seg].unsqueeze(1) - 1
+        obs_rows = t.unsqueeze(1) + self._obs_steps
+        obs_mask = obs_rows >= first
+        obs_rows = torch.maximum(obs_rows, first)
+        action_rows = t.unsqueeze(1) + self._action_steps
+        action_mask = action_rows <= last
+        action_rows = torch.minimum(action_rows, last)
+        leaves = {
+            "obs": self._group(self.obs_resident, obs_rows, self.obs_keys),
+            "action": self._group(self.action_resident, action_rows, self.action_keys),
+            "obs_mask": obs_mask,
+            "action_mask": action_mask,
+            "index": t,
+            "episode": rows.episode[seg],
+        }
+        return self._finish(leaves, t.shape[0])
+
+    def _group(self, resident: ResidentStore, rows: torch.Tensor, names: list[str]) -> dict:
+        packed = resident.packed
+        blocks = packed.gather_blocks(rows.reshape(-1))
+        tree: dict = {}
+        norm = self._normalizer
+        for name in names:
+            leaf = packed.leaf(blocks, name).unflatten(0, rows.shape)
+            if norm is not None and name in norm.stats:
+                leaf = norm.normalize(name, leaf)
+            put(tree, column_key(name), leaf)
+        return tree
+
+    def __repr__(self) -> str:
+        return (
+            f"DemonstrationDataModule({str(self.store_path)!r}, batch_size={self.batch_size}, "
+            f"obs_keys={self.obs_keys}, action_keys={self.action_keys}, "
+            f"n_obs_steps={self.n_obs_steps}, action_horizon={self.action_horizon}, "
+            f"train_episodes={len(self.split.train)}, val_episodes={len(self.split.val)})"
+        )

@@ -1,0 +1,328 @@
+"""Offline RL from a trajectory store: minibatches of rows for a Lightning ``Trainer``.
+
+Each batch is one batched gather of rows from the store resident on the training device:
+the row indices are drawn on the device from a Philox stream, and the gather is one
+``index_select`` per dtype block of :class:`~torchstore.data.PackedColumns`. No per-row
+``__getitem__``, no collate, no worker processes.
+
+Batch layout (``B = batch_size``):
+
+- ``layout="flat"``: one leaf per column under the column's key (``"obs"``,
+  ``("next", "obs")``, ...), each ``[B, *shape]``;
+- ``layout="torchrl"``: torchrl's key layout, so torchrl losses take a batch as it is.
+  Columns are renamed by :data:`TORCHRL_KEYS` (only the columns the store has; any other
+  column keeps its key)::
+
+      obs        -> "observation"
+      next/obs   -> ("next", "observation")
+      reward     -> ("next", "reward")
+      done       -> ("next", "done")
+      truncated  -> ("next", "truncated")
+      terminated -> ("next", "terminated")
+
+  Scalar ``reward``/``done``/``truncated``/``terminated`` columns get torchrl's trailing
+  feature dimension: ``[B, 1]`` (torchrl's value estimators require it). When the store
+  has ``done`` and ``truncated`` but no ``terminated`` column, ``("next", "terminated")``
+  is added as ``done & ~truncated`` (torchrl losses bootstrap on ``terminated``; ``done =
+  terminated | truncated`` as in torchrl's collectors).
+
+Every batch also holds ``"index"`` (int64 ``[B]``, the store rows, for
+:meth:`OfflineDataModule.update_priority`), and with ``sampler="prioritized"``
+``"priority_weight"`` (float32 ``[B]``, importance weights ``(p_i / p_min) ** -beta``;
+all ones in validation batches).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from torchstore.data.columns import column_key
+from torchstore.data.store import TrajectoryStore
+from torchstore.lightning.base import Output, StoreDataModule, choice
+from torchstore.lightning.batches import put, to_cpu
+from torchstore.samplers.prioritized import PrioritizedSampler
+
+__all__ = ["OfflineDataModule", "SamplerKind", "Layout", "TORCHRL_KEYS"]
+
+
+class SamplerKind(StrEnum):
+    """How training rows are drawn."""
+
+    UNIFORM = "uniform"
+    PRIORITIZED = "prioritized"
+
+
+class Layout(StrEnum):
+    """The key layout of a batch."""
+
+    FLAT = "flat"
+    TORCHRL = "torchrl"
+
+
+#: Column name -> torchrl key, for ``layout="torchrl"``.
+TORCHRL_KEYS: dict[str, str | tuple[str, ...]] = {
+    "obs": "observation",
+    "next/obs": ("next", "observation"),
+    "reward": ("next", "reward"),
+    "done": ("next", "done"),
+    "truncated": ("next", "truncated"),
+    "terminated": ("next", "terminated"),
+}
+
+_TORCHRL_SCALARS = ("reward", "done", "truncated", "terminated")
+
+
+class OfflineDataModule(StoreDataModule):
+    """Minibatches of store rows for offline RL (see the module docstring for the layout).
+
+    Args:
+        store: a store path or an open :class:`~torchstore.data.TrajectoryStore` (a store
+            opened here is closed once its rows are resident).
+        batch_size: rows per batch (>= 1).
+        sampler: ``"uniform"`` over the training rows, or ``"prioritized"`` (proportional,
+            priorities start at 1; call :meth:`update_priority` with a batch's ``"index"``).
+        steps_per_epoch: batches per epoch (>= 1); ``train_dataloader()`` yields exactly
+            this many.
+        columns: a sequence of column names to load (a nested one as ``"next/obs"`` or
+            ``("next", "obs")``); all when ``None``.
+        device: ``"auto"`` (the trainer's root device under a Trainer, else cuda when
+            available, else cpu) or a device; the rows are made resident there once.
+        val_episodes: whole episodes held out for validation, the store's **last** ones:
+            a fraction in ``[0, 1)`` (rounded half up, at least one when positive) or an
+            int count. ``val_dataloader()`` iterates their rows in order.
+        layout: ``"flat"`` or ``"torchrl"``.
+        seed: key of the Philox stream; the DDP rank is its sub-stream.
+        output: ``"tensordict"`` or ``"dict"`` (plain nested dicts of tensors).
+        prioritized_alpha, prioritized_beta: the prioritized sampler's exponents.
+        shard_episodes: under DDP, rank ``r`` samples only training episodes
+            ``r, r + world_size, ...``; otherwise every rank samples all of them (from
+            its own stream).
+
+    Raises:
+        ColumnError: for a column the store does not have.
+        ValueError: for a bad batch size, step count, split, seed, device, or an unknown
+            sampler, layout or output.
+
+    Examples:
+        >>> dm = OfflineDataModule("demo.h5", batch_size=256, steps_per_epoch=100,
+        ...                        layout="torchrl", val_episodes=0.1)
+        >>> batch = next(iter(dm.train_dataloader()))
+        >>> batch["next", "observation"].shape
+        torch.Size([256, 3])
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike | TrajectoryStore,
+        *,
+        batch_size: int,
+        sampler: str | SamplerKind = "uniform",
+        steps_per_epoch: int,
+        columns: Sequence[str | tuple[str, ...]] | None = None,
+        device: str | torch.device = "auto",
+        val_episodes: float | int = 0.0,
+        layout: str | Layout = "flat",
+        seed: int = 0,
+        output: str | Output = "tensordict",
+        prioritized_alpha: float = 0.6,
+        prioritized_beta: float = 0.4,
+        shard_episodes: bool = False,
+    ):
+        self.sampler = choice(SamplerKind, sampler, "sampler")
+        self.layout = choice(Layout, layout, "layout")
+        if isinstance(columns, str):
+            columns = [columns]
+        self.columns = (
+            None if columns is None else [c if isinstance(c, str) else "/".join(c) for c in columns]
+        )
+        for name, value in (
+            ("prioritized_alpha", prioritized_alpha),
+            ("prioritized_beta", prioritized_beta),
+        ):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value < float("inf")
+            ):
+                raise ValueError(f"{name} ({value!r}) must be a finite number >= 0")
+        self.prioritized_alpha = float(prioritized_alpha)
+        self.prioritized_beta = float(prioritized_beta)
+        if steps_per_epoch is None:
+            raise ValueError("steps_per_epoch (None) must be an int >= 1")
+        super().__init__(
+            store,
+            batch_size=batch_size,
+            steps_per_epoch=steps_per_epoch,
+            device=device,
+            val_episodes=val_episodes,
+            seed=seed,
+            shard_episodes=shard_episodes,
+            output=output,
+        )
+
+    # ------------------------------------------------------------ boundary
+    def _required_columns(self) -> list[str]:
+        return list(self.columns or [])
+
+    def _check_options(self, store: TrajectoryStore) -> None:
+        names = self.columns or [c.name for c in store.columns]
+        self._plan = [
+            (name, self._target(name), self._unsqueeze(name, store.column(name).shape))
+            for name in names
+        ]
+        targets = [key if isinstance(key, tuple) else (key,) for _, key, _ in self._plan]
+        if self._derive_terminated(names):
+            targets.append(("next", "terminated"))
+        for i, a in enumerate(targets):
+            for b in targets[i + 1 :]:
+                shorter = min(len(a), len(b))
+                if a[:shorter] == b[:shorter]:
+                    raise ValueError(
+                        f"layout {self.layout.value!r} maps two columns onto key {a} / {b}; "
+                        "select columns with columns=[...] or use layout='flat'"
+                    )
+        reserved = {("index",), ("priority_weight",)}
+        clash = [t for t in targets if t[:1] in reserved]
+        if clash:
+            raise ValueError(
+                f"column key {clash[0]} clashes with a key batches add ('index', 'priority_weight')"
+            )
+        self._names = names
+
+    def _target(self, name: str) -> str | tuple[str, ...]:
+        if self.layout is Layout.TORCHRL and name in TORCHRL_KEYS:
+            return TORCHRL_KEYS[name]
+        return column_key(name)
+
+    def _unsqueeze(self, name: str, shape: tuple[int, ...]) -> bool:
+        """torchrl keeps a trailing feature dim of 1 on per-step scalars."""
+        return self.layout is Layout.TORCHRL and name in _TORCHRL_SCALARS and shape == ()
+
+    def _derive_terminated(self, names: Sequence[str]) -> bool:
+        return (
+            self.layout is Layout.TORCHRL
+            and "done" in names
+            and "truncated" in names
+            and "terminated" not in names
+        )
+
+    # ------------------------------------------------------------ setup
+    def _load(self, store: TrajectoryStore, device: torch.device) -> None:
+        self.resident = store.resident(self._names, device=device)
+        self._derived = self._derive_terminated(self._names)
+
+    def _after_load(self) -> None:
+        self.priorities: PrioritizedSampler | None = None
+        if self.sampler is SamplerKind.PRIORITIZED:
+            rows = self._training_row_index()
+            self._trainable = torch.zeros(
+                self.resident.num_rows, dtype=torch.bool, device=self.device
+            )
+            self._trainable[rows] = True
+            self.priorities = PrioritizedSampler(
+                self.resident.num_rows,
+                alpha=self.prioritized_alpha,
+                beta=self.prioritized_beta,
+                device=self.device,
+            )
+            self.priorities.update_priority(rows, 1.0)
+
+    def _training_row_index(self) -> torch.Tensor:
+        n = len(self.train_rows)
+        return self.train_rows.rows(torch.arange(n, dtype=torch.int64, device=self.device))
+
+    # ------------------------------------------------------------ batches
+    def _draw_train(self) -> TensorDict | dict:
+        if self.priorities is None:
+            g = self.philox.randint(self.batch_size, self.train_rows.total)
+            return self._assemble(self.train_rows.rows(g), None)
+        tree = self.priorities.tree
+        u = self.philox.uniform(self.batch_size, dtype=tree.dtype)
+        index, value, _ = tree.sample(u)
+        weight = torch.pow(value / tree.min(), -self.prioritized_beta).to(torch.float32)
+        return self._assemble(index, weight)
+
+    def _make_val(self, i: int) -> TensorDict | dict:
+        index = self.val_rows.rows(self._val_numbers(i))
+        weight = None
+        if self.priorities is not None:
+            weight = torch.ones(index.shape, dtype=torch.float32, device=self.device)
+        return self._assemble(index, weight)
+
+    def _assemble(self, index: torch.Tensor, weight: torch.Tensor | None) -> TensorDict | dict:
+        packed = self.resident.packed
+        blocks = packed.gather_blocks(index)
+        if self.layout is Layout.FLAT and self.output is Output.TENSORDICT:
+            extra = (
+                {"index": index} if weight is None else {"index": index, "priority_weight": weight}
+            )
+            return packed.batch_from_blocks(blocks, names=self._names, extra=extra)
+        leaves: dict[Any, Any] = {}
+        for name, key, unsqueeze in self._plan:
+            leaf = packed.leaf(blocks, name)
+            put(leaves, key, leaf.unsqueeze(-1) if unsqueeze else leaf)
+        if self._derived:
+            nxt = leaves["next"]
+            put(leaves, ("next", "terminated"), nxt["done"] & ~nxt["truncated"])
+        leaves["index"] = index
+        if weight is not None:
+            leaves["priority_weight"] = weight
+        return self._finish(leaves, index.shape[0])
+
+    # ------------------------------------------------------------ priorities
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor | float) -> None:
+        """Set raw priorities of training rows (``sampler="prioritized"`` only).
+
+        Args:
+            index: store rows, as a batch's ``"index"`` holds them.
+            priority: one value or one per row; finite and ``>= 0`` (a TD error's size).
+
+        Raises:
+            RuntimeError: with ``sampler="uniform"``.
+            ValueError: for rows outside this rank's training rows, or bad priorities.
+        """
+        if self.sampler is not SamplerKind.PRIORITIZED:
+            raise RuntimeError(
+                "update_priority needs sampler='prioritized'; this datamodule samples uniformly"
+            )
+        self._ensure_ready()
+        index = torch.as_tensor(index, dtype=torch.int64, device=self.device).reshape(-1)
+        if index.numel() and (
+            int(index.min()) < 0
+            or int(index.max()) >= self.resident.num_rows
+            or not bool(self._trainable[index].all())
+        ):
+            raise ValueError(
+                "update_priority index holds rows outside this rank's training rows; pass the "
+                "'index' of a training batch"
+            )
+        if isinstance(priority, torch.Tensor):
+            priority = priority.detach().to(self.device)
+        self.priorities.update_priority(index, priority)
+
+    def _extra_state(self) -> dict[str, Any]:
+        if self.priorities is None:
+            return {}
+        return {"priorities": to_cpu(self.priorities.state_dict())}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        if self.priorities is None:
+            return
+        if "priorities" not in state:
+            raise ValueError(
+                "the checkpoint holds no priorities; it was saved with sampler='uniform'"
+            )
+        self.priorities.load_state_dict(state["priorities"])
+
+    def __repr__(self) -> str:
+        return (
+            f"OfflineDataModule({str(self.store_path)!r}, batch_size={self.batch_size}, "
+            f"sampler={self.sampler.value!r}, layout={self.layout.value!r}, "
+            f"train_episodes={len(self.split.train)}, val_episodes={len(self.split.val)})"
+        )

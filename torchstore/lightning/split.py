@@ -1,0 +1,80 @@
+"""Which episodes train, which validate, and which ones a DDP rank samples.
+
+Splits are by whole episodes, so no validation row ever shares an episode with a training
+row. The validation episodes are the **last** ones in the store (its newest data, the
+same set whatever the seed or the number of ranks), which also keeps the training rows one
+contiguous block ``[0, first validation row)``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["EpisodeSplit", "split_episodes", "shard_episodes", "validation_count"]
+
+
+@dataclass(frozen=True, slots=True)
+class EpisodeSplit:
+    """Episode numbers (int64, ascending) of the training and the validation set."""
+
+    train: torch.Tensor
+    val: torch.Tensor
+
+
+def validation_count(val_episodes: float | int, num_episodes: int) -> int:
+    """How many episodes ``val_episodes`` asks for.
+
+    A float is a fraction in ``[0, 1)`` of ``num_episodes``, rounded half up, and at least
+    one episode when the fraction is positive; an int is a count.
+
+    Raises:
+        ValueError: for a bool, a negative value, a fraction ``>= 1``, or a split that
+            leaves no training episode.
+    """
+    if isinstance(val_episodes, bool) or not isinstance(val_episodes, (int, float)):
+        raise ValueError(
+            f"val_episodes ({val_episodes!r}) must be a fraction in [0, 1) or an int count"
+        )
+    if isinstance(val_episodes, float):
+        if not 0.0 <= val_episodes < 1.0:
+            raise ValueError(
+                f"val_episodes ({val_episodes!r}) as a fraction must lie in [0, 1); "
+                "pass an int for a count of episodes"
+            )
+        count = math.floor(val_episodes * num_episodes + 0.5)
+        if val_episodes > 0:
+            count = max(count, 1)
+    else:
+        if val_episodes < 0:
+            raise ValueError(f"val_episodes ({val_episodes}) must be >= 0")
+        count = val_episodes
+    if count >= num_episodes:
+        raise ValueError(
+            f"val_episodes ({val_episodes!r}) leaves no training episodes: {count} of the "
+            f"store's {num_episodes} episodes would validate"
+        )
+    return count
+
+
+def split_episodes(num_episodes: int, val_episodes: float | int) -> EpisodeSplit:
+    """Train on the first episodes, validate on the last ``validation_count(...)``."""
+    n_val = validation_count(val_episodes, num_episodes)
+    ids = torch.arange(num_episodes, dtype=torch.int64)
+    return EpisodeSplit(train=ids[: num_episodes - n_val], val=ids[num_episodes - n_val :])
+
+
+def shard_episodes(episodes: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    """Rank ``rank``'s share of ``episodes``: every ``world_size``-th one, from ``rank``.
+
+    Raises:
+        ValueError: if there are fewer episodes than ranks (a rank would have nothing).
+    """
+    if len(episodes) < world_size:
+        raise ValueError(
+            f"shard_episodes needs at least one training episode per rank: "
+            f"{len(episodes)} training episodes for {world_size} ranks"
+        )
+    return episodes[rank::world_size]
