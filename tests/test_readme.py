@@ -9,7 +9,8 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_readme_python_blocks_run(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(tmp_path)  # commands assume the repo root: its data/ is linked in
+    (tmp_path / "data").symlink_to(README.parent / "data")
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
     assert blocks
     namespace: dict = {}  # one namespace, as a reader running the blocks in order would
