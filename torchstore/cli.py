@@ -49,7 +49,9 @@ def _viz(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="torchstore", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="torchstore", description="Trajectory stores, replay data and remote datasets."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("info", help="summarise a store: columns, rows, episodes, size, manifest")
@@ -83,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder to write the PNG files to")
     p.add_argument("--episodes", type=int, default=3, help="episodes to draw traces and frames of")
     p.set_defaults(func=_viz)
+    from torchstore.remote.commands import add_commands
+
+    add_commands(sub)  # catalog, pull, push, sync, remote index
     return parser
 
 

@@ -1,0 +1,489 @@
+"""A loopback Hugging Face Hub for tests (the subset in shared/specs/hub-http-api.md).
+
+In memory, threaded, HTTP/1.1 keep-alive, bound to 127.0.0.1 on a free port. It speaks
+what huggingface_hub 2.4 sends for: create_repo, repo_info/dataset_info, list_datasets,
+list_models, list_repo_tree/list_repo_files, list_repo_refs, preupload + commit (base64
+regular files only: preupload answers ``regular`` for everything, so LFS and Xet never
+start), tags, branches, validate-yaml, and HEAD/GET resolve with ETag, X-Repo-Commit and
+Range. Typed errors carry ``X-Error-Code``. No ``X-Xet-*`` header is ever sent.
+
+Usage::
+
+    with HubServer() as hub:
+        HfApi(endpoint=hub.endpoint).create_repo("tester/ds", repo_type="dataset")
+
+Counters: ``requests`` (method, raw path, authorization) and ``body_bytes`` (resolve bytes
+sent per ``repo_id/path``). Fault: ``cut_after[(repo_id, path)] = n`` drops the next
+resolve GET of that file after ``n`` body bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
+
+TYPES = {"datasets": "dataset", "models": "model", "spaces": "space"}
+PREFIX = {"dataset": "datasets/", "model": "", "space": "spaces/"}
+DATE = "2025-01-01T00:00:00.000Z"
+
+
+def blob_sha1(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
+class Commit:
+    oid: str
+    files: dict[str, bytes]
+    title: str
+    parent: str | None
+
+
+@dataclass
+class Repo:
+    repo_id: str
+    repo_type: str
+    private: bool
+    commits: dict[str, Commit] = field(default_factory=dict)
+    branches: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, rev: str) -> str | None:
+        if rev in self.branches:
+            return self.branches[rev]
+        if rev in self.tags:
+            return self.tags[rev]
+        for prefix, table in (("refs/heads/", self.branches), ("refs/tags/", self.tags)):
+            if rev.startswith(prefix) and rev[len(prefix) :] in table:
+                return table[rev[len(prefix) :]]
+        if rev in self.commits:
+            return rev
+        if len(rev) >= 7:
+            hits = [c for c in self.commits if c.startswith(rev)]
+            if len(hits) == 1:
+                return hits[0]
+        return None
+
+
+class HubError(Exception):
+    def __init__(
+        self, status: int, message: str, code: str | None = None, headers: dict | None = None
+    ):
+        super().__init__(message)
+        self.status, self.message, self.code, self.headers = status, message, code, headers or {}
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hangs up early (refusing a body, a timeout) is expected in tests."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class HubServer:
+    def __init__(self):
+        self.repos: dict[tuple[str, str], Repo] = {}
+        self.lock = threading.RLock()
+        self.requests: list[dict] = []
+        self.body_bytes: dict[str, int] = defaultdict(int)
+        self.cut_after: dict[tuple[str, str], int] = {}
+        self._counter = 0
+        self._httpd = _QuietServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def endpoint(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> HubServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> HubServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ----------------------------------------------------------------- state
+    def new_commit(
+        self, repo: Repo, files: dict[str, bytes], title: str, parent: str | None
+    ) -> str:
+        self._counter += 1
+        seed = f"{repo.repo_id}\0{parent}\0{self._counter}\0{time.time_ns()}\0{sorted(files)}"
+        oid = hashlib.sha1(seed.encode()).hexdigest()
+        repo.commits[oid] = Commit(oid, files, title, parent)
+        return oid
+
+    def repo_url(self, repo: Repo) -> str:
+        return f"{self.endpoint}/{PREFIX[repo.repo_type]}{repo.repo_id}"
+
+    def get_repo(self, repo_type: str, repo_id: str) -> Repo:
+        repo = self.repos.get((repo_type, repo_id))
+        if repo is None:
+            raise HubError(404, f"Repository Not Found for url: {repo_id}", "RepoNotFound")
+        return repo
+
+    def commit_of(self, repo: Repo, rev: str) -> Commit:
+        oid = repo.resolve(rev)
+        if oid is None:
+            raise HubError(404, f"Invalid rev id: {rev}", "RevisionNotFound")
+        return repo.commits[oid]
+
+    def info(self, repo: Repo, commit: Commit) -> dict:
+        return {
+            "id": repo.repo_id,
+            "author": repo.repo_id.split("/")[0],
+            "sha": commit.oid,
+            "private": repo.private,
+            "gated": False,
+            "disabled": False,
+            "createdAt": DATE,
+            "lastModified": DATE,
+            "tags": [],
+            "downloads": 0,
+            "likes": 0,
+            "siblings": [
+                {"rfilename": p, "size": len(d), "blobId": blob_sha1(d)}
+                for p, d in sorted(commit.files.items())
+            ],
+        }
+
+
+def _make_handler(hub: HubServer):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        # ------------------------------------------------------------- io
+        def _body(self) -> bytes:
+            return self._raw_body
+
+        def _send(
+            self,
+            status: int,
+            body: bytes = b"",
+            headers: dict | None = None,
+            ctype="application/json",
+        ) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command != "HEAD" and body:
+                self.wfile.write(body)
+
+        def _json(self, obj, status: int = 200, headers: dict | None = None) -> None:
+            self._send(status, json.dumps(obj).encode(), headers)
+
+        def _dispatch(self) -> None:
+            parts = urlsplit(self.path)
+            segments = [unquote(s) for s in parts.path.split("/")[1:]]
+            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+            self._raw_body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+            with hub.lock:
+                hub.requests.append(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "authorization": self.headers.get("Authorization"),
+                    }
+                )
+            try:
+                if segments and segments[0] == "api":
+                    self._api(segments[1:], query)
+                else:
+                    self._resolve(segments)
+            except HubError as exc:
+                headers = dict(exc.headers)
+                if exc.code:
+                    headers["X-Error-Code"] = exc.code
+                headers["X-Error-Message"] = exc.message
+                self._json({"error": exc.message}, exc.status, headers)
+
+        do_GET = do_HEAD = do_POST = do_DELETE = do_PUT = _dispatch
+
+        # ------------------------------------------------------------- api
+        def _api(self, seg: list[str], query: dict) -> None:
+            method = self.command
+            if seg == ["repos", "create"] and method == "POST":
+                return self._create(json.loads(self._body() or b"{}"))
+            if seg == ["repos", "delete"] and method == "DELETE":
+                body = json.loads(self._body() or b"{}")
+                key = (body.get("type") or "model", f"{body.get('organization')}/{body['name']}")
+                with hub.lock:
+                    if hub.repos.pop(key, None) is None:
+                        raise HubError(404, "repo not found", "RepoNotFound")
+                return self._json({})
+            if seg == ["validate-yaml"] and method == "POST":
+                self._body()
+                return self._json({"errors": [], "warnings": []})
+            if seg == ["agent-harnesses"]:
+                raise HubError(404, "not here")
+            if len(seg) == 1 and seg[0] in TYPES and method == "GET":
+                return self._list(TYPES[seg[0]], query)
+            if len(seg) >= 3 and seg[0] in TYPES:
+                repo_type, repo_id, rest = TYPES[seg[0]], f"{seg[1]}/{seg[2]}", seg[3:]
+                return self._repo_api(repo_type, repo_id, rest, query)
+            raise HubError(404, f"no route {method} {self.path}")
+
+        def _create(self, body: dict) -> None:
+            repo_type = body.get("type") or "model"
+            org = body.get("organization")
+            if not org:
+                raise HubError(400, "use a namespace/name repo id")
+            repo_id = f"{org}/{body['name']}"
+            private = body.get("visibility") == "private" or bool(body.get("private"))
+            with hub.lock:
+                if (repo_type, repo_id) in hub.repos:
+                    repo = hub.repos[(repo_type, repo_id)]
+                    return self._json(
+                        {"error": "You already created this repo", "url": hub.repo_url(repo)}, 409
+                    )
+                repo = Repo(repo_id, repo_type, private)
+                oid = hub.new_commit(repo, {}, "initial commit", None)
+                repo.branches["main"] = oid
+                hub.repos[(repo_type, repo_id)] = repo
+            self._json({"url": hub.repo_url(repo)})
+
+        def _list(self, repo_type: str, query: dict) -> None:
+            author = query.get("author")
+            with hub.lock:
+                out = [
+                    hub.info(r, r.commits[r.branches["main"]])
+                    for (t, rid), r in sorted(hub.repos.items())
+                    if t == repo_type and (author is None or rid.split("/")[0] == author)
+                ]
+            self._json(out)
+
+        def _repo_api(self, repo_type: str, repo_id: str, rest: list[str], query: dict) -> None:
+            method = self.command
+            with hub.lock:
+                repo = hub.get_repo(repo_type, repo_id)
+                if not rest and method == "GET":
+                    return self._json(hub.info(repo, hub.commit_of(repo, "main")))
+                head, args = rest[0], rest[1:]
+                if head == "revision" and method == "GET":
+                    return self._json(hub.info(repo, hub.commit_of(repo, "/".join(args))))
+                if head == "tree" and method == "GET":
+                    return self._tree(repo, args, query)
+                if head == "refs" and method == "GET":
+                    refs = {
+                        "branches": [
+                            {"name": b, "ref": f"refs/heads/{b}", "targetCommit": c}
+                            for b, c in repo.branches.items()
+                        ],
+                        "converts": [],
+                        "tags": [
+                            {"name": t, "ref": f"refs/tags/{t}", "targetCommit": c}
+                            for t, c in repo.tags.items()
+                        ],
+                    }
+                    if "include_prs" in query:
+                        refs["pullRequests"] = []
+                    return self._json(refs)
+                if head == "preupload" and method == "POST":
+                    return self._preupload(repo, "/".join(args))
+                if head == "commit" and method == "POST":
+                    return self._commit(repo, "/".join(args))
+                if head == "tag":
+                    return self._tag(repo, "/".join(args))
+                if head == "branch":
+                    return self._branch(repo, "/".join(args))
+            raise HubError(404, f"no route {method} {self.path}")
+
+        def _tree(self, repo: Repo, args: list[str], query: dict) -> None:
+            commit = hub.commit_of(repo, args[0])
+            sub = "/".join(args[1:]).strip("/")
+            recursive = query.get("recursive") == "true"
+            files = {p: d for p, d in commit.files.items() if not sub or p.startswith(sub + "/")}
+            if sub and not files:
+                raise HubError(404, f"{sub} does not exist", "EntryNotFound")
+            dirs = set()
+            for p in commit.files:
+                parts = p.split("/")
+                for i in range(1, len(parts)):
+                    dirs.add("/".join(parts[:i]))
+            base_depth = len(sub.split("/")) if sub else 0
+            out = []
+            for d in sorted(dirs):
+                if (not sub or d.startswith(sub + "/")) and (
+                    recursive or d.count("/") == base_depth
+                ):
+                    out.append(
+                        {
+                            "type": "directory",
+                            "path": d,
+                            "oid": hashlib.sha1(d.encode()).hexdigest(),
+                            "size": 0,
+                        }
+                    )
+            for p, data in sorted(files.items()):
+                if recursive or p.count("/") == base_depth:
+                    out.append(
+                        {"type": "file", "path": p, "oid": blob_sha1(data), "size": len(data)}
+                    )
+            self._json(out)
+
+        def _preupload(self, repo: Repo, rev: str) -> None:
+            commit = hub.commit_of(repo, rev)
+            body = json.loads(self._body() or b"{}")
+            files = [
+                {
+                    "path": f["path"],
+                    "uploadMode": "regular",
+                    "shouldIgnore": False,
+                    "oid": blob_sha1(commit.files[f["path"]])
+                    if f["path"] in commit.files
+                    else None,
+                }
+                for f in body.get("files", [])
+            ]
+            self._json({"files": files})
+
+        def _commit(self, repo: Repo, rev: str) -> None:
+            if rev not in repo.branches:
+                raise HubError(400, f"cannot commit to {rev!r}: not a branch")
+            lines = [json.loads(line) for line in self._body().splitlines() if line.strip()]
+            if not lines or lines[0].get("key") != "header":
+                raise HubError(400, "the commit must start with a header line")
+            header = lines[0]["value"]
+            head = repo.branches[rev]
+            parent = header.get("parentCommit")
+            if parent and not head.startswith(parent):
+                raise HubError(412, f"parent commit {parent} is not the head of {rev}")
+            files = dict(repo.commits[head].files)
+            for line in lines[1:]:
+                key, value = line["key"], line["value"]
+                if key == "file":
+                    if value.get("encoding") != "base64":
+                        raise HubError(400, "only base64 file content is supported")
+                    files[value["path"]] = base64.b64decode(value["content"])
+                elif key == "deletedFile":
+                    if value["path"] not in files:
+                        raise HubError(
+                            404,
+                            f"A file with this name doesn't exist: {value['path']}",
+                            "EntryNotFound",
+                        )
+                    del files[value["path"]]
+                elif key == "deletedFolder":
+                    prefix = value["path"].rstrip("/") + "/"
+                    files = {p: d for p, d in files.items() if not p.startswith(prefix)}
+                else:
+                    raise HubError(
+                        400, f"unsupported commit operation {key!r} (LFS is not served here)"
+                    )
+            oid = hub.new_commit(repo, files, header.get("summary", ""), head)
+            repo.branches[rev] = oid
+            self._json(
+                {
+                    "success": True,
+                    "commitOid": oid,
+                    "commitUrl": f"{hub.repo_url(repo)}/commit/{oid}",
+                    "pullRequestUrl": None,
+                }
+            )
+
+        def _tag(self, repo: Repo, arg: str) -> None:
+            if self.command == "POST":
+                tag = json.loads(self._body() or b"{}")["tag"]
+                if tag in repo.tags:
+                    raise HubError(409, f"tag {tag} exists")
+                repo.tags[tag] = hub.commit_of(repo, arg or "main").oid
+                return self._json({})
+            if self.command == "DELETE":
+                if repo.tags.pop(arg, None) is None:
+                    raise HubError(404, f"no tag {arg}", "RevisionNotFound")
+                return self._json({})
+            raise HubError(405, "method not allowed")
+
+        def _branch(self, repo: Repo, branch: str) -> None:
+            if self.command == "POST":
+                body = json.loads(self._body() or b"{}")
+                if branch in repo.branches:
+                    raise HubError(409, f"branch {branch} exists")
+                repo.branches[branch] = hub.commit_of(repo, body.get("startingPoint") or "main").oid
+                return self._json({})
+            if self.command == "DELETE":
+                if repo.branches.pop(branch, None) is None:
+                    raise HubError(404, f"no branch {branch}", "RevisionNotFound")
+                return self._json({})
+            raise HubError(405, "method not allowed")
+
+        # ------------------------------------------------------------- resolve
+        def _resolve(self, seg: list[str]) -> None:
+            repo_type = "model"
+            if seg and seg[0] in ("datasets", "spaces"):
+                repo_type = TYPES[seg.pop(0)]
+            if len(seg) < 5 or seg[2] != "resolve" or self.command not in ("GET", "HEAD"):
+                raise HubError(404, f"no route {self.command} {self.path}")
+            repo_id, rev, path = f"{seg[0]}/{seg[1]}", seg[3], "/".join(seg[4:])
+            with hub.lock:
+                repo = hub.get_repo(repo_type, repo_id)
+                commit = hub.commit_of(repo, rev)
+                data = commit.files.get(path)
+                if data is None:
+                    raise HubError(
+                        404, f"{path} not found", "EntryNotFound", {"X-Repo-Commit": commit.oid}
+                    )
+                cut = hub.cut_after.pop((repo_id, path), None) if self.command == "GET" else None
+            start, status = 0, 200
+            rng = self.headers.get("Range")
+            if rng and rng.startswith("bytes=") and rng.endswith("-"):
+                start, status = int(rng[6:-1]), 206
+                if start >= len(data):
+                    return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+            body = data[start:]
+            headers = {
+                "ETag": f'"{blob_sha1(data)}"',
+                "X-Repo-Commit": commit.oid,
+                "Accept-Ranges": "bytes",
+            }
+            if status == 206:
+                headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+            self.send_response(status)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            if self.command == "HEAD":
+                return
+            if cut is not None and cut < len(body):
+                hub.body_bytes[f"{repo_id}/{path}"] += (
+                    cut  # counted first: the client may finish first
+                )
+                self.wfile.write(body[:cut])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return
+            hub.body_bytes[f"{repo_id}/{path}"] += len(body)
+            self.wfile.write(body)
+
+    return Handler

@@ -1,0 +1,201 @@
+"""Folder transport: a local directory (``/path``, ``file://``) or any fsspec URL (``s3://``...).
+
+Local folders get atomic writes (a hidden temporary name in the same folder, then
+``os.replace``); fsspec targets get one ``put``/``pipe`` per file, which object stores apply
+atomically per object. fsspec is imported only for non-local URLs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from torchstore.errors import IntegrityError
+from torchstore.io.http import RemoteChangedError
+from torchstore.io.paths import check_relpath
+from torchstore.io.transfer import Progress, RemoteNotFoundError, TransferError
+
+__all__ = ["LocalFolderClient", "FsspecClient", "folder_client"]
+
+_CHUNK = 1 << 20
+
+
+def _etag(data: bytes) -> str:
+    return '"' + hashlib.sha256(data).hexdigest() + '"'
+
+
+def _copy(src, dst, remaining: int, progress: Progress | None) -> int:
+    while remaining > 0:
+        chunk = src.read(min(_CHUNK, remaining))
+        if not chunk:
+            break
+        dst.write(chunk)
+        remaining -= len(chunk)
+        if progress is not None:
+            progress(len(chunk))
+    return remaining
+
+
+def _size_rule(rel: str, got: int, size: int) -> None:
+    if got != size:
+        rule = "larger than" if got > size else "smaller than"
+        raise IntegrityError(
+            f"'{rel}': the remote file has {got} bytes, {rule} the {size} bytes declared"
+        )
+
+
+class LocalFolderClient:
+    """Byte transport relative to a local folder."""
+
+    def __init__(self, base: str | os.PathLike):
+        self.root = Path(base)
+        self.base = str(self.root)
+
+    def __repr__(self) -> str:
+        return f"LocalFolderClient({self.base!r})"
+
+    def _path(self, rel: str) -> Path:
+        return self.root / check_relpath(rel)
+
+    def read_bytes(self, rel: str, *, limit: int) -> tuple[bytes, str | None] | None:
+        path = self._path(rel)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return None
+        if size > limit:
+            raise TransferError(f"{path} has {size} bytes, more than {limit}; refusing to read it")
+        data = path.read_bytes()
+        return data, _etag(data)
+
+    def download(
+        self, rel: str, partial: Path, *, size: int, progress: Progress | None = None
+    ) -> None:
+        path = self._path(rel)
+        try:
+            src = open(path, "rb")
+        except FileNotFoundError:
+            raise RemoteNotFoundError(f"no file {path}") from None
+        with src:
+            _size_rule(rel, os.fstat(src.fileno()).st_size, size)
+            have = partial.stat().st_size if partial.exists() else 0
+            if have > size:
+                partial.unlink()
+                have = 0
+            src.seek(have)
+            with open(partial, "ab") as dst:
+                if _copy(src, dst, size - have, progress):
+                    raise TransferError(f"{path} shrank while it was read")
+
+    def _replace(self, rel: str, write) -> None:
+        path = self._path(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def upload(self, src: Path, rel: str, *, progress: Progress | None = None) -> None:
+        def write(f):
+            with open(src, "rb") as s:
+                _copy(s, f, os.fstat(s.fileno()).st_size, progress)
+
+        self._replace(rel, write)
+
+    def write_bytes(
+        self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
+    ) -> None:
+        if if_match is not None or if_absent:
+            current = self.read_bytes(rel, limit=1 << 62)
+            if (if_absent and current is not None) or (
+                if_match is not None and (current is None or current[1] != if_match)
+            ):
+                raise RemoteChangedError(f"{self._path(rel)} changed since it was read")
+        self._replace(rel, lambda f: f.write(data))
+
+
+class FsspecClient:
+    """Byte transport relative to an fsspec URL (needs ``pip install fsspec`` and its backend)."""
+
+    def __init__(self, base: str):
+        try:
+            import fsspec
+        except ImportError as exc:
+            raise ImportError(f"location {base!r} needs fsspec: pip install fsspec") from exc
+        self.base = base.rstrip("/")
+        self._fs, self._root = fsspec.core.url_to_fs(self.base)
+
+    def __repr__(self) -> str:
+        return f"FsspecClient({self.base!r})"
+
+    def _path(self, rel: str) -> str:
+        return f"{self._root.rstrip('/')}/{check_relpath(rel)}"
+
+    def read_bytes(self, rel: str, *, limit: int) -> tuple[bytes, str | None] | None:
+        path = self._path(rel)
+        if not self._fs.exists(path):
+            return None
+        size = self._fs.size(path)
+        if size is not None and size > limit:
+            raise TransferError(
+                f"{self.base}/{rel} has {size} bytes, more than {limit}; refusing to read it"
+            )
+        data = self._fs.cat_file(path)
+        return data, _etag(data)
+
+    def download(
+        self, rel: str, partial: Path, *, size: int, progress: Progress | None = None
+    ) -> None:
+        path = self._path(rel)
+        if not self._fs.exists(path):
+            raise RemoteNotFoundError(f"no file {self.base}/{rel}")
+        _size_rule(rel, self._fs.size(path), size)
+        have = partial.stat().st_size if partial.exists() else 0
+        if have > size:
+            partial.unlink()
+            have = 0
+        with self._fs.open(path, "rb") as src, open(partial, "ab") as dst:
+            src.seek(have)
+            if _copy(src, dst, size - have, progress):
+                raise TransferError(f"{self.base}/{rel} shrank while it was read")
+
+    def upload(self, src: Path, rel: str, *, progress: Progress | None = None) -> None:
+        path = self._path(rel)
+        self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with open(src, "rb") as s, self._fs.open(path, "wb") as d:
+            _copy(s, d, os.fstat(s.fileno()).st_size, progress)
+
+    def write_bytes(
+        self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
+    ) -> None:
+        if if_match is not None or if_absent:
+            current = self.read_bytes(rel, limit=1 << 62)
+            if (if_absent and current is not None) or (
+                if_match is not None and (current is None or current[1] != if_match)
+            ):
+                raise RemoteChangedError(f"{self.base}/{rel} changed since it was read")
+        path = self._path(rel)
+        self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        self._fs.pipe_file(path, data)
+
+
+def folder_client(location: str) -> LocalFolderClient | FsspecClient:
+    """The client for a folder location: a plain path or ``file://`` URL is local, others fsspec."""
+    parts = urlsplit(location)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(
+                f"file:// location ({location!r}) must name a local path (file:///path)"
+            )
+        return LocalFolderClient(unquote(parts.path))
+    if parts.scheme == "" or len(parts.scheme) == 1:  # a plain path (or a Windows drive letter)
+        return LocalFolderClient(location)
+    return FsspecClient(location)

@@ -1,0 +1,95 @@
+"""What every file transport shares: its errors, its protocol, progress bars, secret hygiene.
+
+Transports (``http.py``, ``folder.py``) move bytes between a base location and local
+files. They know nothing about indexes, entries or datasets; ``torchstore.remote`` does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol
+
+from torchstore.errors import TorchstoreError
+
+__all__ = [
+    "TransferError",
+    "RemoteNotFoundError",
+    "FileClient",
+    "Progress",
+    "progress_bar",
+    "redact",
+    "env_flag",
+]
+
+#: Called with the number of bytes just moved.
+Progress = Callable[[int], None]
+
+
+class TransferError(TorchstoreError, OSError):
+    """Moving bytes to or from a remote failed (network, timeout, HTTP status, offline mode)."""
+
+
+class RemoteNotFoundError(TransferError, FileNotFoundError):
+    """The remote has no such file, entry or revision."""
+
+
+class FileClient(Protocol):
+    """Byte transport relative to one base location (an HTTP URL, a folder, an fsspec URL)."""
+
+    base: str
+
+    def read_bytes(self, rel: str, *, limit: int) -> tuple[bytes, str | None] | None:
+        """``(content, etag)`` of ``rel``, ``None`` if it does not exist; refuses > ``limit`` bytes."""
+
+    def download(
+        self, rel: str, partial: Path, *, size: int, progress: Progress | None = None
+    ) -> None:
+        """Append ``rel``'s bytes to ``partial`` from its current length until it holds ``size``."""
+
+    def upload(self, src: Path, rel: str, *, progress: Progress | None = None) -> None:
+        """Store ``src`` at ``rel`` so a reader sees the old content or the whole new one."""
+
+    def write_bytes(self, rel: str, data: bytes, *, if_match: str | None = None) -> None:
+        """Replace ``rel`` with ``data`` atomically; with ``if_match``, only if unchanged since read."""
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+def progress_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0):
+    """A tqdm bar counting bytes (with the transfer rate), or a no-op if disabled/unavailable."""
+    if not enabled or env_flag("TORCHSTORE_DISABLE_PROGRESS"):
+        return _NoBar()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm is optional: no bar, same transfer
+        return _NoBar()
+    return tqdm(
+        total=total, initial=initial, desc=desc, unit="B", unit_scale=True, unit_divisor=1024
+    )
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with every non-empty secret replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def env_flag(name: str) -> bool:
+    """True if the environment variable is set to 1/true/yes/on (any case)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,34 @@
+"""Remote datasets: pull and push datasets, recordings, asset packs and policy weights.
+
+Locations are Hub namespaces (``hf://datasets/NS``, via huggingface_hub) or any HTTP(S),
+folder or fsspec base that serves an ``index.json`` (format in ``torchstore.remote.index``).
+Everything pulled is verified against its sha256 before it becomes visible.
+"""
+
+from torchstore.io.transfer import RemoteNotFoundError, TransferError
+from torchstore.remote.cache import default_cache_dir, pull
+from torchstore.remote.catalog import RemoteCatalog, format_catalog
+from torchstore.remote.index import EntryKind, RemoteEntry, RemoteFile
+from torchstore.remote.recording import SyncResult, sync_recording
+from torchstore.remote.safe_upload import is_safe_to_upload
+from torchstore.remote.upload import IncompleteFileError, push, write_index
+from torchstore.remote.weights import fetch_policy_weights
+
+__all__ = [
+    "RemoteCatalog",
+    "RemoteEntry",
+    "RemoteFile",
+    "EntryKind",
+    "pull",
+    "push",
+    "sync_recording",
+    "SyncResult",
+    "is_safe_to_upload",
+    "fetch_policy_weights",
+    "write_index",
+    "format_catalog",
+    "default_cache_dir",
+    "TransferError",
+    "RemoteNotFoundError",
+    "IncompleteFileError",
+]

@@ -1,0 +1,167 @@
+"""The ``torchstore catalog|pull|push|sync|remote index`` subcommands (argparse only).
+
+``torchstore/cli.py`` wires them in with ``add_commands(sub)``; every handler parses
+nothing itself and calls one library function. Plain ``ValueError``s (a malformed
+location, an unknown kind) are re-raised as :class:`~torchstore.errors.TorchstoreError`
+so the CLI prints them as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from functools import wraps
+
+from torchstore.errors import TorchstoreError
+
+__all__ = ["add_commands"]
+
+
+def _one_line_errors(
+    fn: Callable[[argparse.Namespace], None],
+) -> Callable[[argparse.Namespace], None]:
+    @wraps(fn)
+    def run(args: argparse.Namespace) -> None:
+        try:
+            fn(args)
+        except TorchstoreError:
+            raise
+        except ValueError as exc:
+            raise TorchstoreError(str(exc)) from exc
+
+    return run
+
+
+@_one_line_errors
+def _catalog(args: argparse.Namespace) -> None:
+    from torchstore.remote import RemoteCatalog, format_catalog
+
+    catalog = RemoteCatalog(args.location)
+    if args.json:
+        print(json.dumps([{**e.to_dict(), "commit": e.commit} for e in catalog], indent=1))
+    else:
+        print(format_catalog(catalog, files=args.files))
+
+
+@_one_line_errors
+def _pull(args: argparse.Namespace) -> None:
+    from torchstore.remote import pull
+
+    offline = True if args.offline else None
+    print(
+        pull(
+            args.location,
+            args.name,
+            cache_dir=args.cache_dir,
+            revision=args.revision,
+            offline=offline,
+            progress=not args.no_progress,
+        )
+    )
+
+
+@_one_line_errors
+def _push(args: argparse.Namespace) -> None:
+    from torchstore.remote import push
+
+    entry = push(args.dir, args.location, args.name, kind=args.kind, progress=not args.no_progress)
+    print(
+        f"pushed {entry.name} ({entry.kind}, {len(entry.files)} files, {entry.size} bytes) to {args.location}"
+    )
+
+
+@_one_line_errors
+def _sync(args: argparse.Namespace) -> None:
+    from torchstore.remote import sync_recording
+
+    result = sync_recording(
+        args.dir,
+        args.location,
+        args.name,
+        snapshot_live_stores=not args.no_snapshot,
+        min_age_s=args.min_age,
+        progress=not args.no_progress,
+    )
+    print(
+        f"synced {args.name}: {len(result.uploaded)} uploaded, {len(result.unchanged)} unchanged, "
+        f"{len(result.skipped)} not complete yet"
+    )
+    for rel, reason in result.skipped:
+        print(f"  waiting: {rel} ({reason})")
+
+
+@_one_line_errors
+def _remote_index(args: argparse.Namespace) -> None:
+    from torchstore.remote import write_index
+
+    kinds = {}
+    for item in args.kind or []:
+        name, sep, kind = item.partition("=")
+        if not sep:
+            raise TorchstoreError(f"--kind ({item!r}) must be NAME=KIND")
+        kinds[name] = kind
+    print(f"wrote {write_index(args.dir, kinds=kinds)}")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Add ``catalog``, ``pull``, ``push``, ``sync`` and ``remote index`` to a subparser set."""
+    p = sub.add_parser(
+        "catalog", help="list what a location holds: name, kind, files, size, sha256"
+    )
+    p.add_argument(
+        "location",
+        help="hf://datasets/NS, hf://models/NS, http(s)://..., a folder or an fsspec URL",
+    )
+    p.add_argument("--files", action="store_true", help="also list every file with its sha256")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_catalog)
+
+    p = sub.add_parser("pull", help="download an entry into the cache (resumable, sha256-verified)")
+    p.add_argument("location")
+    p.add_argument("name")
+    p.add_argument(
+        "--cache-dir", default=None, help="default: $TORCHSTORE_CACHE or ~/.cache/torchstore"
+    )
+    p.add_argument(
+        "--revision", default=None, help="Hub branch/tag/commit, or an index entry revision prefix"
+    )
+    p.add_argument("--offline", action="store_true", help="answer from the cache only")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_pull)
+
+    p = sub.add_parser("push", help="upload a folder as one entry (index updated last)")
+    p.add_argument("dir")
+    p.add_argument("location")
+    p.add_argument("name")
+    p.add_argument(
+        "--kind", default="dataset", choices=("dataset", "recording", "assets", "policy")
+    )
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_push)
+
+    p = sub.add_parser(
+        "sync", help="upload the complete, new files of a recording still being written"
+    )
+    p.add_argument("dir")
+    p.add_argument("location")
+    p.add_argument("name")
+    p.add_argument(
+        "--min-age", type=float, default=0.0, help="skip files modified in the last N seconds"
+    )
+    p.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="skip live HDF5 stores instead of uploading a snapshot",
+    )
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_sync)
+
+    p = sub.add_parser("remote", help="serve a folder as an HTTP/fsspec location")
+    remote = p.add_subparsers(dest="remote_command", required=True)
+    q = remote.add_parser("index", help="write DIR/index.json listing every sub-folder as an entry")
+    q.add_argument("dir")
+    q.add_argument(
+        "--kind", action="append", metavar="NAME=KIND", help="set an entry's kind (repeatable)"
+    )
+    q.set_defaults(func=_remote_index)
