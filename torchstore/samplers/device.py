@@ -142,7 +142,7 @@ def update_priority_(sampler: PrioritizedSampler, index: Tensor, priority: Tenso
     else:
         sampler._max_raw.copy_(torch.maximum(sampler._max_raw, batch_max))
     sampler._raw.index_copy_(0, index, priority)
-    tree.update(index, torch.pow(priority + sampler._eps, sampler.alpha), check=False)
+    tree.update(index, torch.pow(priority + sampler._eps, sampler.alpha), check=False, resolved=True)
 
 
 def empty_batch(storage: Any, batch_size: int, *, raw: bool = False) -> TensorDict:

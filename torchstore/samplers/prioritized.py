@@ -268,7 +268,9 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
             batch_max if self._max_raw is None else torch.maximum(self._max_raw, batch_max)
         )
         self._raw[index] = priority
-        self._tree.update(index, torch.pow(priority + self._eps, self._alpha), check=False)
+        self._tree.update(
+            index, torch.pow(priority + self._eps, self._alpha), check=False, resolved=True
+        )
 
     # ------------------------------------------------------------ sampling
     def _sampleable_count(self, storage: Any, batch_size: int) -> int:

@@ -139,7 +139,9 @@ class SumTree:
         return leaves if index is None else leaves[index]
 
     # ------------------------------------------------------------------ update
-    def update(self, index: Tensor | int, value: Tensor | float, *, check: bool = True) -> None:
+    def update(
+        self, index: Tensor | int, value: Tensor | float, *, check: bool = True, resolved: bool = False
+    ) -> None:
         """Write ``value`` at leaves ``index`` and refresh their ancestors.
 
         Duplicates in one batch: the **last** occurrence wins (as a Python loop would do).
@@ -152,6 +154,8 @@ class SumTree:
             value: values (broadcast to ``index``), finite and ``>= 0``.
             check: validate ``index`` and ``value`` on the host (one sync). Pass ``False``
                 on graph-safe paths; the caller then guarantees the preconditions.
+            resolved: ``index`` and ``value`` already come from :func:`last_write_wins`
+                (skips resolving duplicates a second time).
 
         Raises:
             ValueError: (``check=True``) if an index is outside ``[0, capacity)`` or a
@@ -169,7 +173,7 @@ class SumTree:
             return
         if check:
             self._check(idx, val)
-        sorted_idx, winner = last_write_wins(idx, val)
+        sorted_idx, winner = (idx, val) if resolved else last_write_wins(idx, val)
         node = sorted_idx + self.num_leaves
         # index_select / index_copy_ rather than advanced indexing: same values, about
         # half the time per level (duplicate parents all write the same sum).
@@ -179,6 +183,8 @@ class SumTree:
             node = node >> 1
             left = node << 1
             right = left + 1
+            # two gathers and an add beat one gather of the child pairs and a .sum(1)
+            # (34 vs 96 us a level for 4096 nodes here)
             self._sum.index_copy_(0, node, self._sum.index_select(0, left) + self._sum.index_select(0, right))
             self._min.index_copy_(
                 0, node, torch.minimum(self._min.index_select(0, left), self._min.index_select(0, right))
@@ -388,18 +394,20 @@ class SumTree:
         times cheaper. Same guard: never enters a subtree without positive mass.
         """
         total = self._sum[1]
-        mass = u.to(self.dtype) * total
+        mass = u.to(self.dtype).reshape(-1) * total
+        # the children of node k are entries 2k and 2k+1: row k of the pairs view, so one
+        # gather a level fetches both
+        pairs = self._sum.view(-1, 2)
         node = torch.ones(mass.shape, dtype=torch.int64, device=self.device)
-        zero = torch.zeros((), dtype=self.dtype, device=self.device)
         for _ in range(self.depth):
-            left = node << 1
-            r_left = _take(self._sum, left)
-            r_right = _take(self._sum, left + 1)
+            children = pairs.index_select(0, node)
+            r_left, r_right = children[:, 0], children[:, 1]
             go_right = (r_left <= 0) | ((mass >= r_left) & (r_right > 0))
-            mass = mass - torch.where(go_right, r_left, zero)
-            node = left + go_right.long()
+            mass = mass - r_left * go_right
+            node = (node << 1) + go_right
         index = (node - self.num_leaves).clamp(0, self.capacity - 1)
-        return index, _take(self._sum, index + self.num_leaves), total
+        value = self._sum.index_select(0, index + self.num_leaves)
+        return index.reshape(u.shape), value.reshape(u.shape), total
 
     def min_whole(self) -> Tensor:
         """Smallest positive leaf of the whole tree (``+inf`` if none): the min-tree's root."""
