@@ -22,6 +22,7 @@ __all__ = [
     "RESERVED_COLUMNS",
     "column_key",
     "name_from_key",
+    "set_nested",
     "validate_columns",
     "torch_dtype",
     "numpy_dtype",
@@ -79,6 +80,17 @@ def column_key(name: str) -> str | tuple[str, ...]:
     """``"next/obs"`` -> ``("next", "obs")``; a flat name stays a string."""
     parts = tuple(name.split("/"))
     return parts[0] if len(parts) == 1 else parts
+
+
+def set_nested(tree: dict, key: str | tuple[str, ...], value: Any) -> None:
+    """``tree[key] = value`` where a tuple key walks (and makes) nested dicts."""
+    if isinstance(key, str):
+        tree[key] = value
+        return
+    node = tree
+    for part in key[:-1]:
+        node = node.setdefault(part, {})
+    node[key[-1]] = value
 
 
 def name_from_key(key: str | tuple[str, ...]) -> str:

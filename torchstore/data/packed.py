@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from torchstore.data.columns import ColumnSpec
+from torchstore.data.columns import ColumnSpec, set_nested
 
 __all__ = ["PackedColumns"]
 
@@ -207,10 +207,10 @@ class PackedColumns:
             if type(recipe.key) is str:
                 leaves[recipe.key] = leaf
             else:
-                _put(leaves, recipe.key, leaf)
+                set_nested(leaves, recipe.key, leaf)
         if extra:
             for key, value in extra.items():
-                _put(leaves, key, value)
+                set_nested(leaves, key, value)
         return TensorDict._new_unsafe(leaves, batch_size=torch.Size([n]), device=self.device)
 
     def gather(self, index: torch.Tensor, *, raw: bool = False) -> TensorDict:
@@ -248,13 +248,3 @@ def _cut(typed: torch.Tensor, recipe: _Recipe) -> torch.Tensor:
         (row_stride, *(s * col_stride for s in recipe.inner_strides)),
         typed.storage_offset() + recipe.offset * col_stride,
     )
-
-
-def _put(tree: dict, key: str | tuple[str, ...], value: torch.Tensor) -> None:
-    if isinstance(key, str):
-        tree[key] = value
-        return
-    node = tree
-    for part in key[:-1]:
-        node = node.setdefault(part, {})
-    node[key[-1]] = value

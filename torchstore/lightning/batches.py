@@ -30,7 +30,6 @@ __all__ = [
     "EvalBatches",
     "rank_info",
     "gather_rank_states",
-    "put",
     "to_cpu",
 ]
 
@@ -222,17 +221,6 @@ def gather_rank_states(state: dict[str, Any]) -> list[dict[str, Any]]:
     states: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(states, state)
     return states
-
-
-def put(tree: dict, key: str | tuple[str, ...], value: Any) -> None:
-    """Set a possibly nested ``key`` in a dict of dicts."""
-    if isinstance(key, str):
-        tree[key] = value
-        return
-    node = tree
-    for part in key[:-1]:
-        node = node.setdefault(part, {})
-    node[key[-1]] = value
 
 
 def to_cpu(obj: Any) -> Any:

@@ -39,11 +39,11 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from torchstore.data.columns import column_key
+from torchstore.data.columns import column_key, set_nested
 from torchstore.data.resident import ResidentStore
 from torchstore.data.store import TrajectoryStore
 from torchstore.lightning.base import Output, StoreDataModule, check_int, choice
-from torchstore.lightning.batches import RowSegments, put
+from torchstore.lightning.batches import RowSegments
 from torchstore.lightning.normalizer import Normalization, Normalizer, load_or_compute_stats
 
 __all__ = ["DemonstrationDataModule"]
@@ -205,7 +205,7 @@ class DemonstrationDataModule(StoreDataModule):
             leaf = packed.leaf(blocks, name).unflatten(0, rows.shape)
             if norm is not None and name in norm.stats:
                 leaf = norm.normalize(name, leaf)
-            put(tree, column_key(name), leaf)
+            set_nested(tree, column_key(name), leaf)
         return tree
 
     def __repr__(self) -> str:

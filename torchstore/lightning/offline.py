@@ -42,10 +42,10 @@ from typing import Any
 import torch
 from tensordict import TensorDict
 
-from torchstore.data.columns import column_key
+from torchstore.data.columns import column_key, set_nested
 from torchstore.data.store import TrajectoryStore
 from torchstore.lightning.base import Output, StoreDataModule, choice
-from torchstore.lightning.batches import put, to_cpu
+from torchstore.lightning.batches import to_cpu
 from torchstore.samplers.prioritized import PrioritizedSampler
 
 __all__ = ["OfflineDataModule", "SamplerKind", "Layout", "TORCHRL_KEYS"]
@@ -266,10 +266,10 @@ class OfflineDataModule(StoreDataModule):
         leaves: dict[Any, Any] = {}
         for name, key, unsqueeze in self._plan:
             leaf = packed.leaf(blocks, name)
-            put(leaves, key, leaf.unsqueeze(-1) if unsqueeze else leaf)
+            set_nested(leaves, key, leaf.unsqueeze(-1) if unsqueeze else leaf)
         if self._derived:
             nxt = leaves["next"]
-            put(leaves, ("next", "terminated"), nxt["done"] & ~nxt["truncated"])
+            set_nested(leaves, ("next", "terminated"), nxt["done"] & ~nxt["truncated"])
         leaves["index"] = index
         if weight is not None:
             leaves["priority_weight"] = weight
