@@ -195,3 +195,19 @@ def test_quantised_column_accepts_raw_codes(tmp_path):
         w.add_episode({"img": np.array([[0, 255], [7, 9]], np.uint8)}, raw=True)
     with TrajectoryStore(tmp_path / "q.h5") as store:
         assert store.read_slab(0, 2)["img"].tolist() == [[0.0, 255.0], [7.0, 9.0]]
+
+
+def test_two_readers_of_one_file_in_one_process(tmp_path):
+    # HDF5's dataset refresh through one open corrupts reads through another open of the
+    # same dataset ("can't insert duplicate key"); readers in a process share one handle.
+    cols = [ColumnSpec("img", torch.float32, (32, 32, 3), quantize=Quantize(0, 1))]
+    episodes = _write(tmp_path / "s.h5", cols, [300, 400])
+    a = TrajectoryStore(tmp_path / "s.h5")
+    a.read_slab(0, 10)
+    b = TrajectoryStore(tmp_path / "s.h5")
+    b.refresh()
+    assert a.read_slab(0, 700, raw=True)["img"].shape == (700, 32, 32, 3)
+    a.close()
+    expected = np.concatenate([e["img"] for e in episodes])
+    assert (b.read_slab(0, 700)["img"].numpy() - expected).max() <= 1 / 510 + 1e-6
+    b.close()

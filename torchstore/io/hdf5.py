@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,21 +114,74 @@ def _open_waiting_for_lock(path: Path, flags: int, fapl: h5py.h5p.PropFAID) -> h
         time.sleep(0.01)
 
 
+class _SharedReadFile(h5py.File):
+    """A read-only SWMR file shared by every reader of one file in this process.
+
+    HDF5 shares one file structure between all opens of a file in a process, and
+    ``H5Drefresh`` on one open of a dataset corrupts reads through another open of the same
+    dataset ("can't insert duplicate key"). So readers share one ``File`` and one object per
+    dataset (``__getitem__`` caches them); the file closes when its last reader does.
+    """
+
+    def __getitem__(self, name):  # type: ignore[override]
+        if not isinstance(name, str):
+            return super().__getitem__(name)
+        cache = self._torchstore_objects
+        obj = cache.get(name)
+        if obj is None:
+            obj = cache[name] = super().__getitem__(name)
+        return obj
+
+    def close(self) -> None:
+        with _READERS_LOCK:
+            key = self._torchstore_key
+            self._torchstore_users -= 1
+            if self._torchstore_users > 0:
+                return
+            if _READERS.get(key) is self:
+                del _READERS[key]
+        self._torchstore_objects.clear()
+        super().close()
+
+
+_READERS: dict[tuple[int, int], _SharedReadFile] = {}
+_READERS_LOCK = threading.Lock()
+
+
 def open_for_read(path: str | os.PathLike) -> h5py.File:
-    """Open read-only in SWMR mode (live writers allowed) with capped metadata retries."""
+    """Open read-only in SWMR mode (live writers allowed) with capped metadata retries.
+
+    Opens of the same file in one process share one handle (see ``_SharedReadFile``);
+    close each one when done.
+    """
     path = require_hdf5(path)
-    fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
-    try:
-        return h5py.File(_open_waiting_for_lock(path, h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ, fapl))
-    except OSError as exc:
-        text = str(exc)
-        if "unable to lock file" in text:
-            raise OSError(f"{path} is locked by a writer that is not in SWMR mode") from exc
-        if "superblock version" in text or "libver" in text:
+    stat = path.stat()
+    key = (stat.st_dev, stat.st_ino)
+    with _READERS_LOCK:
+        shared = _READERS.get(key)
+        if shared is not None and shared.id.valid:
+            shared._torchstore_users += 1
+            return shared
+        fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
+        try:
+            fid = _open_waiting_for_lock(path, h5py.h5f.ACC_RDONLY | h5py.h5f.ACC_SWMR_READ, fapl)
+        except OSError as exc:
+            text = str(exc)
+            if "unable to lock file" in text:
+                raise OSError(f"{path} is locked by a writer that is not in SWMR mode") from exc
+            if "superblock version" in text or "libver" in text:
+                raise StoreFormatError(
+                    f"{path} is an HDF5 file in an older format; it was not written by torchstore"
+                ) from exc
             raise StoreFormatError(
-                f"{path} is an HDF5 file in an older format; it was not written by torchstore"
+                f"{path} cannot be opened as a store (damaged or truncated?): {exc}"
             ) from exc
-        raise StoreFormatError(f"{path} cannot be opened as a store (damaged or truncated?): {exc}") from exc
+        shared = _SharedReadFile(fid)
+        shared._torchstore_key = key
+        shared._torchstore_users = 1
+        shared._torchstore_objects = {}
+        _READERS[key] = shared
+        return shared
 
 
 def _recover_after_kill(path: Path) -> None:
