@@ -18,6 +18,7 @@ every rank when it saves a checkpoint, and so must any caller.
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,7 +78,7 @@ def _check_device(device: Any) -> None:
         raise ValueError(f"device ({device!r}) must be 'auto' or a torch device ({exc})") from None
 
 
-class StoreDataModule(pl.LightningDataModule):
+class StoreDataModule(pl.LightningDataModule, abc.ABC):
     """Base of the DataModules over a trajectory store (see the module docstring).
 
     Subclasses name the columns they need (:meth:`_required_columns`), build their
@@ -133,20 +134,24 @@ class StoreDataModule(pl.LightningDataModule):
         self.rank, self.world_size = 0, 1
 
     # ------------------------------------------------------------ subclass hooks
+    @abc.abstractmethod
     def _required_columns(self) -> list[str]:
-        raise NotImplementedError
+        """Implemented by each DataModule."""
 
     def _check_options(self, store: TrajectoryStore) -> None:
         """Validate subclass options against the open store (called from ``__init__``)."""
 
+    @abc.abstractmethod
     def _load(self, store: TrajectoryStore, device: torch.device) -> None:
-        raise NotImplementedError
+        """Implemented by each DataModule."""
 
+    @abc.abstractmethod
     def _draw_train(self) -> Any:
-        raise NotImplementedError
+        """Implemented by each DataModule."""
 
+    @abc.abstractmethod
     def _make_val(self, i: int) -> Any:
-        raise NotImplementedError
+        """Implemented by each DataModule."""
 
     def _extra_state(self) -> dict[str, Any]:
         return {}

@@ -15,6 +15,7 @@ Publishing keeps readers safe:
 
 from __future__ import annotations
 
+import abc
 import logging
 import tempfile
 from collections.abc import Sequence
@@ -84,16 +85,18 @@ def _merged(
     return RemoteEntry(name, kind, tuple(files.values()), updated=_now())
 
 
-class Backend:
+class Backend(abc.ABC):
     """The interface (see the module docstring)."""
 
     location: Location
 
+    @abc.abstractmethod
     def entries(self) -> dict[str, RemoteEntry]:
-        raise NotImplementedError
+        """Implemented by each backend."""
 
+    @abc.abstractmethod
     def entry(self, name: str, revision: str | None = None) -> RemoteEntry:
-        raise NotImplementedError
+        """Implemented by each backend."""
 
     def find(self, name: str) -> RemoteEntry | None:
         """The entry, or ``None`` if the location does not have it."""
@@ -102,6 +105,7 @@ class Backend:
         except RemoteNotFoundError:
             return None
 
+    @abc.abstractmethod
     def fetch(
         self,
         entry: RemoteEntry,
@@ -110,8 +114,9 @@ class Backend:
         *,
         progress: Progress | None = None,
     ) -> Path:
-        raise NotImplementedError
+        """Implemented by each backend."""
 
+    @abc.abstractmethod
     def publish(
         self,
         name: str,
@@ -121,7 +126,7 @@ class Backend:
         replace: bool,
         progress: Progress | None = None,
     ) -> Published:
-        raise NotImplementedError
+        """Implemented by each backend."""
 
 
 class IndexBackend(Backend):
