@@ -614,7 +614,7 @@ def test_torchrl_checkpointers_and_hooks_are_refused():
 
     with pytest.raises(TypeError, match="StoreReplayCheckpointer, got TensorStorageCheckpointer"):
         TensorDictReplayBuffer(storage=StoreReplay(4), checkpointer=TensorStorageCheckpointer())
-    with pytest.raises(NotImplementedError, match="no save hooks"):
+    with pytest.raises(TypeError, match="no save hooks"):
         StoreReplay(4).register_save_hook(lambda data, path: data)
 
 

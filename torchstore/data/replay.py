@@ -85,10 +85,16 @@ class StoreReplayCheckpointer(StorageCheckpointerBase):
     """
 
     def register_save_hook(self, hook: Any) -> None:
-        raise NotImplementedError("StoreReplay checkpoints take no save hooks")
+        raise TypeError(
+            "StoreReplay checkpoints take no save hooks: torchrl's hooks transform its own "
+            "_storage TensorDict, which a StoreReplay does not have"
+        )
 
     def register_load_hook(self, hook: Any) -> None:
-        raise NotImplementedError("StoreReplay checkpoints take no load hooks")
+        raise TypeError(
+            "StoreReplay checkpoints take no load hooks: torchrl's hooks transform its own "
+            "_storage TensorDict, which a StoreReplay does not have"
+        )
 
     def dumps(self, storage: StoreReplay, path: str | os.PathLike) -> None:
         storage._dump(Path(path))
