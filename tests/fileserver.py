@@ -27,23 +27,14 @@ import os
 import threading
 import time
 from collections import defaultdict
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
-        """A client that hangs up early (refusing a body, a timeout) is expected in tests."""
-        import sys
-
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
+from tests.loopback import LoopbackServer
 
 
-class FileServer:
+class FileServer(LoopbackServer):
     def __init__(self, root: Path, *, prefix: str = "/data"):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -59,31 +50,12 @@ class FileServer:
         self.requests: list[dict] = []
         self.puts: list[str] = []
         self.lock = threading.Lock()
-        self._httpd = _QuietServer(("127.0.0.1", 0), _make_handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._serve(_make_handler(self))
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}{self.prefix}"
+        return f"{self.origin}{self.prefix}"
 
-    def start(self) -> FileServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> FileServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def gets(self, path: str) -> list[dict]:
         return [r for r in self.requests if r["method"] == "GET" and r["path"] == path]

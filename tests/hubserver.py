@@ -26,8 +26,10 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from tests.loopback import LoopbackServer
 
 TYPES = {"datasets": "dataset", "models": "model", "spaces": "space"}
 PREFIX = {"dataset": "datasets/", "model": "", "space": "spaces/"}
@@ -80,18 +82,7 @@ class HubError(Exception):
         self.status, self.message, self.code, self.headers = status, message, code, headers or {}
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address) -> None:
-        """A client that hangs up early (refusing a body, a timeout) is expected in tests."""
-        import sys
-
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
-class HubServer:
+class HubServer(LoopbackServer):
     def __init__(self):
         self.repos: dict[tuple[str, str], Repo] = {}
         self.lock = threading.RLock()
@@ -99,31 +90,12 @@ class HubServer:
         self.body_bytes: dict[str, int] = defaultdict(int)
         self.cut_after: dict[tuple[str, str], int] = {}
         self._counter = 0
-        self._httpd = _QuietServer(("127.0.0.1", 0), _make_handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
+        self._serve(_make_handler(self))
 
     @property
     def endpoint(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return self.origin
 
-    def start(self) -> HubServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> HubServer:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     # ----------------------------------------------------------------- state
     def new_commit(
