@@ -24,7 +24,6 @@ from torchstore.data.packed import PackedColumns
 from torchstore.errors import EmptyStorageError
 from torchstore.samplers.philox import PhiloxStream
 from torchstore.samplers.prioritized import PrioritizedSampler
-from torchstore.samplers.sumtree import last_write_wins
 from torchstore.samplers.uniform import storage_device
 
 __all__ = ["PhiloxSampler", "sample_into", "empty_batch", "update_priority_"]
@@ -134,15 +133,7 @@ def update_priority_(sampler: PrioritizedSampler, index: Tensor, priority: Tenso
     The eager ``sampler.update_priority`` validates on the host; this one is for compiled or
     captured training steps. Duplicates: the last occurrence wins, as there.
     """
-    tree = sampler.tree
-    index, priority = last_write_wins(index.reshape(-1), priority.reshape(-1).to(tree.dtype))
-    batch_max = priority.max()
-    if sampler._max_raw is None:
-        sampler._max_raw = batch_max.clone()
-    else:
-        sampler._max_raw.copy_(torch.maximum(sampler._max_raw, batch_max))
-    sampler._raw.index_copy_(0, index, priority)
-    tree.update(index, torch.pow(priority + sampler._eps, sampler.alpha), check=False, resolved=True)
+    sampler.write_priorities(index.reshape(-1), priority.reshape(-1))
 
 
 def empty_batch(storage: Any, batch_size: int, *, raw: bool = False) -> TensorDict:

@@ -261,16 +261,28 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
                 f"index must be < capacity ({self._capacity}), got {int(index.max())}; "
                 "build the sampler with the storage's capacity"
             )
-        index, priority = last_write_wins(index, priority)
+        index = self.write_priorities(index, priority)
         self._high_water = max(self._high_water, int(index[-1]))  # sorted: the last is the max
+
+    def write_priorities(self, index: Tensor, priority: Tensor) -> Tensor:
+        """Set raw priorities with no validation or host sync (graph-safe); returns the
+        sorted, deduplicated indices written (the last duplicate of a row wins).
+
+        ``update_priority`` validates and then calls this; a compiled or captured training
+        step calls it through :func:`torchstore.update_priority_`. Priorities must be
+        finite and ``>= 0``; indices in ``[0, capacity)`` and below the storage length.
+        """
+        index, priority = last_write_wins(index, priority.to(self.dtype))
         batch_max = priority.max()
-        self._max_raw = (
-            batch_max if self._max_raw is None else torch.maximum(self._max_raw, batch_max)
-        )
-        self._raw[index] = priority
+        if self._max_raw is None:
+            self._max_raw = batch_max.clone()
+        else:  # in place: a captured graph keeps updating the same tensor
+            self._max_raw.copy_(torch.maximum(self._max_raw, batch_max))
+        self._raw.index_copy_(0, index, priority)
         self._tree.update(
             index, torch.pow(priority + self._eps, self._alpha), check=False, resolved=True
         )
+        return index
 
     # ------------------------------------------------------------ sampling
     def _sampleable_count(self, storage: Any, batch_size: int) -> int:
