@@ -15,6 +15,8 @@ __all__ = [
     "EmptyStorageError",
     "ReadOnlyStorageError",
     "EpisodeError",
+    "LeRobotFormatError",
+    "VideoError",
 ]
 
 
@@ -48,3 +50,11 @@ class ReadOnlyStorageError(TorchstoreError, RuntimeError):
 
 class EpisodeError(TorchstoreError, ValueError):
     """An episode operation that makes no sense (committing no rows, an episode out of range)."""
+
+
+class LeRobotFormatError(StoreFormatError):
+    """A LeRobot dataset on disk breaks its format (info.json, Parquet, episode tables)."""
+
+
+class VideoError(TorchstoreError, ValueError):
+    """A video file cannot be encoded, decoded or appended (truncated, wrong codec, missing frames)."""
