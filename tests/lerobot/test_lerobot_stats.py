@@ -1,0 +1,396 @@
+"""Tests of torchstore.lerobot.stats: exact per-episode stats, aggregation, stats.json I/O."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchstore.errors import LeRobotFormatError
+from torchstore.lerobot.stats import (
+    QUANTILES,
+    STAT_NAMES,
+    ImageStatsAccumulator,
+    aggregate_features,
+    aggregate_stats,
+    numeric_stats,
+    stats_from_json,
+    stats_to_json,
+)
+
+
+def reference_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Stats computed the obvious way with numpy, for comparison."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim == 1:
+        x = x[:, None]
+    out = {
+        "min": x.min(0),
+        "max": x.max(0),
+        "mean": x.mean(0),
+        "std": x.std(0),
+        "count": np.array([len(x)]),
+    }
+    for name, q in QUANTILES.items():
+        out[name] = np.quantile(x, q, axis=0)
+    return out
+
+
+def assert_stats_close(got, want, rtol=1e-12, atol=0.0):
+    assert list(got) == list(STAT_NAMES)
+    for name in STAT_NAMES:
+        assert got[name].shape == want[name].shape, name
+        np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol, err_msg=name)
+
+
+def test_constants():
+    assert STAT_NAMES == ("min", "max", "mean", "std", "count", "q01", "q10", "q50", "q90", "q99")
+    assert QUANTILES == {"q01": 0.01, "q10": 0.10, "q50": 0.5, "q90": 0.9, "q99": 0.99}
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [
+        ((300, 14), np.float32),
+        ((57,), np.float64),
+        ((1, 6), np.float32),
+        ((40, 1), np.float32),
+        ((33, 4, 5), np.float64),
+        ((25, 3), np.int64),
+        ((25,), np.int64),
+        ((31, 7), np.bool_),
+        ((9, 2), np.uint8),
+    ],
+)
+def test_numeric_stats_match_numpy(shape, dtype):
+    rng = np.random.default_rng(sum(shape))
+    if dtype == np.bool_:
+        values = rng.random(shape) < 0.3
+    elif np.issubdtype(dtype, np.integer):
+        values = rng.integers(0, 200, shape).astype(dtype)
+    else:
+        values = (rng.standard_normal(shape) * 10 + 3).astype(dtype)
+    got = numeric_stats(values)
+    want = reference_stats(values)
+    assert_stats_close(got, want)
+    # quantiles replicate np.quantile(linear) exactly, not just closely
+    for name in QUANTILES:
+        np.testing.assert_array_equal(got[name], want[name])
+    expected_shape = shape[1:] if len(shape) > 1 else (1,)
+    for name in STAT_NAMES:
+        want_dtype = np.int64 if name == "count" else np.float64
+        assert got[name].dtype == want_dtype
+        assert got[name].shape == ((1,) if name == "count" else expected_shape)
+    assert got["count"].tolist() == [shape[0]]
+
+
+def test_numeric_stats_default_feature_shapes():
+    n = 12
+    frame_index = np.arange(n, dtype=np.int64)
+    timestamp = (frame_index / 30).astype(np.float32)
+    for values in (frame_index, timestamp, frame_index[:, None]):
+        stats = numeric_stats(values)
+        assert all(stats[k].shape == (1,) for k in STAT_NAMES)
+    stats = numeric_stats(frame_index)
+    assert stats["min"].tolist() == [0.0] and stats["max"].tolist() == [11.0]
+    assert stats["q50"].tolist() == [5.5]
+
+
+def test_numeric_stats_single_frame_quantiles_equal_mean():
+    stats = numeric_stats(np.array([[1.5, -2.0]], dtype=np.float32))
+    for name in QUANTILES:
+        np.testing.assert_array_equal(stats[name], stats["mean"])
+    assert stats["std"].tolist() == [0.0, 0.0]
+
+
+def test_numeric_stats_accepts_torch():
+    values = torch.randn(20, 3)
+    assert_stats_close(numeric_stats(values), reference_stats(values.numpy()))
+
+
+def test_numeric_stats_nan_propagates_like_numpy():
+    values = np.arange(10, dtype=np.float64).reshape(5, 2)
+    values[2, 1] = np.nan
+    stats = numeric_stats(values)
+    for name in ("max", "mean", "std", *QUANTILES):
+        assert np.isnan(stats[name][1]) and not np.isnan(stats[name][0]), name
+
+
+@pytest.mark.parametrize(
+    ("values", "match"),
+    [
+        (np.zeros((0, 3)), "at least one frame"),
+        (np.float64(1.0), "0-d"),
+        (np.array(["a", "b"]), "numeric or bool"),
+        (np.ones(3, dtype=np.complex128), "numeric or bool"),
+    ],
+)
+def test_numeric_stats_rejects(values, match):
+    with pytest.raises(ValueError, match=match):
+        numeric_stats(values)
+
+
+def image_reference(pixels: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-channel stats of raw uint8 pixels [..., C] / 255, shaped (C, 1, 1)."""
+    x = pixels.reshape(-1, pixels.shape[-1]) / 255.0
+    out = {
+        "min": x.min(0),
+        "max": x.max(0),
+        "mean": x.mean(0),
+        "std": x.std(0),
+    }
+    for name, q in QUANTILES.items():
+        out[name] = np.quantile(x, q, axis=0)
+    out = {k: v.reshape(-1, 1, 1) for k, v in out.items()}
+    return out
+
+
+def test_image_stats_match_numpy_on_raw_pixels():
+    rng = np.random.default_rng(7)
+    frames = rng.integers(0, 256, (12, 24, 20, 3), dtype=np.uint8)
+    frames[..., 1] //= 3  # a skewed channel
+    frames[..., 2] = 200  # a constant channel
+    acc = ImageStatsAccumulator()
+    acc.update(frames)
+    got = acc.result()
+    want = image_reference(frames)
+    assert acc.count == 12
+    assert got["count"].dtype == np.int64 and got["count"].tolist() == [12]
+    for name in STAT_NAMES:
+        if name == "count":
+            continue
+        assert got[name].shape == (3, 1, 1) and got[name].dtype == np.float64, name
+        # numpy's own float sums carry ~1e-13 error (e.g. std of a constant channel)
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12, err_msg=name)
+    for name in ("min", "max", *QUANTILES):  # these are exact
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    # the histogram's integer moments are exact: a constant channel has std exactly 0
+    assert got["std"][2, 0, 0] == 0.0 and got["mean"][2, 0, 0] == 200 / 255
+    assert np.all((got["min"] >= 0) & (got["max"] <= 1))
+
+
+@pytest.mark.parametrize("pixels", [1, 2, 3, 5, 99, 100, 101, 1000])
+def test_image_quantiles_exact_for_small_counts(pixels):
+    rng = np.random.default_rng(pixels)
+    frame = rng.integers(0, 256, (1, pixels, 3), dtype=np.uint8)
+    acc = ImageStatsAccumulator()
+    acc.update(frame)
+    got, want = acc.result(), image_reference(frame)
+    for name in QUANTILES:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def test_image_streaming_equals_one_update():
+    rng = np.random.default_rng(3)
+    frames = rng.integers(0, 256, (10, 16, 16, 3), dtype=np.uint8)
+    whole = ImageStatsAccumulator()
+    whole.update(frames)
+    pieces = ImageStatsAccumulator()
+    pieces.update(frames[0])  # a single [H, W, C] frame
+    pieces.update(torch.from_numpy(frames[1:4]))  # a torch batch
+    pieces.update(frames[4:4])  # an empty batch changes nothing
+    pieces.update(frames[4:])
+    assert pieces.count == whole.count == 10
+    a, b = whole.result(), pieces.result()
+    for name in STAT_NAMES:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_image_other_channel_counts():
+    rng = np.random.default_rng(4)
+    frames = rng.integers(0, 256, (3, 8, 8, 1), dtype=np.uint8)
+    acc = ImageStatsAccumulator(channels=1)
+    acc.update(frames)
+    got = acc.result()
+    assert got["mean"].shape == (1, 1, 1)
+    np.testing.assert_allclose(got["mean"], image_reference(frames)["mean"], rtol=1e-12)
+
+
+def test_image_rejects_bad_input():
+    acc = ImageStatsAccumulator()
+    with pytest.raises(ValueError, match="pass uint8"):
+        acc.update(np.zeros((4, 4, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match="pass uint8"):
+        acc.update(torch.zeros(4, 4, 3))
+    with pytest.raises(ValueError, match="uint8"):
+        acc.update(np.zeros((4, 4, 3), dtype=np.uint16))
+    with pytest.raises(ValueError, match=r"\[H, W, 3\]"):
+        acc.update(np.zeros((3, 4, 4), dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"\[H, W, 3\]"):
+        acc.update(np.zeros((4, 3), dtype=np.uint8))
+    with pytest.raises(ValueError, match="no pixels"):
+        acc.update(np.zeros((0, 4, 3), dtype=np.uint8))
+    with pytest.raises(ValueError, match="at least one frame"):
+        acc.result()
+    with pytest.raises(ValueError, match="channels"):
+        ImageStatsAccumulator(channels=0)
+
+
+episode_lengths = st.lists(st.integers(1, 50), min_size=1, max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=episode_lengths,
+    seed=st.integers(0, 2**32 - 1),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+    offset=st.sampled_from([0.0, -5.0, 1e4]),
+    integer=st.booleans(),
+)
+def test_aggregate_equals_stats_of_concatenation(lengths, seed, scale, offset, integer):
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for n in lengths:
+        values = rng.standard_normal((n, 3)) * scale * rng.uniform(0.1, 3) + offset
+        if integer:
+            values = np.round(values).astype(np.int64)
+        episodes.append(values)
+    per_episode = [numeric_stats(v) for v in episodes]
+    agg = aggregate_stats(per_episode)
+    want = reference_stats(np.concatenate(episodes))
+    magnitude = max(1.0, float(np.abs(np.concatenate(episodes)).max()))
+    assert agg["count"].dtype == np.int64 and agg["count"].tolist() == [sum(lengths)]
+    np.testing.assert_array_equal(agg["min"], want["min"])
+    np.testing.assert_array_equal(agg["max"], want["max"])
+    for name in ("mean", "std"):
+        np.testing.assert_allclose(
+            agg[name], want[name], rtol=1e-9, atol=1e-12 * magnitude, err_msg=name
+        )
+    counts = np.array(lengths, dtype=np.float64)[:, None]
+    for name in QUANTILES:
+        stacked = np.stack([s[name] for s in per_episode])
+        weighted = (stacked * counts).sum(0) / counts.sum()
+        np.testing.assert_allclose(agg[name], weighted, rtol=1e-12, atol=1e-12 * magnitude)
+    assert list(agg) == list(STAT_NAMES)
+
+
+def test_aggregate_image_stats_shapes():
+    rng = np.random.default_rng(5)
+    per_episode, all_frames = [], []
+    for n in (2, 5):
+        frames = rng.integers(0, 256, (n, 6, 6, 3), dtype=np.uint8)
+        acc = ImageStatsAccumulator()
+        acc.update(frames)
+        per_episode.append(acc.result())
+        all_frames.append(frames)
+    agg = aggregate_stats(per_episode)
+    want = image_reference(np.concatenate(all_frames))
+    assert all(agg[k].shape == (3, 1, 1) for k in STAT_NAMES if k != "count")
+    assert agg["count"].tolist() == [7]
+    # weights are frame counts; every frame has the same pixel count, so the mean is exact
+    for name in ("min", "max", "mean", "std"):
+        np.testing.assert_allclose(agg[name], want[name], rtol=1e-12, err_msg=name)
+
+
+def test_aggregate_keeps_quantiles_only_when_all_episodes_have_them():
+    a = numeric_stats(np.arange(4.0))
+    b = {k: v for k, v in numeric_stats(np.arange(6.0)).items() if k != "q50"}
+    agg = aggregate_stats([a, b])
+    assert "q50" not in agg and "q01" in agg
+
+
+@pytest.mark.parametrize(
+    ("per_episode", "error", "match"),
+    [
+        ([], ValueError, "at least one"),
+        ([{"min": [0.0], "max": [1.0], "mean": [0.5], "std": [0.1]}], LeRobotFormatError, "count"),
+        ([{**numeric_stats(np.ones(3)), "count": np.array([0])}], ValueError, "no frames"),
+        ([{**numeric_stats(np.ones(3)), "count": np.array([1.5])}], LeRobotFormatError, "count"),
+        ([numeric_stats(np.ones((3, 2))), numeric_stats(np.ones(3))], LeRobotFormatError, "shape"),
+    ],
+)
+def test_aggregate_rejects(per_episode, error, match):
+    with pytest.raises(error, match=match):
+        aggregate_stats(per_episode)
+
+
+def test_aggregate_features_handles_missing_features():
+    rng = np.random.default_rng(6)
+    x = [rng.standard_normal((n, 2)) for n in (3, 4, 5)]
+    episodes = [
+        {"state": numeric_stats(x[0]), "frame_index": numeric_stats(np.arange(3))},
+        {"frame_index": numeric_stats(np.arange(4))},
+        {"state": numeric_stats(x[2]), "frame_index": numeric_stats(np.arange(5))},
+    ]
+    agg = aggregate_features(episodes)
+    assert list(agg) == ["state", "frame_index"]
+    assert agg["state"]["count"].tolist() == [8]
+    np.testing.assert_allclose(agg["state"]["mean"], np.concatenate([x[0], x[2]]).mean(0))
+    assert agg["frame_index"]["count"].tolist() == [12]
+    assert agg["frame_index"]["max"].tolist() == [4.0]
+
+
+def test_aggregate_features_error_names_feature():
+    bad = {k: v for k, v in numeric_stats(np.ones(3)).items() if k != "std"}
+    with pytest.raises(LeRobotFormatError, match="'action'.*'std'"):
+        aggregate_features([{"action": bad}])
+
+
+def test_json_round_trip():
+    rng = np.random.default_rng(8)
+    acc = ImageStatsAccumulator()
+    acc.update(rng.integers(0, 256, (2, 5, 5, 3), dtype=np.uint8))
+    stats = {
+        "observation.state": numeric_stats(rng.standard_normal((10, 4)).astype(np.float32)),
+        "timestamp": numeric_stats((np.arange(10) / 30).astype(np.float32)),
+        "index": numeric_stats(np.arange(10, 20)),
+        "observation.images.top": acc.result(),
+    }
+    data = stats_to_json(stats)
+    text = json.dumps(data, allow_nan=False)
+    loaded = json.loads(text)
+    assert loaded == data
+    assert type(data["index"]["count"][0]) is int
+    assert type(data["index"]["mean"][0]) is float
+    assert np.asarray(data["observation.images.top"]["mean"]).shape == (3, 1, 1)
+    back = stats_from_json(loaded)
+    assert list(back) == list(stats)
+    for feature, feature_stats in stats.items():
+        assert list(back[feature]) == list(STAT_NAMES)
+        for name, value in feature_stats.items():
+            got = back[feature][name]
+            assert got.dtype == (np.int64 if name == "count" else np.float64)
+            assert got.shape == value.shape
+            np.testing.assert_array_equal(got, value)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_stats_to_json_rejects_non_finite(bad):
+    stats = numeric_stats(np.arange(6.0).reshape(3, 2))
+    stats["mean"] = stats["mean"].copy()
+    stats["mean"][1] = bad
+    with pytest.raises(ValueError, match=r"'action\.joints'.*'mean'.*NaN or inf"):
+        stats_to_json({"action.joints": stats})
+
+
+def test_stats_from_json_reads_lerobot_count_and_nan():
+    got = stats_from_json({"x": {"count": [5], "mean": [1, 2.5], "std": [float("nan")]}})
+    assert got["x"]["count"].dtype == np.int64 and got["x"]["count"].tolist() == [5]
+    assert got["x"]["mean"].dtype == np.float64 and got["x"]["mean"].tolist() == [1.0, 2.5]
+    assert np.isnan(got["x"]["std"][0])
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ([1, 2], "object of features"),
+        ({"action": [1.0]}, "'action'.*object of stats"),
+        ({"action": {"mean": 1.0}}, "'action'.*'mean'.*list"),
+        ({"action": {"mean": "1.0"}}, "'action'.*'mean'.*list"),
+        ({"action": {"mean": ["a"]}}, "'action'.*'mean'"),
+        ({"action": {"mean": [None]}}, "'action'.*'mean'"),
+        ({"action": {"mean": [True]}}, "'action'.*'mean'"),
+        ({"action": {"mean": []}}, "'action'.*'mean'"),
+        ({"action": {"mean": [[1.0], [2.0, 3.0]]}}, "'action'.*'mean'.*rectangular"),
+        ({"action": {"min": [{"a": 1}]}}, "'action'.*'min'"),
+        ({"action": {"count": [1.5]}}, "'action'.*'count'"),
+        ({"action": {"count": [-1]}}, "'action'.*'count'"),
+    ],
+)
+def test_stats_from_json_rejects_malformed(data, match):
+    with pytest.raises(LeRobotFormatError, match=match):
+        stats_from_json(data)
