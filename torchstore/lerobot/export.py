@@ -1,0 +1,168 @@
+"""``export_lerobot``: a trajectory store to a LeRobot v3.0 folder.
+
+A store imported from LeRobot keeps the original feature specs, fps, robot type and task
+table in its metadata, so it exports back to the same features. Any other store maps
+its columns: ``uint8 [H, W, 3]`` columns become cameras (``video`` by default, or
+``image``), every other column a numeric feature (``/`` in a nested name becomes ``.``,
+as LeRobot forbids ``/``). The folder is written under a temporary name and renamed into
+place when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchstore.errors import LeRobotFormatError
+from torchstore.lerobot.features import DEFAULT_FEATURES
+
+__all__ = ["export_lerobot", "ExportSummary", "features_for_store"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExportSummary:
+    path: Path
+    episodes: int
+    frames: int
+    seconds: float
+
+    def __str__(self) -> str:
+        rate = self.frames / self.seconds if self.seconds > 0 else float("inf")
+        return (
+            f"exported {self.episodes} episodes, {self.frames} frames to {self.path} "
+            f"in {self.seconds:.1f} s ({rate:,.0f} frames/s)"
+        )
+
+
+def _is_camera(spec) -> bool:
+    return spec.dtype == torch.uint8 and len(spec.shape) == 3 and spec.shape[-1] == 3 and spec.quantize is None
+
+
+def features_for_store(store, *, columns: Sequence[str] | None = None, cameras: str = "video") -> dict[str, tuple[str, dict]]:
+    """``{store column: (feature name, feature spec)}`` for an export of ``store``."""
+    if cameras not in ("video", "image"):
+        raise ValueError(f"cameras must be 'video' or 'image', got {cameras!r}")
+    known = (store.manifest.metadata.get("lerobot") or {}).get("features") or {}
+    out: dict[str, tuple[str, dict]] = {}
+    for spec in store.select_columns(columns):
+        if spec.name in DEFAULT_FEATURES:
+            continue
+        if spec.name in known:
+            out[spec.name] = (spec.name, {k: v for k, v in known[spec.name].items() if k != "info"})
+            continue
+        name = spec.name.replace("/", ".")
+        if _is_camera(spec):
+            h, w, c = spec.shape
+            feature = {"dtype": cameras, "shape": [h, w, c], "names": ["height", "width", "channels"]}
+        else:
+            feature = {"dtype": str(spec.dtype).removeprefix("torch."), "shape": list(spec.shape) or [1], "names": None}
+        out[spec.name] = (name, feature)
+    names = [n for n, _ in out.values()]
+    if len(set(names)) != len(names):
+        raise LeRobotFormatError(f"store columns map to clashing LeRobot feature names: {sorted(names)}")
+    if not out:
+        raise LeRobotFormatError("no columns to export")
+    return out
+
+
+def export_lerobot(
+    store,
+    root: str | os.PathLike,
+    *,
+    fps: int | None = None,
+    task: str | None = None,
+    robot_type: str | None = None,
+    columns: Sequence[str] | None = None,
+    cameras: str = "video",
+    video_encoder=None,
+    overwrite: bool = False,
+    progress: bool = True,
+    **caps: Any,
+) -> ExportSummary:
+    """Write the episodes of ``store`` (a path or an open TrajectoryStore) as a LeRobot v3.0 folder.
+
+    Args:
+        fps: frames per second; default: the fps a LeRobot import recorded, else required.
+        task: the task string of every frame; default: the imported task table (through
+            the ``task_index`` column), else the store's ``env_id``, else ``"default"``.
+        robot_type: default: the imported one.
+        columns: store columns to export (default: all).
+        cameras: ``"video"`` (MP4, AV1 unless ``video_encoder`` says otherwise) or ``"image"``
+            (PNG in Parquet) for ``uint8 [H, W, 3]`` columns that were not imported from LeRobot.
+        caps: ``chunks_size``, ``data_files_size_in_mb``, ``video_files_size_in_mb``.
+    """
+    from torchstore.data.store import TrajectoryStore
+    from torchstore.lerobot.importer import _bar
+    from torchstore.lerobot.writer import LeRobotWriter
+
+    started = time.perf_counter()
+    root = Path(root)
+    if root.exists() and not overwrite:
+        raise FileExistsError(f"{root} exists; pass overwrite=True to replace it")
+    own = not hasattr(store, "episode")
+    store = TrajectoryStore(store) if own else store
+    try:
+        lerobot = store.manifest.metadata.get("lerobot") or {}
+        fps = fps if fps is not None else lerobot.get("fps")
+        if fps is None:
+            raise LeRobotFormatError("export_lerobot needs fps= (the store does not record one)")
+        mapping = features_for_store(store, columns=columns, cameras=cameras)
+        tasks_table = lerobot.get("tasks")
+        use_task_index = task is None and tasks_table and "task_index" in {c.name for c in store.columns}
+        default_task = task or store.manifest.env_id or "default"
+        partial = root.with_name(f".{root.name}.exporting")
+        if partial.exists():
+            shutil.rmtree(partial)
+        bar = _bar(store.num_rows, progress, f"export {root.name}")
+        frames = 0
+        try:
+            with LeRobotWriter(
+                partial,
+                fps=int(fps),
+                features={name: spec for name, spec in mapping.values()},
+                robot_type=robot_type if robot_type is not None else lerobot.get("robot_type"),
+                video_encoder=video_encoder,
+                **caps,
+            ) as writer:
+                read = list(mapping) + (["task_index"] if use_task_index else [])
+                for i in range(store.num_episodes):
+                    td = store.episode(i, read)
+                    rows = {name: _leaf(td, column) for column, (name, _) in mapping.items()}
+                    if use_task_index:
+                        idx = td["task_index"].numpy()
+                        if idx.min() < 0 or idx.max() >= len(tasks_table):
+                            raise LeRobotFormatError(f"episode {i}: task_index outside the imported task table")
+                        episode_task: Any = [tasks_table[j] for j in idx]
+                    else:
+                        episode_task = default_task
+                    writer.add_episode(rows, task=episode_task)
+                    frames += td.batch_size[0]
+                    if bar is not None:
+                        bar.update(td.batch_size[0])
+            if root.exists():
+                shutil.rmtree(root)
+            os.replace(partial, root)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return ExportSummary(root, store.num_episodes, frames, time.perf_counter() - started)
+    finally:
+        if own:
+            store.close()
+
+
+def _leaf(td, column: str) -> np.ndarray:
+    key: Any = tuple(column.split("/")) if "/" in column else column
+    return td.get(key).numpy()
+
