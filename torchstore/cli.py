@@ -48,6 +48,42 @@ def _viz(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def _import_lerobot(args: argparse.Namespace) -> None:
+    from torchstore.lerobot import import_lerobot
+
+    summary = import_lerobot(
+        args.source,
+        args.dest,
+        episodes=args.episodes,
+        columns=args.columns,
+        revision=args.revision,
+        include_rejected=args.include_rejected,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
+    print(summary)
+
+
+def _export_lerobot(args: argparse.Namespace) -> None:
+    from torchstore.io.video import EncoderSettings
+    from torchstore.lerobot import export_lerobot
+
+    encoder = EncoderSettings.h264() if args.codec == "h264" else None
+    summary = export_lerobot(
+        args.store,
+        args.dir,
+        fps=args.fps,
+        task=args.task,
+        robot_type=args.robot_type,
+        columns=args.columns,
+        cameras=args.cameras,
+        video_encoder=encoder,
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
+    print(summary)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="torchstore", description="Trajectory stores, replay data and remote datasets."
@@ -85,6 +121,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder to write the PNG files to")
     p.add_argument("--episodes", type=int, default=3, help="episodes to draw traces and frames of")
     p.set_defaults(func=_viz)
+    p = sub.add_parser("import-lerobot", help="import a LeRobot v3.0/v2.1 dataset (folder or Hub repo id) into a store")
+    p.add_argument("source", help="a dataset folder, or a Hub repo id like user/name")
+    p.add_argument("dest", help="the store file to write")
+    p.add_argument("--episodes", type=int, nargs="+", default=None, help="episode indices (default: all)")
+    p.add_argument("--columns", nargs="+", default=None, help="feature names (default: all)")
+    p.add_argument("--revision", default=None, help="Hub revision (default: the v3.0 tag)")
+    p.add_argument("--include-rejected", action="store_true", help="keep episodes an operator rejected")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_import_lerobot)
+
+    p = sub.add_parser("export-lerobot", help="write a store as a LeRobot v3.0 dataset folder")
+    p.add_argument("store")
+    p.add_argument("dir")
+    p.add_argument("--fps", type=int, default=None, help="default: the fps a LeRobot import recorded")
+    p.add_argument("--task", default=None, help="the task of every frame (default: the imported tasks)")
+    p.add_argument("--robot-type", default=None)
+    p.add_argument("--columns", nargs="+", default=None)
+    p.add_argument("--cameras", choices=("video", "image"), default="video", help="uint8 [H, W, 3] columns as MP4 or PNG")
+    p.add_argument("--codec", choices=("av1", "h264"), default="av1")
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_export_lerobot)
     from torchstore.remote.commands import add_commands
 
     add_commands(sub)  # catalog, pull, push, sync, remote index

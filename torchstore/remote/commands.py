@@ -63,12 +63,33 @@ def _pull(args: argparse.Namespace) -> None:
 
 @_one_line_errors
 def _push(args: argparse.Namespace) -> None:
+    if args.name is None:
+        _push_lerobot(args)
+        return
     from torchstore.remote import push
 
     entry = push(args.dir, args.location, args.name, kind=args.kind, progress=not args.no_progress)
     print(
         f"pushed {entry.name} ({entry.kind}, {len(entry.files)} files, {entry.size} bytes) to {args.location}"
     )
+
+
+def _push_lerobot(args: argparse.Namespace) -> None:
+    from torchstore.lerobot import is_lerobot_dataset, push_to_hub
+
+    if not is_lerobot_dataset(args.dir):
+        raise TorchstoreError(
+            f"{args.dir} is not a LeRobot dataset (no meta/info.json); to push a folder as an "
+            "entry, give LOCATION and NAME"
+        )
+    commit = push_to_hub(
+        args.dir,
+        args.location,
+        private=args.private,
+        branch=args.branch,
+        progress=not args.no_progress,
+    )
+    print(f"pushed LeRobot dataset {args.dir} to {args.location} (commit {commit[:12]}, tagged v3.0)")
 
 
 @_one_line_errors
@@ -130,10 +151,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_pull)
 
-    p = sub.add_parser("push", help="upload a folder as one entry (index updated last)")
+    p = sub.add_parser(
+        "push",
+        help="upload a folder as one entry (index updated last); DIR REPO_ID pushes a LeRobot dataset",
+    )
     p.add_argument("dir")
-    p.add_argument("location")
-    p.add_argument("name")
+    p.add_argument("location", help="a location; or, for a LeRobot dataset folder, a Hub repo id")
+    p.add_argument("name", nargs="?", default=None, help="the entry name (omit for a LeRobot dataset)")
+    p.add_argument("--private", action="store_true", help="LeRobot push: create the repo private")
+    p.add_argument("--branch", default=None, help="LeRobot push: the branch to push to")
     p.add_argument(
         "--kind", default="dataset", choices=("dataset", "recording", "assets", "policy")
     )
