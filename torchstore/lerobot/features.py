@@ -76,8 +76,11 @@ class Feature:
     def from_json(cls, name: str, spec: Any, *, source: str = "info.json") -> Feature:
         if not isinstance(spec, Mapping):
             raise LeRobotFormatError(f"{source}: feature {name!r} must be an object, got {spec!r}")
-        if "/" in name or not name:
-            raise LeRobotFormatError(f"{source}: feature name {name!r} is empty or contains '/'")
+        if not isinstance(name, str) or not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+            raise LeRobotFormatError(
+                f"{source}: feature name {name!r} is empty, contains '/', '\\' or NUL, or is "
+                "'.' or '..' (LeRobot uses it as a folder name and a column-name part)"
+            )
         dtype = spec.get("dtype")
         if dtype not in _NUMERIC and dtype not in (*CAMERA_DTYPES, "string", "language"):
             raise LeRobotFormatError(f"{source}: feature {name!r} has unsupported dtype {dtype!r}")

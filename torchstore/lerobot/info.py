@@ -62,6 +62,12 @@ def read_info(root: str | os.PathLike) -> dict[str, Any]:
     fps = info["fps"]
     if isinstance(fps, bool) or not isinstance(fps, int | float) or fps <= 0:
         raise LeRobotFormatError(f"{path}: fps must be a positive number, got {fps!r}")
+    if fps != int(fps):
+        raise LeRobotFormatError(
+            f"{path}: fps {fps!r} is not a whole number (LeRobot stores an int; "
+            "video frames are located on the 1/fps grid)"
+        )
+    info["fps"] = int(fps)  # v2.1 files may say 30.0
     parse_features(info["features"], source=str(path))
     for key in ("total_episodes", "total_frames"):
         value = info.get(key)

@@ -21,7 +21,7 @@ import numpy as np
 
 from torchstore.errors import LeRobotFormatError, UnsafePathError, VideoError
 from torchstore.io.parquet import read_table, require_pyarrow
-from torchstore.io.paths import resolve_inside
+from torchstore.io.paths import check_relpath, resolve_inside
 from torchstore.lerobot.features import Feature, decode_image
 from torchstore.lerobot.info import codebase_major_minor, info_features, read_info
 from torchstore.lerobot.layout import (
@@ -94,9 +94,24 @@ class LeRobotSource:
 
     # ----------------------------------------------------------------- metadata
     def _path(self, rel: str) -> Path:
+        """``root / rel`` for a path the metadata names, refusing anything that leaves the folder.
+
+        Symlinks are refused, except those of a huggingface_hub cache snapshot
+        (``snapshots/<commit>/...`` linking into the repo's own ``blobs/``).
+        """
+        subject = f"file named by {self.root}/meta"
         try:
-            return resolve_inside(self.root, rel, subject=f"file named by {self.root}/meta")
+            return resolve_inside(self.root, rel, subject=subject)
         except UnsafePathError as exc:
+            blobs = self.root.parent.parent / "blobs"
+            if self.root.parent.name == "snapshots" and blobs.is_dir():
+                try:
+                    check_relpath(rel, subject=subject)
+                except UnsafePathError:
+                    raise LeRobotFormatError(str(exc)) from None
+                target = (self.root / rel).resolve()
+                if target.is_relative_to(blobs.resolve()) or target.is_relative_to(self.root.resolve()):
+                    return self.root / rel
             raise LeRobotFormatError(str(exc)) from None
 
     def _read_stats(self) -> dict | None:

@@ -125,9 +125,11 @@ def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndar
             f"feature {feature.name!r} expects shape {list(feature.shape)}, got {list(body)}"
         )
     if arr.dtype != want:
+        # same family only (Python floats for float32 are fine; ints for floats are not)
+        family = {"b": "b", "i": "int", "u": "int", "f": "f"}
         same_kind = (
-            want == np.bool_ and arr.dtype == np.bool_
-            or want != np.bool_ and arr.dtype != np.bool_ and np.can_cast(arr.dtype, want, casting="same_kind")
+            family.get(arr.dtype.kind) == family.get(want.kind)
+            and np.can_cast(arr.dtype, want, casting="same_kind")
         )
         if arr.dtype == object or not same_kind:
             raise LeRobotFormatError(
@@ -136,6 +138,17 @@ def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndar
         arr = arr.astype(want)
     n = 1 if rows is None else rows
     return arr.reshape(n, *feature.value_shape) if rows is not None else arr.reshape(feature.value_shape)
+
+
+def _lock_session(root: Path) -> int:
+    """Take the folder's recording lock for this writer's lifetime; refuse a second writer."""
+    fd = os.open(root / _SESSION_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LeRobotFormatError(f"another LeRobotWriter is recording into {root}") from None
+    return fd
 
 
 class _Camera:
@@ -202,6 +215,9 @@ class LeRobotWriter:
         if root.exists():
             if not overwrite:
                 raise FileExistsError(f"{root} exists; pass overwrite=True to replace it, or use LeRobotWriter.resume()")
+            if (root / _SESSION_LOCK).exists():
+                fd = _lock_session(root)  # refuses while another writer records there
+                os.close(fd)
             shutil.rmtree(root)
         info = new_info(
             fps=fps,
@@ -246,12 +262,7 @@ class LeRobotWriter:
         self._video_cap = float(info.get("video_files_size_in_mb") or DEFAULT_VIDEO_FILES_SIZE_MB) * _MB
         scratch = root / SCRATCH_DIR
         scratch.mkdir(parents=True, exist_ok=True)
-        self._session_fd = os.open(root / _SESSION_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._session_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._session_fd)
-            raise LeRobotFormatError(f"another LeRobotWriter is recording into {root}") from None
+        self._session_fd = _lock_session(root)
         self.tasks: list[str] = []
         self._task_ids: dict[str, int] = {}
         self._episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
