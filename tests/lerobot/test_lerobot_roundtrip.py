@@ -343,3 +343,24 @@ def test_export_of_a_plain_store(tmp_path):
             got = store.episode(e)
             for name, value in rows.items():
                 np.testing.assert_array_equal(got[name.replace("/", ".")].numpy(), value)
+
+
+def test_string_features_become_codes_and_export_back(tmp_path):
+    features = {
+        "note": {"dtype": "string", "shape": [1], "names": None},
+        "x": {"dtype": "float32", "shape": [1], "names": None},
+    }
+    notes = [["ok", "slip", "ok"], ["grasp", "ok"]]
+    with LeRobotWriter(tmp_path / "ds", fps=FPS, features=features) as w:
+        for episode in notes:
+            n = len(episode)
+            w.add_episode({"note": episode, "x": np.arange(n, dtype=np.float32)}, task="t")
+    assert pq.read_schema(tmp_path / "ds/data/chunk-000/file-000.parquet").field("note").type == pa.string()
+    import_lerobot(tmp_path / "ds", tmp_path / "a.h5", progress=False)
+    with TrajectoryStore(tmp_path / "a.h5") as store:
+        table = store.manifest.metadata["lerobot"]["string_tables"]["note"]
+        assert table == ["ok", "slip", "grasp"]
+        assert [table[c] for c in store.episode(1)["note"].tolist()] == notes[1]
+    export_lerobot(tmp_path / "a.h5", tmp_path / "back", progress=False)
+    column = pq.read_table(tmp_path / "back/data/chunk-000/file-000.parquet").column("note")
+    assert column.to_pylist() == notes[0] + notes[1]

@@ -136,6 +136,12 @@ def export_lerobot(
                 for i in range(store.num_episodes):
                     td = store.episode(i, read)
                     rows = {name: _leaf(td, column) for column, (name, _) in mapping.items()}
+                    for column, (name, spec) in mapping.items():
+                        if spec["dtype"] == "string":  # codes back to the imported strings
+                            table = (lerobot.get("string_tables") or {}).get(column)
+                            if table is None:
+                                raise LeRobotFormatError(f"column {column!r}: no string table to export it with")
+                            rows[name] = [table[int(c)] for c in rows[name]]
                     if use_task_index:
                         idx = td["task_index"].numpy()
                         if idx.min() < 0 or idx.max() >= len(tasks_table):

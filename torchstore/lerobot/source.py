@@ -310,8 +310,12 @@ class LeRobotSource:
     def _rows_of(self, entry: EpisodeEntry) -> tuple[Any, int]:
         table = self._data_table(entry.data_file)
         index = self._table_index
-        hits = np.flatnonzero(index == entry.from_index)
         where = f"{self.root / entry.data_file}"
+        guess = entry.from_index - int(index[0]) if len(index) else -1  # rows are in index order
+        if 0 <= guess < len(index) and index[guess] == entry.from_index:
+            hits = np.array([guess])
+        else:
+            hits = np.flatnonzero(index == entry.from_index)
         if len(hits) != 1 or hits[0] + entry.length > len(index):
             raise LeRobotFormatError(
                 f"{where} does not hold frames {entry.from_index}..{entry.from_index + entry.length - 1} "

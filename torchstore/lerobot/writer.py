@@ -514,6 +514,8 @@ class LeRobotWriter:
                 staged.append(tmp)
                 start, end = append_video(current, cam.scratch, tmp)
                 videos[key] = (tmp, target, pos, start, end)
+                if self.features[key].info is None:  # stream facts go into info.json with episode 0
+                    self._set_video_info(key, probe_video(tmp))
             # data file roll-over, decided before appending (never split an episode)
             data_pos, data_tables = self._data_pos, self._data_tables
             if data_tables:
@@ -543,10 +545,8 @@ class LeRobotWriter:
                     cam.scratch.unlink(missing_ok=True)
                 cam.encoder, cam.scratch = None, None
         # committed: advance the in-memory state
-        for key, (_, target, pos, _, end) in videos.items():
+        for key, (_, _, pos, _, end) in videos.items():
             cam = self._cameras[key]
-            if not cam.started and index == 0 or self.features[key].info is None:
-                self._set_video_info(key, probe_video(target))
             cam.chunk, cam.file = pos
             cam.duration, cam.started = end, True
         if data_pos != self._data_pos:
@@ -563,7 +563,6 @@ class LeRobotWriter:
         info = probed.to_lerobot_info(encoder=self._encoder)
         self.features[key] = Feature(feature.name, feature.dtype, feature.shape, feature.names, info, feature.extra)
         self.info["features"][key]["info"] = info
-        self._write_info(self._num_episodes + 1, None)
 
     def _episode_row(self, index, n, frame_tasks, data_pos, meta_pos, videos, stats):
         pa = require_pyarrow()
