@@ -364,3 +364,23 @@ def test_string_features_become_codes_and_export_back(tmp_path):
     export_lerobot(tmp_path / "a.h5", tmp_path / "back", progress=False)
     column = pq.read_table(tmp_path / "back/data/chunk-000/file-000.parquet").column("note")
     assert column.to_pylist() == notes[0] + notes[1]
+
+
+def test_tasks_table_as_lerobot_04_writes_it(recorded, tmp_path):
+    """lerobot 0.4.x saves tasks with an unnamed pandas index: column '__index_level_0__'."""
+    import shutil
+
+    root, written = recorded
+    copy = tmp_path / "ds"
+    shutil.copytree(root, copy)
+    tasks = pq.read_table(copy / "meta/tasks.parquet")
+    pandas_meta = {"index_columns": ["__index_level_0__"], "columns": []}
+    table = pa.table(
+        {"task_index": tasks.column("task_index"), "__index_level_0__": tasks.column("task")}
+    ).replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
+    pq.write_table(table, copy / "meta/tasks.parquet")
+    import_lerobot(copy, tmp_path / "out.h5", progress=False)
+    meta, _ = check_store(tmp_path / "out.h5", written)
+    assert meta["tasks"] == ["pick the cube", "place the cube", "stack"]
+    with LeRobotWriter.resume(copy) as w:
+        assert w.tasks == meta["tasks"]

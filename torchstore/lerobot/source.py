@@ -56,6 +56,36 @@ def _format(template: str, what: str, **values: Any) -> str:
         raise LeRobotFormatError(f"info.json {what} template {template!r} cannot be filled ({exc})") from None
 
 
+def _task_list(indices: list, texts: list, path: Path) -> list[str]:
+    order = sorted(range(len(indices)), key=lambda i: indices[i])
+    if [indices[i] for i in order] != list(range(len(indices))):
+        raise LeRobotFormatError(f"{path}: task_index values must be 0..{len(indices) - 1}, got {sorted(indices)}")
+    if any(not isinstance(t, str) for t in texts):
+        raise LeRobotFormatError(f"{path}: every task must be a string")
+    return [texts[i] for i in order]
+
+
+def read_tasks(path: Path) -> list[str]:
+    """``meta/tasks.parquet`` as task strings by task index.
+
+    lerobot 0.6 names the task column ``task`` (a pandas index named ``task``); lerobot
+    0.4.x saves an unnamed index, which lands in the file as ``__index_level_0__``. The
+    task column is ``task``, else the pandas metadata's index column.
+    """
+    table = read_table(path, what=str(path))
+    names = table.column_names
+    column = "task" if "task" in names else None
+    if column is None and table.schema.metadata and b"pandas" in table.schema.metadata:
+        try:
+            index_columns = json.loads(table.schema.metadata[b"pandas"]).get("index_columns", [])
+        except ValueError:
+            index_columns = []
+        column = next((c for c in index_columns if isinstance(c, str) and c in names), None)
+    if "task_index" not in names or column is None:
+        raise LeRobotFormatError(f"{path} needs a 'task_index' column and a 'task' column, has {sorted(names)}")
+    return _task_list(table.column("task_index").to_pylist(), table.column(column).to_pylist(), path)
+
+
 class LeRobotSource:
     """A LeRobot dataset folder opened for reading (``meta/info.json`` at its root).
 
@@ -125,29 +155,16 @@ class LeRobotSource:
         return data if isinstance(data, dict) else None
 
     def _read_tasks_v3(self) -> list[str]:
-        path = self.root / TASKS
-        table = read_table(path, what=str(path))
-        names = set(table.column_names)
-        if not {"task_index", "task"} <= names:
-            raise LeRobotFormatError(f"{path} needs columns 'task_index' and 'task', has {sorted(names)}")
-        return self._task_list(table.column("task_index").to_pylist(), table.column("task").to_pylist(), path)
+        return read_tasks(self.root / TASKS)
 
     def _read_tasks_v21(self) -> list[str]:
         path = self.root / "meta/tasks.jsonl"
         rows = self._jsonl(path)
         try:
-            return self._task_list([r["task_index"] for r in rows], [r["task"] for r in rows], path)
+            return _task_list([r["task_index"] for r in rows], [r["task"] for r in rows], path)
         except (KeyError, TypeError):
             raise LeRobotFormatError(f"{path}: every line needs 'task_index' and 'task'") from None
 
-    @staticmethod
-    def _task_list(indices: list, texts: list, path: Path) -> list[str]:
-        order = sorted(range(len(indices)), key=lambda i: indices[i])
-        if [indices[i] for i in order] != list(range(len(indices))):
-            raise LeRobotFormatError(f"{path}: task_index values must be 0..{len(indices) - 1}, got {sorted(indices)}")
-        if any(not isinstance(t, str) for t in texts):
-            raise LeRobotFormatError(f"{path}: every task must be a string")
-        return [texts[i] for i in order]
 
     @staticmethod
     def _jsonl(path: Path) -> list[dict]:

@@ -635,7 +635,7 @@ class LeRobotWriter:
     # ----------------------------------------------------------------- resume
     def _load_existing(self) -> None:
         """Read back the committed episodes, trim leftovers of a killed save, start new files."""
-        from torchstore.lerobot.source import LeRobotSource
+        from torchstore.lerobot.source import LeRobotSource, read_tasks
 
         pa = require_pyarrow()
         meta_files = sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
@@ -647,9 +647,7 @@ class LeRobotWriter:
         self.info["total_episodes"], self.info["total_frames"] = episodes, frames
         tasks_path = self.root / TASKS
         if tasks_path.exists():
-            tasks = read_table(tasks_path, what=str(tasks_path))
-            order = np.argsort(tasks.column("task_index").to_numpy())
-            self.tasks = [tasks.column("task").to_pylist()[i] for i in order]
+            self.tasks = read_tasks(tasks_path)
             self._task_ids = {t: i for i, t in enumerate(self.tasks)}
         self.info["total_tasks"] = len(self.tasks)
         self._trim_leftovers(table, frames)
