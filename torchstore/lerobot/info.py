@@ -21,7 +21,7 @@ from torchstore.lerobot.layout import (
     VIDEO_PATH,
 )
 
-__all__ = ["read_info", "new_info", "write_json_atomically", "codebase_major_minor", "info_features"]
+__all__ = ["read_info", "read_json", "new_info", "write_json_atomically", "codebase_major_minor", "info_features"]
 
 
 def codebase_major_minor(version: Any, *, source: str) -> tuple[int, int]:
@@ -35,19 +35,29 @@ def codebase_major_minor(version: Any, *, source: str) -> tuple[int, int]:
     return major, minor
 
 
-def read_info(root: str | os.PathLike) -> dict[str, Any]:
-    """The parsed ``meta/info.json`` of a LeRobot folder, with the keys every reader needs checked."""
-    path = Path(root) / INFO
+_MISSING = object()
+
+
+def read_json(path: Path, *, missing: Any = _MISSING, why_needed: str = "") -> Any:
+    """Parsed JSON from ``path``; ``missing`` if the file is absent (else an error)."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise LeRobotFormatError(f"{path} is missing: {root} is not a LeRobot dataset") from None
+        if missing is not _MISSING:
+            return missing
+        raise LeRobotFormatError(f"{path} is missing{why_needed}") from None
     except UnicodeDecodeError as exc:
         raise LeRobotFormatError(f"{path} is not UTF-8 text ({exc})") from None
     try:
-        info = json.loads(text)
+        return json.loads(text)
     except ValueError as exc:
         raise LeRobotFormatError(f"{path} is not valid JSON ({exc})") from None
+
+
+def read_info(root: str | os.PathLike) -> dict[str, Any]:
+    """The parsed ``meta/info.json`` of a LeRobot folder, with the keys every reader needs checked."""
+    path = Path(root) / INFO
+    info = read_json(path, why_needed=f": {root} is not a LeRobot dataset")
     if not isinstance(info, dict):
         raise LeRobotFormatError(f"{path} must hold a JSON object, got {type(info).__name__}")
     for key in ("codebase_version", "fps", "features"):

@@ -9,7 +9,6 @@ atomically on every change.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -34,13 +33,10 @@ def now_iso() -> str:
 
 def read_rejected(root: str | os.PathLike) -> dict[int, RejectedEpisode]:
     """``{episode_index: RejectedEpisode}``; an absent file means none were rejected."""
+    from torchstore.lerobot.info import read_json
+
     path = Path(root) / REJECTED
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LeRobotFormatError(f"{path} is not valid JSON ({exc})") from None
+    data = read_json(path, missing=[])
     if not isinstance(data, list):
         raise LeRobotFormatError(f"{path} must hold a JSON list of rejected episodes")
     out: dict[int, RejectedEpisode] = {}

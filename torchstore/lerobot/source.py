@@ -23,7 +23,7 @@ from torchstore.errors import LeRobotFormatError, UnsafePathError, VideoError
 from torchstore.io.parquet import read_table, require_pyarrow
 from torchstore.io.paths import check_relpath, resolve_inside
 from torchstore.lerobot.features import Feature, decode_image
-from torchstore.lerobot.info import codebase_major_minor, info_features, read_info
+from torchstore.lerobot.info import codebase_major_minor, info_features, read_info, read_json
 from torchstore.lerobot.layout import (
     DATA_PATH,
     STATS,
@@ -145,13 +145,7 @@ class LeRobotSource:
             raise LeRobotFormatError(str(exc)) from None
 
     def _read_stats(self) -> dict | None:
-        path = self.root / STATS
-        if not path.exists():
-            return None
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise LeRobotFormatError(f"{path} is not valid JSON ({exc})") from None
+        data = read_json(self.root / STATS, missing=None)
         return data if isinstance(data, dict) else None
 
     def _read_tasks_v3(self) -> list[str]:

@@ -397,11 +397,10 @@ class LeRobotWriter:
                 checked[name] = numeric_values(feature, rows[name], rows=n)
         try:
             for name, value in checked.items():
-                feature = self.features[name]
-                if feature.is_camera or feature.dtype == "string":
-                    self._record(name, value) if feature.is_camera else self._buffer[name].extend(value)
+                if self.features[name].is_camera:
+                    self._record(name, value)  # stats, then PNG bytes or the episode's MP4
                 else:
-                    self._buffer[name].extend(value)
+                    self._buffer[name].extend(value)  # one entry per frame
             self._frame_tasks.extend(tasks)
         except BaseException:
             self.clear_episode_buffer()
