@@ -165,6 +165,10 @@ def _frozen_copy(
     try:
         size = path.stat().st_size
         if have is not None and have.size == size and have.sha256 == sha256_file(path):
+            if have.source is not None:
+                # a snapshot of a store that has since closed with the very same bytes
+                # (snapshots are deterministic): the file is now the real one
+                return RemoteFile(rel, have.size, have.sha256), path
             return have, path
         copy = scratch / f"copy-{len(list(scratch.iterdir()))}" / path.name
         copy.parent.mkdir()
