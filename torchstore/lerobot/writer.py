@@ -275,6 +275,12 @@ class LeRobotWriter:
         self._meta_pos = (0, 0)
         self._meta_tables: list[Any] = []
         self._cameras = {k: _Camera(k) for k, f in self.features.items() if f.is_video}
+        # columns worth dictionary-encoding: integers, bools, strings (floats never repeat)
+        self._dictionary = [
+            n
+            for n, f in {**self.features, **DEFAULT_FEATURES}.items()
+            if f.dtype == "string" or f.dtype == "bool" or "int" in f.dtype
+        ]
         self._closed = False
         self._reset_buffer()
 
@@ -489,6 +495,7 @@ class LeRobotWriter:
     def _commit(self, index: int, n: int, frame_tasks: list[str], tasks_changed: bool) -> None:
         from torchstore.io.video import append_video, probe_video
 
+        pa = require_pyarrow()
         columns = self._episode_columns(index, n, frame_tasks)
         for name, feature in self.features.items():
             if feature.is_video and self._image_stats[name].count != n:
@@ -532,8 +539,11 @@ class LeRobotWriter:
                 for tmp, target, *_ in videos.values():
                     os.replace(tmp, target)
                 data_file = self.root / data_path(*data_pos)
-                write_table_atomically(data_file, [*data_tables, table], durable=self._durable)
-                write_table_atomically(self.root / episodes_path(*meta_pos), [*meta_tables, row], durable=self._durable)
+                # one row group per episode, as LeRobot writes them
+                write_table_atomically(data_file, [*data_tables, table], durable=self._durable, use_dictionary=self._dictionary)
+                # the episodes table as one row group: 150-odd columns per row group add up
+                episodes = pa.concat_tables([*meta_tables, row])
+                write_table_atomically(self.root / episodes_path(*meta_pos), episodes, durable=self._durable)
                 self._write_info(index + 1, self._num_frames + n)
                 write_json_atomically(self.root / STATS, stats_to_json(aggregate_features(all_stats)), durable=self._durable)
         finally:
