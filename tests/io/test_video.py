@@ -379,9 +379,15 @@ def test_encoder_settings_are_validated(kwargs, match):
 
 
 def test_encoder_options_follow_lerobot():
-    assert EncoderSettings().options() == {"g": "2", "crf": "30", "preset": "12"}
+    assert EncoderSettings().options() == {
+        "g": "2",
+        "crf": "30",
+        "preset": "12",
+        "svtav1-params": "lp=1",  # SVT's default threading deadlocked under load
+    }
+    assert EncoderSettings(svt_lp=None).options() == {"g": "2", "crf": "30", "preset": "12"}
     fast = EncoderSettings(fast_decode=1).options()
-    assert fast["svtav1-params"] == "fast-decode=1"
+    assert fast["svtav1-params"] == "fast-decode=1:lp=1"
     assert EncoderSettings.h264().encoder == "libx264"
     assert EncoderSettings(codec="h264", preset="fast", fast_decode=1).options() == {
         "g": "2",

@@ -279,6 +279,11 @@ class EncoderSettings:
     encoders (x264: ``"medium"``); ``fast_decode`` is svtav1's ``fast-decode`` level, or
     ``tune=fastdecode`` for other encoders when non-zero. The encoder must exist in this
     PyAV build (checked here, so a typo fails before any recording).
+
+    ``svt_lp`` is SVT-AV1's level of parallelism, 1 by default: with SVT's default
+    threading the encoder (libSvtAv1Enc 4.1 in PyAV 18.1) deadlocked inside
+    ``svt_av1_enc_send_picture`` in 4 of 12 recording processes run four at a time on two
+    cores, and in 0 of 12 with ``lp=1``. ``None`` leaves SVT's default.
     """
 
     codec: str = "libsvtav1"
@@ -287,6 +292,7 @@ class EncoderSettings:
     crf: int | None = 30
     preset: int | str | None = 12
     fast_decode: int = 0
+    svt_lp: int | None = 1
 
     def __post_init__(self) -> None:
         _check_encoder(self.codec)
@@ -297,6 +303,7 @@ class EncoderSettings:
         _check_int("g", self.g, 1)
         _check_int("crf", self.crf, 0)
         _check_int("fast_decode", self.fast_decode, 0, optional=False)
+        _check_int("svt_lp", self.svt_lp, 0)
         if self.preset is not None and not isinstance(self.preset, int | str):
             raise VideoError(f"preset ({self.preset!r}) must be None, an int or a name")
         if isinstance(self.preset, int) and self.encoder != "libsvtav1":
@@ -321,11 +328,16 @@ class EncoderSettings:
         for key in ("g", "crf", "preset"):
             if (value := getattr(self, key)) is not None:
                 options[key] = str(value)
+        svt = []
         if self.fast_decode:
             if self.encoder == "libsvtav1":
-                options["svtav1-params"] = f"fast-decode={self.fast_decode}"
+                svt.append(f"fast-decode={self.fast_decode}")
             else:
                 options["tune"] = "fastdecode"
+        if self.svt_lp is not None and self.encoder == "libsvtav1":
+            svt.append(f"lp={self.svt_lp}")
+        if svt:
+            options["svtav1-params"] = ":".join(svt)
         return options
 
 
