@@ -6,7 +6,8 @@ so a hard kill loses every episode of the session (shared/specs/lerobot-v3.md se
 :meth:`~LeRobotWriter.save_episode` returns:
 
 * the frames of the episode in progress stay in memory (numbers, PNG bytes) or stream into
-  a scratch MP4 per camera under ``images/`` (bounded memory);
+  a scratch MP4 per camera under ``images/``, encoded on a worker thread per camera so
+  ``add_frame`` returns at once (bounded memory);
 * at save, every file that changes is written under a temporary name and renamed into
   place, in an order that makes the episodes table the commit point: tasks, then each
   camera's MP4 (episode appended by stream copy), then the data file, then the episodes
@@ -355,7 +356,7 @@ class LeRobotWriter:
             self._buffer[name].append(value)
 
     def _encode(self, name: str, frames: np.ndarray) -> None:
-        from torchstore.io.video import EpisodeVideoEncoder
+        from torchstore.io.background_encoder import BackgroundVideoEncoder
 
         cam = self._cameras[name]
         if cam.encoder is None:
@@ -363,7 +364,7 @@ class LeRobotWriter:
             scratch.mkdir(parents=True, exist_ok=True)
             cam.scratch = scratch / f"episode-{self._num_episodes:06d}.mp4"
             h, w, _ = self.features[name].hwc
-            cam.encoder = EpisodeVideoEncoder(cam.scratch, fps=self.fps, width=w, height=h, settings=self._encoder)
+            cam.encoder = BackgroundVideoEncoder(cam.scratch, fps=self.fps, width=w, height=h, settings=self._encoder)
         for frame in frames:
             cam.encoder.add(frame)
 
