@@ -105,7 +105,6 @@ class LeRobotSource:
         self.root = Path(root)
         self.info = read_info(self.root)
         self.version = str(self.info["codebase_version"])
-        self._where = str(self.root)
         self.features = info_features(self.info, source=f"{self.root}/meta/info.json")
         self.fps = self.info["fps"]
         major, _ = codebase_major_minor(self.version, source=str(self.root))
@@ -201,7 +200,7 @@ class LeRobotSource:
             if missing:
                 raise LeRobotFormatError(f"{path} lacks episode columns {missing}")
             tables.append(read_table(path, columns=wanted, what=str(path)))
-        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
         cols = {name: table.column(name).to_pylist() for name in wanted}
         data_template = self.info.get("data_path") or DATA_PATH
         video_template = self.info.get("video_path") or VIDEO_PATH
