@@ -47,6 +47,17 @@ def _size_rule(rel: str, got: int, size: int) -> None:
         )
 
 
+def _check_unchanged(client, rel: str, if_match: str | None, if_absent: bool, *, where: str) -> None:
+    """The conditional-write rule both folder clients share: refuse if ``rel`` changed."""
+    if if_match is None and not if_absent:
+        return
+    current = client.read_bytes(rel, limit=1 << 62)
+    if (if_absent and current is not None) or (
+        if_match is not None and (current is None or current[1] != if_match)
+    ):
+        raise RemoteChangedError(f"{where} changed since it was read")
+
+
 class LocalFolderClient:
     """Byte transport relative to a local folder."""
 
@@ -113,12 +124,7 @@ class LocalFolderClient:
     def write_bytes(
         self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
     ) -> None:
-        if if_match is not None or if_absent:
-            current = self.read_bytes(rel, limit=1 << 62)
-            if (if_absent and current is not None) or (
-                if_match is not None and (current is None or current[1] != if_match)
-            ):
-                raise RemoteChangedError(f"{self._path(rel)} changed since it was read")
+        _check_unchanged(self, rel, if_match, if_absent, where=str(self._path(rel)))
         self._replace(rel, lambda f: f.write(data))
 
 
@@ -176,12 +182,7 @@ class FsspecClient:
     def write_bytes(
         self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
     ) -> None:
-        if if_match is not None or if_absent:
-            current = self.read_bytes(rel, limit=1 << 62)
-            if (if_absent and current is not None) or (
-                if_match is not None and (current is None or current[1] != if_match)
-            ):
-                raise RemoteChangedError(f"{self.base}/{rel} changed since it was read")
+        _check_unchanged(self, rel, if_match, if_absent, where=f"{self.base}/{rel}")
         path = self._path(rel)
         self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         self._fs.pipe_file(path, data)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import LeRobotFormatError, UnsafePathError, VideoError
-from torchstore.io.parquet import read_table, require_pyarrow
+from torchstore.io.parquet import check_footer, read_table, require_pyarrow
 from torchstore.io.paths import check_relpath, resolve_inside
 from torchstore.lerobot.features import Feature, decode_image
 from torchstore.lerobot.info import codebase_major_minor, info_features, read_info, read_json
@@ -194,7 +194,7 @@ class LeRobotSource:
         for path in files:
             import pyarrow.parquet as pq
 
-            read_table(path, columns=[], what=str(path))  # footer check
+            check_footer(path, what=str(path))
             present = set(pq.read_schema(path).names)
             missing = [c for c in wanted if c not in present]
             if missing:
