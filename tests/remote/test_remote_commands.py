@@ -1,4 +1,4 @@
-"""The catalog/pull/push/sync/remote-index subcommands, wired as torchstore/cli.py will wire them."""
+"""The catalog/pull/push/sync/remote-index subcommands, wired as torchstore/cli/main.py wires them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.remote.remote_fixtures import make_dataset, parquet_bytes, tree_bytes
 from torchstore.errors import TorchstoreError
-from torchstore.remote.commands import add_commands
+from torchstore.cli.remote import add_commands
 
 
 def run(argv):

@@ -1,6 +1,6 @@
 """The ``torchstore catalog|pull|push|sync|remote index`` subcommands (argparse only).
 
-``torchstore/cli.py`` wires them in with ``add_commands(sub)``; every handler parses
+``torchstore/cli/main.py`` wires them in with ``add_commands(sub)``; every handler parses
 nothing itself and calls one library function. Plain ``ValueError``s (a malformed
 location, an unknown kind) are re-raised as :class:`~torchstore.errors.TorchstoreError`
 so the CLI prints them as one line.

@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_export_lerobot)
-    from torchstore.remote.commands import add_commands
+    from torchstore.cli.remote import add_commands
 
     add_commands(sub)  # catalog, pull, push, sync, remote index
     return parser
