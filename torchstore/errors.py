@@ -17,6 +17,9 @@ __all__ = [
     "EpisodeError",
     "LeRobotFormatError",
     "VideoError",
+    "StoreLockedError",
+    "DestinationError",
+    "DestinationExistsError",
 ]
 
 
@@ -58,3 +61,15 @@ class LeRobotFormatError(StoreFormatError):
 
 class VideoError(TorchstoreError, ValueError):
     """A video file cannot be encoded, decoded or appended (truncated, wrong codec, missing frames)."""
+
+
+class StoreLockedError(TorchstoreError, RuntimeError):
+    """Another live process holds the writer lock of a store (one writer per file)."""
+
+
+class DestinationError(TorchstoreError, ValueError):
+    """An output path cannot be written: it is a source, a directory, or not ours to replace."""
+
+
+class DestinationExistsError(TorchstoreError, FileExistsError):
+    """An output path already exists and replacing it was not asked for."""

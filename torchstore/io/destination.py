@@ -1,0 +1,130 @@
+"""One rule for every output path: never a source, never a file that is not ours to replace.
+
+Every function or command that writes a store or a file at a destination calls
+:func:`check_destination` before it writes anything, so a bad destination fails with one
+line and leaves the disk as it was.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import h5py
+
+from torchstore.errors import DestinationError, DestinationExistsError, StoreLockedError
+from torchstore.io.writer_lock import live_writer, locked_message
+
+__all__ = ["check_destination", "is_store_file"]
+
+_WHATS = ("store", "file", "folder")
+
+
+def is_store_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an HDF5 file whose root carries a torchstore manifest."""
+    from torchstore.data.layout import MANIFEST_ATTR  # the one definition of the marker
+
+    path = Path(path)
+    try:
+        if not path.is_file() or not h5py.is_hdf5(path):
+            return False
+        with h5py.File(path, "r", locking=False, swmr=True) as f:
+            return MANIFEST_ATTR in f.attrs
+    except Exception:  # noqa: BLE001 - unreadable means "cannot be shown to be ours"
+        return False
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _inside(child: Path, folder: Path) -> bool:
+    try:
+        child_real = Path(os.path.realpath(child))
+        folder_real = Path(os.path.realpath(folder))
+    except OSError:
+        return False
+    return child_real != folder_real and folder_real in child_real.parents
+
+
+def check_destination(
+    dest: str | os.PathLike,
+    *,
+    sources: Iterable[str | os.PathLike] = (),
+    overwrite: bool = False,
+    what: str = "store",
+) -> Path:
+    """Check that ``dest`` may be written, create its missing parent folders, return it.
+
+    Args:
+        dest: the output path.
+        sources: the inputs of the same operation; ``dest`` may be none of them (compared
+            as files, by inode, not by name) and may not lie inside a source folder.
+        overwrite: whether an existing ``dest`` may be replaced.
+        what: ``"store"`` (an existing ``dest`` is replaced only if it is a torchstore
+            store no live writer holds), ``"file"`` (any existing file may be replaced) or
+            ``"folder"`` (``dest`` is a directory; with ``overwrite`` an existing one is
+            replaced).
+
+    Raises:
+        DestinationError: ``dest`` is a source or inside one, a directory where a file is
+            expected (or a file where a folder is), not a torchstore store, or its parent
+            folder cannot be created or written. Also a ``ValueError``.
+        DestinationExistsError: ``dest`` exists and ``overwrite`` is false. Also a
+            ``FileExistsError``.
+        StoreLockedError: a live process is writing the store at ``dest``.
+    """
+    if what not in _WHATS:
+        raise ValueError(f"what ({what!r}) must be one of {_WHATS}")
+    dest = Path(dest)
+    for source in sources:
+        source = Path(source)
+        if dest.exists() and _same(dest, source):
+            raise DestinationError(f"the output {dest} is the input {source}; write to another path")
+        if source.is_dir() and _inside(dest, source):
+            raise DestinationError(
+                f"the output {dest} lies inside the input folder {source}; write outside it"
+            )
+        if what == "folder" and source.exists() and (_inside(source, dest) or _same(dest, source)):
+            raise DestinationError(
+                f"the output folder {dest} holds the input {source}; write to another folder"
+            )
+    if dest.exists():
+        if what == "folder":
+            if not dest.is_dir():
+                raise DestinationError(f"{dest} is a file; the output must be a folder")
+            if not overwrite and any(dest.iterdir()):
+                raise DestinationExistsError(
+                    f"{dest} already exists and is not empty; choose another path or overwrite it explicitly"
+                )
+        else:
+            if dest.is_dir():
+                raise DestinationError(f"{dest} is a directory; the output must be a file path")
+            if not overwrite:
+                raise DestinationExistsError(
+                    f"{dest} already exists; choose another path or overwrite it explicitly"
+                )
+            holder = live_writer(dest)
+            if holder is not None:
+                raise StoreLockedError(locked_message(dest, holder, "store"))
+            if what == "store" and not is_store_file(dest):
+                raise DestinationError(
+                    f"{dest} exists and is not a torchstore store; it is not replaced even when "
+                    "overwriting (delete it yourself, or choose another path)"
+                )
+    parent = dest.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DestinationError(
+            f"cannot create the folder {parent} for {dest}: {exc.strerror or exc}"
+        ) from None
+    if not parent.is_dir():
+        raise DestinationError(f"{parent} is not a folder, so {dest} cannot be written")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DestinationError(f"the folder {parent} is not writable, so {dest} cannot be written")
+    return dest
