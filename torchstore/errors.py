@@ -20,6 +20,9 @@ __all__ = [
     "StoreLockedError",
     "DestinationError",
     "DestinationExistsError",
+    "RowIndexError",
+    "StorageFullError",
+    "EnvUnavailableError",
 ]
 
 
@@ -73,3 +76,15 @@ class DestinationError(TorchstoreError, ValueError):
 
 class DestinationExistsError(TorchstoreError, FileExistsError):
     """An output path already exists and replacing it was not asked for."""
+
+
+class RowIndexError(TorchstoreError, IndexError):
+    """A row index or row range outside what a store or view holds."""
+
+
+class StorageFullError(TorchstoreError, OSError):
+    """The disk (or a file-size limit) refused a write; committed episodes are intact."""
+
+
+class EnvUnavailableError(TorchstoreError, RuntimeError):
+    """A store's environment cannot be built: no env id recorded, or gymnasium is missing."""
