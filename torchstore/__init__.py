@@ -2,19 +2,17 @@
 
 Trajectory stores on disk (HDF5, crash-safe streaming writes), resident views for fast
 gathers, replay buffers and samplers that plug into torchrl.
+
+Public names are imported on first use (:mod:`torchstore._lazy`): ``import torchstore``
+does not import torch, tensordict or torchrl until a name that needs them is read.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchstore._lazy import lazy_exports
 from torchstore._version import __version__
-from torchstore.data import (
-    ColumnSpec,
-    EpisodeIndex,
-    Manifest,
-    Quantize,
-    ResidentStore,
-    TrajectoryStore,
-    TrajectoryStoreWriter,
-    WindowedStore,
-)
 from torchstore.errors import (
     ColumnError,
     EpisodeError,
@@ -22,17 +20,53 @@ from torchstore.errors import (
     StoreFormatError,
     TorchstoreError,
 )
-from torchstore.samplers import (
-    ERE,
-    PhiloxSampler,
-    PhiloxStream,
-    PrioritizedSampler,
-    SequenceWindowSampler,
-    UniformSampler,
-    empty_batch,
-    sample_into,
-    update_priority_,
-)
+
+if TYPE_CHECKING:
+    from torchstore.data import (
+        ColumnSpec,
+        EpisodeIndex,
+        Manifest,
+        Quantize,
+        ResidentStore,
+        TrajectoryStore,
+        TrajectoryStoreWriter,
+        WindowedStore,
+    )
+    from torchstore.data.replay import StoreReplay
+    from torchstore.samplers import (
+        ERE,
+        PhiloxSampler,
+        PhiloxStream,
+        PrioritizedSampler,
+        SequenceWindowSampler,
+        UniformSampler,
+        empty_batch,
+        sample_into,
+        update_priority_,
+    )
+
+_EXPORTS = {
+    "ColumnSpec": "torchstore.data.columns",
+    "EpisodeIndex": "torchstore.data.episodes",
+    "Manifest": "torchstore.data.manifest",
+    "Quantize": "torchstore.data.quantize",
+    "ResidentStore": "torchstore.data.resident",
+    "TrajectoryStore": "torchstore.data.store",
+    "TrajectoryStoreWriter": "torchstore.data.writer",
+    "WindowedStore": "torchstore.data.windowed",
+    "StoreReplay": "torchstore.data.replay",
+    "ERE": "torchstore.samplers.ere",
+    "PhiloxSampler": "torchstore.samplers.device",
+    "PhiloxStream": "torchstore.samplers.philox",
+    "PrioritizedSampler": "torchstore.samplers.prioritized",
+    "SequenceWindowSampler": "torchstore.samplers.sequence",
+    "UniformSampler": "torchstore.samplers.uniform",
+    "empty_batch": "torchstore.samplers.device",
+    "sample_into": "torchstore.samplers.device",
+    "update_priority_": "torchstore.samplers.device",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "__version__",
@@ -44,6 +78,7 @@ __all__ = [
     "TrajectoryStore",
     "TrajectoryStoreWriter",
     "WindowedStore",
+    "StoreReplay",
     "ERE",
     "PhiloxSampler",
     "PhiloxStream",

@@ -1,14 +1,35 @@
 """The store: declared columns, the manifest, the episode index, residency and replay."""
 
-from torchstore.data.columns import ColumnSpec
-from torchstore.data.episodes import EpisodeIndex
-from torchstore.data.manifest import Manifest
-from torchstore.data.packed import PackedColumns
-from torchstore.data.quantize import Quantize
-from torchstore.data.resident import ResidentStore
-from torchstore.data.store import TrajectoryStore
-from torchstore.data.windowed import WindowedStore
-from torchstore.data.writer import TrajectoryStoreWriter
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchstore._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from torchstore.data.columns import ColumnSpec
+    from torchstore.data.episodes import EpisodeIndex
+    from torchstore.data.manifest import Manifest
+    from torchstore.data.packed import PackedColumns
+    from torchstore.data.quantize import Quantize
+    from torchstore.data.resident import ResidentStore
+    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.windowed import WindowedStore
+    from torchstore.data.writer import TrajectoryStoreWriter
+
+_EXPORTS = {
+    "ColumnSpec": "torchstore.data.columns",
+    "EpisodeIndex": "torchstore.data.episodes",
+    "Manifest": "torchstore.data.manifest",
+    "PackedColumns": "torchstore.data.packed",
+    "Quantize": "torchstore.data.quantize",
+    "ResidentStore": "torchstore.data.resident",
+    "TrajectoryStore": "torchstore.data.store",
+    "WindowedStore": "torchstore.data.windowed",
+    "TrajectoryStoreWriter": "torchstore.data.writer",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "ColumnSpec",

@@ -11,11 +11,46 @@ Needs the ``lerobot`` extra (pyarrow, PyAV, Pillow, huggingface_hub):
 * :class:`LeRobotSource`: read a folder episode by episode without importing it.
 """
 
-from torchstore.lerobot.export import ExportSummary, export_lerobot
-from torchstore.lerobot.hub import download_lerobot, is_lerobot_dataset, push_to_hub
-from torchstore.lerobot.importer import ImportSummary, import_lerobot
-from torchstore.lerobot.source import EpisodeEntry, LeRobotSource
-from torchstore.lerobot.writer import LeRobotWriter
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchstore._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from torchstore.lerobot.export import (
+        ExportSummary,
+        export_lerobot,
+    )
+    from torchstore.lerobot.hub import (
+        download_lerobot,
+        is_lerobot_dataset,
+        push_to_hub,
+    )
+    from torchstore.lerobot.importer import (
+        ImportSummary,
+        import_lerobot,
+    )
+    from torchstore.lerobot.source import (
+        EpisodeEntry,
+        LeRobotSource,
+    )
+    from torchstore.lerobot.writer import LeRobotWriter
+
+_EXPORTS = {
+    "ExportSummary": "torchstore.lerobot.export",
+    "export_lerobot": "torchstore.lerobot.export",
+    "download_lerobot": "torchstore.lerobot.hub",
+    "is_lerobot_dataset": "torchstore.lerobot.hub",
+    "push_to_hub": "torchstore.lerobot.hub",
+    "ImportSummary": "torchstore.lerobot.importer",
+    "import_lerobot": "torchstore.lerobot.importer",
+    "EpisodeEntry": "torchstore.lerobot.source",
+    "LeRobotSource": "torchstore.lerobot.source",
+    "LeRobotWriter": "torchstore.lerobot.writer",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "EpisodeEntry",

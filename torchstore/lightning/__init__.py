@@ -7,10 +7,46 @@ checkpoint their sampler state so a resumed run draws exactly the batches an
 uninterrupted one would have.
 """
 
-from torchstore.lightning.base import Output, StoreDataModule
-from torchstore.lightning.demonstration import DemonstrationDataModule
-from torchstore.lightning.normalizer import ColumnStats, Normalization, Normalizer, stats_path
-from torchstore.lightning.offline import TORCHRL_KEYS, Layout, OfflineDataModule, SamplerKind
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchstore._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from torchstore.lightning.base import (
+        Output,
+        StoreDataModule,
+    )
+    from torchstore.lightning.demonstration import DemonstrationDataModule
+    from torchstore.lightning.normalizer import (
+        ColumnStats,
+        Normalization,
+        Normalizer,
+        stats_path,
+    )
+    from torchstore.lightning.offline import (
+        TORCHRL_KEYS,
+        Layout,
+        OfflineDataModule,
+        SamplerKind,
+    )
+
+_EXPORTS = {
+    "Output": "torchstore.lightning.base",
+    "StoreDataModule": "torchstore.lightning.base",
+    "DemonstrationDataModule": "torchstore.lightning.demonstration",
+    "ColumnStats": "torchstore.lightning.normalizer",
+    "Normalization": "torchstore.lightning.normalizer",
+    "Normalizer": "torchstore.lightning.normalizer",
+    "stats_path": "torchstore.lightning.normalizer",
+    "TORCHRL_KEYS": "torchstore.lightning.offline",
+    "Layout": "torchstore.lightning.offline",
+    "OfflineDataModule": "torchstore.lightning.offline",
+    "SamplerKind": "torchstore.lightning.offline",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "OfflineDataModule",

@@ -5,14 +5,62 @@ folder or fsspec base that serves an ``index.json`` (format in ``torchstore.remo
 Everything pulled is verified against its sha256 before it becomes visible.
 """
 
-from torchstore.io.transfer import RemoteNotFoundError, TransferError
-from torchstore.remote.cache import default_cache_dir, pull
-from torchstore.remote.catalog import RemoteCatalog, format_catalog
-from torchstore.remote.index import EntryKind, RemoteEntry, RemoteFile
-from torchstore.remote.recording import SyncResult, sync_recording
-from torchstore.remote.safe_upload import is_safe_to_upload
-from torchstore.remote.upload import IncompleteFileError, push, write_index
-from torchstore.remote.weights import fetch_policy_weights
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchstore._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from torchstore.io.transfer import (
+        RemoteNotFoundError,
+        TransferError,
+    )
+    from torchstore.remote.cache import (
+        default_cache_dir,
+        pull,
+    )
+    from torchstore.remote.catalog import (
+        RemoteCatalog,
+        format_catalog,
+    )
+    from torchstore.remote.index import (
+        EntryKind,
+        RemoteEntry,
+        RemoteFile,
+    )
+    from torchstore.remote.recording import (
+        SyncResult,
+        sync_recording,
+    )
+    from torchstore.remote.safe_upload import is_safe_to_upload
+    from torchstore.remote.upload import (
+        IncompleteFileError,
+        push,
+        write_index,
+    )
+    from torchstore.remote.weights import fetch_policy_weights
+
+_EXPORTS = {
+    "RemoteNotFoundError": "torchstore.io.transfer",
+    "TransferError": "torchstore.io.transfer",
+    "default_cache_dir": "torchstore.remote.cache",
+    "pull": "torchstore.remote.cache",
+    "RemoteCatalog": "torchstore.remote.catalog",
+    "format_catalog": "torchstore.remote.catalog",
+    "EntryKind": "torchstore.remote.index",
+    "RemoteEntry": "torchstore.remote.index",
+    "RemoteFile": "torchstore.remote.index",
+    "SyncResult": "torchstore.remote.recording",
+    "sync_recording": "torchstore.remote.recording",
+    "is_safe_to_upload": "torchstore.remote.safe_upload",
+    "IncompleteFileError": "torchstore.remote.upload",
+    "push": "torchstore.remote.upload",
+    "write_index": "torchstore.remote.upload",
+    "fetch_policy_weights": "torchstore.remote.weights",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "RemoteCatalog",

@@ -9,20 +9,62 @@ The torchrl ``Sampler`` subclasses (:class:`UniformSampler`, :class:`Prioritized
 
 from __future__ import annotations
 
-from torchstore.samplers.device import PhiloxSampler, empty_batch, sample_into, update_priority_
-from torchstore.samplers.ere import ERE, recent_range
-from torchstore.samplers.philox import (
-    PhiloxStream,
-    counters_from_offset,
-    philox4x32,
-    randint_below,
-    uniform_from_words,
-)
-from torchstore.samplers.prioritized import PrioritizedSampler
-from torchstore.samplers.sequence import SequenceWindowSampler
-from torchstore.samplers.sumtree import SumTree
-from torchstore.samplers.uniform import UniformSampler
-from torchstore.samplers.windows import Windows, choose_windows, clip_segments, sample_windows
+from typing import TYPE_CHECKING
+
+from torchstore._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from torchstore.samplers.device import (
+        PhiloxSampler,
+        empty_batch,
+        sample_into,
+        update_priority_,
+    )
+    from torchstore.samplers.ere import (
+        ERE,
+        recent_range,
+    )
+    from torchstore.samplers.philox import (
+        PhiloxStream,
+        counters_from_offset,
+        philox4x32,
+        randint_below,
+        uniform_from_words,
+    )
+    from torchstore.samplers.prioritized import PrioritizedSampler
+    from torchstore.samplers.sequence import SequenceWindowSampler
+    from torchstore.samplers.sumtree import SumTree
+    from torchstore.samplers.uniform import UniformSampler
+    from torchstore.samplers.windows import (
+        Windows,
+        choose_windows,
+        clip_segments,
+        sample_windows,
+    )
+
+_EXPORTS = {
+    "PhiloxSampler": "torchstore.samplers.device",
+    "empty_batch": "torchstore.samplers.device",
+    "sample_into": "torchstore.samplers.device",
+    "update_priority_": "torchstore.samplers.device",
+    "ERE": "torchstore.samplers.ere",
+    "recent_range": "torchstore.samplers.ere",
+    "PhiloxStream": "torchstore.samplers.philox",
+    "counters_from_offset": "torchstore.samplers.philox",
+    "philox4x32": "torchstore.samplers.philox",
+    "randint_below": "torchstore.samplers.philox",
+    "uniform_from_words": "torchstore.samplers.philox",
+    "PrioritizedSampler": "torchstore.samplers.prioritized",
+    "SequenceWindowSampler": "torchstore.samplers.sequence",
+    "SumTree": "torchstore.samplers.sumtree",
+    "UniformSampler": "torchstore.samplers.uniform",
+    "Windows": "torchstore.samplers.windows",
+    "choose_windows": "torchstore.samplers.windows",
+    "clip_segments": "torchstore.samplers.windows",
+    "sample_windows": "torchstore.samplers.windows",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "ERE",

@@ -1,0 +1,50 @@
+"""Lazy package attributes (PEP 562): a public name is imported the first time it is used.
+
+``import torchstore`` used to import torch, tensordict (which imports ``torch._dynamo``)
+and torchrl, about 3 s before the first line of user code ran; ``torchstore --help`` paid
+the same. Each package ``__init__`` now names where its public names live and imports
+the module only when one of them is read, so ``from torchstore import TrajectoryStore``
+and ``torchstore.TrajectoryStore`` work as before and cost only what they use.
+
+Examples:
+    >>> __getattr__, __dir__ = lazy_exports(__name__, {"Path": "pathlib"})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["lazy_exports"]
+
+
+def lazy_exports(
+    package: str, exports: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A module ``__getattr__`` and ``__dir__`` that import ``exports[name]`` on first use.
+
+    Args:
+        package: the package's ``__name__``.
+        exports: public name -> the module defining it (absolute, or relative to
+            ``package`` when it starts with a dot).
+
+    Returns:
+        ``(__getattr__, __dir__)`` to assign at the package's top level. A name, once
+        imported, is stored on the package, so later reads are plain attribute reads.
+    """
+
+    def __getattr__(name: str) -> Any:
+        try:
+            module_name = exports[name]
+        except KeyError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        value = getattr(importlib.import_module(module_name, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__
