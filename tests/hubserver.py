@@ -459,3 +459,49 @@ def _make_handler(hub: HubServer):
             self.wfile.write(body)
 
     return Handler
+
+
+# --------------------------------------------------------------------------- default endpoint
+_DEFAULT_ENDPOINT_CLI = """
+import sys
+import huggingface_hub
+import huggingface_hub.constants as constants
+
+endpoint = sys.argv[1]
+constants.ENDPOINT = endpoint
+constants.HUGGINGFACE_CO_URL_TEMPLATE = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+# leave the package as a fresh ``import huggingface_hub`` does: its submodules are loaded
+# lazily, so ``huggingface_hub.constants`` is no attribute of it until someone imports it
+del huggingface_hub.constants
+assert not hasattr(huggingface_hub, "constants") and not hasattr(huggingface_hub, "errors")
+from torchstore.cli.main import main
+
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def run_cli_default_endpoint(endpoint: str, *args: str, env: dict | None = None, timeout=300):
+    """Run ``torchstore ARGS`` in a fresh interpreter with ``HF_ENDPOINT`` unset.
+
+    huggingface_hub's default endpoint (``constants.ENDPOINT``, what a user without
+    ``HF_ENDPOINT`` gets) is pointed at ``endpoint`` before torchstore is imported, so the
+    code path of a default install runs against the loopback Hub. Returns the
+    ``CompletedProcess`` (text mode).
+    """
+    import os
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if k != "HF_ENDPOINT"}
+    full.update(env or {})
+    full.pop("HF_ENDPOINT", None)
+    full["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), full.get("PYTHONPATH")) if p
+    )
+    return subprocess.run(
+        [sys.executable, "-c", _DEFAULT_ENDPOINT_CLI, endpoint, *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -481,3 +481,31 @@ def test_push_a_recorded_dataset_then_import_it_by_repo_id(hub, tmp_path):
     check_store(tmp_path / "pulled.h5", written)
     local = import_lerobot(root, tmp_path / "local.h5", progress=False)
     assert local.frames == summary.frames
+
+
+def test_push_and_import_by_repo_id_with_the_default_endpoint(hub_server, tmp_path):
+    """``push DIR REPO_ID`` and ``import-lerobot REPO_ID`` with ``HF_ENDPOINT`` unset, each in a
+    fresh interpreter (where huggingface_hub has loaded none of its submodules yet)."""
+    from tests.hubserver import run_cli_default_endpoint
+    from tests.lerobot.test_lerobot_roundtrip import check_store, record
+
+    root = tmp_path / "recorded"
+    written = record(root, (4, 5))
+    repo_id = "defaultep/so101"
+    env = {"HF_HOME": str(tmp_path / "hf-home"), "TORCHSTORE_DISABLE_PROGRESS": "1"}
+    pushed = run_cli_default_endpoint(
+        hub_server.endpoint, "push", str(root), repo_id, "--no-progress", env=env
+    )
+    assert pushed.returncode == 0, pushed.stderr
+    assert "v3.0" in repo_of(hub_server, repo_id).tags
+    imported = run_cli_default_endpoint(
+        hub_server.endpoint,
+        "import-lerobot",
+        repo_id,
+        str(tmp_path / "pulled.h5"),
+        "--no-progress",
+        env=env,
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert "Traceback" not in imported.stderr
+    check_store(tmp_path / "pulled.h5", written)

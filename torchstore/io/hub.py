@@ -11,6 +11,8 @@ login, or ``token=``); this module only uses it to scrub messages, never prints 
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -21,7 +23,15 @@ from typing import Any
 from torchstore.io.paths import check_relpath, resolve_inside
 from torchstore.io.transfer import Progress, RemoteNotFoundError, TransferError, redact
 
-__all__ = ["HubClient", "HubFile", "REPO_TYPES", "require_huggingface_hub"]
+__all__ = [
+    "HubClient",
+    "HubFile",
+    "REPO_TYPES",
+    "require_huggingface_hub",
+    "hub_constants",
+    "hub_errors",
+    "default_endpoint",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +47,28 @@ def require_huggingface_hub():
             "Hub locations need huggingface_hub: pip install 'torchstore[hub]'"
         ) from exc
     return huggingface_hub
+
+
+def hub_constants():
+    """``huggingface_hub.constants``, imported explicitly.
+
+    huggingface_hub loads its submodules lazily: ``huggingface_hub.constants`` is not an
+    attribute of the package until something imports it, so ``hf.constants`` fails in a
+    fresh interpreter. ``import_module`` always returns the loaded submodule.
+    """
+    require_huggingface_hub()
+    return importlib.import_module("huggingface_hub.constants")
+
+
+def hub_errors():
+    """``huggingface_hub.errors``, imported explicitly (see :func:`hub_constants`)."""
+    require_huggingface_hub()
+    return importlib.import_module("huggingface_hub.errors")
+
+
+def default_endpoint(endpoint: str | None = None) -> str:
+    """``endpoint``, else ``HF_ENDPOINT`` read now, else huggingface_hub's (huggingface.co)."""
+    return (endpoint or os.environ.get("HF_ENDPOINT") or hub_constants().ENDPOINT).rstrip("/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +97,32 @@ def _forwarding_tqdm(progress: Progress | None):
     return _Forward
 
 
+class _RetryNotes(logging.Filter):
+    """Moves huggingface_hub's per-attempt retry warnings to torchstore's debug log.
+
+    A failure is reported once, as the error torchstore raises; the attempts before it
+    ("Retrying in 1s", "... thrown while requesting ...") are not the user's business.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        log.debug("huggingface_hub: %s", record.getMessage())
+        return False
+
+
+_RETRY_LOGGER = "huggingface_hub.utils._http"
+
+
+@contextlib.contextmanager
+def _retries_logged_quietly():
+    logger = logging.getLogger(_RETRY_LOGGER)
+    quiet = _RetryNotes()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
 class HubClient:
     """Repos of one type under one namespace on a Hub endpoint.
 
@@ -88,9 +146,7 @@ class HubClient:
         hf = require_huggingface_hub()
         self.namespace = namespace
         self.repo_type = repo_type
-        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or hf.constants.ENDPOINT).rstrip(
-            "/"
-        )
+        self.endpoint = default_endpoint(endpoint)
         self._token = token
         self._api = hf.HfApi(endpoint=self.endpoint, token=token)
 
@@ -109,7 +165,7 @@ class HubClient:
         return [self._token, found]
 
     def _translate(self, exc: Exception, what: str) -> Exception:
-        errors = require_huggingface_hub().errors
+        errors = hub_errors()
         text = redact(
             f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             self._secrets(),
@@ -124,13 +180,14 @@ class HubClient:
         return TransferError(text)
 
     def _call(self, what: str, fn, *args, **kwargs):
-        hf = require_huggingface_hub()
+        errors = hub_errors()
         try:
-            return fn(*args, **kwargs)
+            with _retries_logged_quietly():
+                return fn(*args, **kwargs)
         except (
-            hf.errors.HfHubHTTPError,
-            hf.errors.LocalEntryNotFoundError,
-            hf.errors.EntryNotFoundError,
+            errors.HfHubHTTPError,
+            errors.LocalEntryNotFoundError,
+            errors.EntryNotFoundError,
             OSError,
             ConnectionError,
         ) as exc:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from torchstore.errors import LeRobotFormatError
-from torchstore.io.hub import HubClient, require_huggingface_hub
+from torchstore.io.hub import HubClient, hub_constants, hub_errors, require_huggingface_hub
 from torchstore.io.parquet import check_footer
 from torchstore.io.transfer import RemoteNotFoundError, TransferError, env_flag, progress_bar
 from torchstore.lerobot.layout import CODEBASE_VERSION, INFO, is_scratch, writer_lock
@@ -441,7 +441,7 @@ def _hub_cache(cache_dir: str | os.PathLike | None) -> Path:
             return Path(os.path.expanduser(os.environ[var]))
     if os.environ.get("HF_HOME"):
         return Path(os.path.expanduser(os.environ["HF_HOME"])) / "hub"
-    return Path(require_huggingface_hub().constants.HF_HUB_CACHE)
+    return Path(hub_constants().HF_HUB_CACHE)
 
 
 def _cached_revision(repo_id: str, revision: str | None, cache: Path) -> tuple[str | None, list]:
@@ -494,8 +494,7 @@ def _regular_files_view(snapshot: Path) -> Path:
 
 
 def _is_offline() -> bool:
-    hf = require_huggingface_hub()
-    return bool(hf.constants.HF_HUB_OFFLINE) or env_flag("HF_HUB_OFFLINE")
+    return bool(hub_constants().HF_HUB_OFFLINE) or env_flag("HF_HUB_OFFLINE")
 
 
 def download_lerobot(
@@ -581,7 +580,7 @@ def _from_cache(hf, client: HubClient, repo_id, revision, cache: Path, patterns)
             local_files_only=True,
             allow_patterns=patterns,
         )
-    except hf.errors.LocalEntryNotFoundError as exc:
+    except hub_errors().LocalEntryNotFoundError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise TransferError(
             f"dataset {repo_id!r} at {ref!r} is not (completely) in the huggingface_hub cache "
