@@ -35,6 +35,8 @@ __all__ = [
     "episodes_path",
     "next_file",
     "writer_lock",
+    "lock_file",
+    "remove_lock_files",
     "is_scratch",
 ]
 
@@ -85,6 +87,58 @@ def is_scratch(relpath: str) -> bool:
     return parts[0] == SCRATCH_DIR or any(p.startswith(".") for p in parts)
 
 
+def lock_file(path: str | os.PathLike, *, shared: bool = False, blocking: bool = True) -> int:
+    """Open ``path`` (created if needed) and ``flock`` it; returns the descriptor.
+
+    Lock files are removed when their holder is done (:func:`remove_lock_files`), so a
+    process that opened the file just before it was unlinked may lock a dead inode; the
+    lock is only taken once the locked descriptor is still the file at ``path``.
+    Raises BlockingIOError when ``blocking`` is false and another holder has it.
+    """
+    path = Path(path)
+    mode = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if blocking else fcntl.LOCK_NB)
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # the empty scratch folder was just removed: again
+            continue
+        try:
+            fcntl.flock(fd, mode)
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                same = False
+        except BaseException:
+            os.close(fd)
+            raise
+        if same:
+            return fd
+        os.close(fd)  # unlinked by its last holder while we waited: lock the new file
+
+
+def remove_lock_files(root: str | os.PathLike, *names: str) -> None:
+    """Delete the writer's lock files (each while holding it) and the scratch folder if empty."""
+    root = Path(root)
+    for name in names:
+        try:
+            fd = lock_file(root / name)
+        except OSError:
+            continue
+        try:
+            (root / name).unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    scratch = root / SCRATCH_DIR
+    if scratch.is_dir():
+        for folder in sorted(scratch.rglob("*"), reverse=True):
+            if folder.is_dir():
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        with contextlib.suppress(OSError):
+            scratch.rmdir()
+
+
 @contextlib.contextmanager
 def writer_lock(root: str | os.PathLike, *, shared: bool = False) -> Iterator[None]:
     """Hold the folder's writer lock (``flock``) for the duration of the block.
@@ -95,17 +149,14 @@ def writer_lock(root: str | os.PathLike, *, shared: bool = False) -> Iterator[No
     or upload looks at. A folder that cannot hold the lock file (read-only) is
     treated as having no writer.
     """
-    lock = Path(root) / LOCK_NAME
     try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = lock_file(Path(root) / LOCK_NAME, shared=shared)
     except OSError:
         if not shared:
             raise
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)

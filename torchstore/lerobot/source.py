@@ -147,7 +147,13 @@ class LeRobotSource:
         data = read_json(self.root / STATS, missing=None)
         return data if isinstance(data, dict) else None
 
+    def _is_empty_recording(self) -> bool:
+        """A v3.0 folder whose recorder saved no episode: info.json only, 0 episodes."""
+        return self.info.get("total_episodes") == 0 and not any((self.root / "meta" / "episodes").glob("*/*.parquet"))
+
     def _read_tasks_v3(self) -> list[str]:
+        if self._is_empty_recording() and not (self.root / TASKS).exists():
+            return []
         return read_tasks(self.root / TASKS)
 
     def _read_tasks_v21(self) -> list[str]:
@@ -181,6 +187,8 @@ class LeRobotSource:
     def _read_episodes_v3(self) -> list[EpisodeEntry]:
         pa = require_pyarrow()
         files = sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
+        if not files and self._is_empty_recording():
+            return []
         if not files:
             raise LeRobotFormatError(
                 f"{self.root}/meta/episodes/ holds no Parquet files: the dataset was never "

@@ -23,7 +23,6 @@ bounded by the file size caps, and :mod:`benchmarks.lerobot_io` measures them.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from torchstore.errors import EpisodeError, LeRobotFormatError
+from torchstore.errors import DestinationExistsError, EpisodeError, LeRobotFormatError
 from torchstore.io.parquet import read_table, require_pyarrow, write_table_atomically
 from torchstore.lerobot.features import DEFAULT_FEATURES, Feature, encode_png, hf_features_metadata
 from torchstore.lerobot.info import info_features, new_info, read_info, write_json_atomically
@@ -43,12 +42,15 @@ from torchstore.lerobot.layout import (
     DEFAULT_DATA_FILES_SIZE_MB,
     DEFAULT_VIDEO_FILES_SIZE_MB,
     INFO,
+    LOCK_NAME,
     SCRATCH_DIR,
     STATS,
     TASKS,
     data_path,
     episodes_path,
+    lock_file,
     next_file,
+    remove_lock_files,
     video_path,
     writer_lock,
 )
@@ -143,13 +145,29 @@ def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndar
 
 def _lock_session(root: Path) -> int:
     """Take the folder's recording lock for this writer's lifetime; refuse a second writer."""
-    fd = os.open(root / _SESSION_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return lock_file(root / _SESSION_LOCK, blocking=False)
     except BlockingIOError:
-        os.close(fd)
         raise LeRobotFormatError(f"another LeRobotWriter is recording into {root}") from None
-    return fd
+
+
+def _exists_message(root: Path) -> str:
+    """Why a new writer refuses an existing folder, and what to do instead."""
+    try:
+        info = read_info(root)
+    except LeRobotFormatError:
+        return f"{root} exists; pass overwrite=True to replace it"
+    saved = info.get("total_episodes") or 0
+    if not any((root / "meta" / "episodes").glob("*/*.parquet")):
+        return (
+            f"{root} holds a LeRobot dataset with no saved episode (a recording stopped before "
+            "its first save_episode): continue it with LeRobotWriter.resume(root), or pass "
+            "overwrite=True to start over"
+        )
+    return (
+        f"{root} holds a LeRobot dataset ({saved} episodes): record more with "
+        "LeRobotWriter.resume(root), or pass overwrite=True to replace it"
+    )
 
 
 class _Camera:
@@ -215,7 +233,7 @@ class LeRobotWriter:
         user = _features_from_user(features)
         if root.exists():
             if not overwrite:
-                raise FileExistsError(f"{root} exists; pass overwrite=True to replace it, or use LeRobotWriter.resume()")
+                raise DestinationExistsError(_exists_message(root))
             if (root / _SESSION_LOCK).exists():
                 fd = _lock_session(root)  # refuses while another writer records there
                 os.close(fd)
@@ -669,8 +687,8 @@ class LeRobotWriter:
                 if first.exists():
                     self._set_video_info(name, probe_video(first))
         self._write_info(episodes, frames)
-        source = LeRobotSource(self.root)  # full check of the repaired folder
-        source.close()
+        if episodes:  # an empty dataset (nothing saved yet) has no tables to check
+            LeRobotSource(self.root).close()  # full check of the repaired folder
         self._num_episodes, self._num_frames = episodes, frames
         self._episode_stats = [self._row_stats(table, i) for i in range(episodes)]
         write_json_atomically(self.root / STATS, stats_to_json(aggregate_features(self._episode_stats)) if episodes else {}, durable=self._durable)
@@ -739,7 +757,12 @@ class LeRobotWriter:
             return
         self._reset_buffer()
         self._closed = True
-        os.close(self._session_fd)
+        try:
+            remove_lock_files(self.root, LOCK_NAME)
+        finally:
+            (self.root / _SESSION_LOCK).unlink(missing_ok=True)  # while still holding it
+            os.close(self._session_fd)
+            remove_lock_files(self.root)  # the scratch folder, now empty
 
     def __enter__(self) -> LeRobotWriter:
         return self
