@@ -8,8 +8,17 @@ from tensordict import TensorDict
 
 from tests.conftest import WALKER_COLUMNS, make_rows
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.data.layout import MANIFEST_ATTR
-from torchstore.errors import ColumnError, EpisodeError, StoreFormatError
+import xxhash
+
+from torchstore.data.layout import MANIFEST_ATTR, MANIFEST_HASH_ATTR
+from torchstore.errors import (
+    ColumnError,
+    EnvUnavailableError,
+    EpisodeError,
+    RowIndexError,
+    StoreFormatError,
+    TorchstoreError,
+)
 
 ALL_DTYPES = [torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
               torch.int64, torch.uint8, torch.bool]
@@ -163,15 +172,18 @@ def test_not_a_store(tmp_path):
 
 
 def _rewrite_manifest(path, mutate):
+    """Rewrite the manifest as a writer would (its checksum rewritten to match)."""
     with h5py.File(path, "a", libver="latest") as f:
-        f.attrs[MANIFEST_ATTR] = mutate(f.attrs[MANIFEST_ATTR])
+        text = mutate(f.attrs[MANIFEST_ATTR])
+        f.attrs[MANIFEST_ATTR] = text
+        f.attrs[MANIFEST_HASH_ATTR] = np.uint64(xxhash.xxh3_64_intdigest(text.encode()))
 
 
 def test_future_format_version_and_corrupt_manifest(tmp_path):
     path = tmp_path / "s.h5"
     _write(path, [ColumnSpec("x", torch.float32)], [3])
-    _rewrite_manifest(path, lambda t: t.replace('"format_version": 1', '"format_version": 7'))
-    with pytest.raises(StoreFormatError, match="format version 7.*reads up to version 1: upgrade torchstore"):
+    _rewrite_manifest(path, lambda t: t.replace('"format_version": 2', '"format_version": 7'))
+    with pytest.raises(StoreFormatError, match="format version 7.*reads up to version 2: upgrade torchstore"):
         TrajectoryStore(path)
     _rewrite_manifest(path, lambda t: t[:40])
     with pytest.raises(StoreFormatError, match="manifest is not valid JSON"):
@@ -181,8 +193,13 @@ def test_future_format_version_and_corrupt_manifest(tmp_path):
 def test_read_bounds(tmp_path):
     _write(tmp_path / "s.h5", [ColumnSpec("x", torch.float32)], [3])
     with TrajectoryStore(tmp_path / "s.h5") as store:
-        with pytest.raises(IndexError, match=r"outside the store's rows \[0, 3\)"):
-            store.read_slab(2, 4)
+        for start, stop in ((2, 4), (-1, 2), (2, 1), (0, -1)):
+            with pytest.raises(RowIndexError, match=rf"slab \[{start}, {stop}\) is outside the rows \[0, 3\)"):
+                store.read_slab(start, stop)
+        with pytest.raises(IndexError):  # the builtin a user catches
+            store.read_slab(-1, 2)
+        with pytest.raises(RowIndexError, match="must be ints"):
+            store.read_slab(0.5, 2)
         with pytest.raises(ColumnError, match="no column 'y'"):
             store.read_slab(0, 1, columns=["y"])
         with pytest.raises(EpisodeError, match="out of range"):
@@ -211,3 +228,131 @@ def test_two_readers_of_one_file_in_one_process(tmp_path):
     expected = np.concatenate([e["img"] for e in episodes])
     assert (b.read_slab(0, 700)["img"].numpy() - expected).max() <= 1 / 510 + 1e-6
     b.close()
+
+
+def test_a_store_indexes_and_iterates_as_rows(tmp_path):
+    cols = [ColumnSpec("x", torch.float32, (2,)), ColumnSpec("next/y", torch.int64)]
+    episodes = _write(tmp_path / "s.h5", cols, [5, 3, 4])
+    x = np.concatenate([e["x"] for e in episodes])
+    y = np.concatenate([e["next/y"] for e in episodes])
+    with TrajectoryStore(tmp_path / "s.h5") as store:
+        assert len(store) == 12 == store.num_rows
+        row = store[7]
+        assert row.batch_size == torch.Size([]) and np.array_equal(row["x"].numpy(), x[7])
+        assert int(store[-1]["next", "y"]) == y[-1] and np.array_equal(store[-12]["x"].numpy(), x[0])
+        assert np.array_equal(store[2:9]["x"].numpy(), x[2:9])
+        assert np.array_equal(store[1:11:3]["x"].numpy(), x[1:11:3])
+        assert np.array_equal(store[::-2]["next", "y"].numpy(), y[::-2])
+        assert store[9:3].batch_size == torch.Size([0])
+        picks = [11, 0, 5, 5, -2, 6]
+        assert np.array_equal(store[picks]["x"].numpy(), x[picks])
+        assert np.array_equal(store[torch.tensor(picks)]["next", "y"].numpy(), y[picks])
+        mask = torch.zeros(12, dtype=torch.bool)
+        mask[[1, 4]] = True
+        assert np.array_equal(store[mask]["x"].numpy(), x[[1, 4]])
+        assert store[[]].batch_size == torch.Size([0])
+        rows = list(store)
+        assert len(rows) == len(store)
+        assert np.array_equal(np.stack([r["x"].numpy() for r in rows]), x)
+        assert [e.batch_size[0] for e in store.iter_episodes()] == [5, 3, 4]
+        for bad in (12, -13):
+            with pytest.raises(RowIndexError, match=f"row {bad} is out of range for .* which holds 12 rows"):
+                store[bad]
+        with pytest.raises(IndexError, match="row 40 is out of range"):
+            store[[1, 40]]
+        with pytest.raises(RowIndexError, match="1-D integer"):
+            store[torch.tensor([0.5])]
+        with pytest.raises(RowIndexError, match="boolean mask"):
+            store[torch.ones(3, dtype=torch.bool)]
+        with pytest.raises(RowIndexError, match="cannot index"):
+            store["x"]
+
+
+def test_make_env_builds_the_recorded_environment(tmp_path):
+    gymnasium = pytest.importorskip("gymnasium")
+    _write(tmp_path / "env.h5", [ColumnSpec("x", torch.float32)], [2], env_id="CartPole-v1")
+    with TrajectoryStore(tmp_path / "env.h5") as store:
+        env = store.make_env(max_episode_steps=7)
+        try:
+            assert isinstance(env, gymnasium.Env)
+            assert env.spec.id == "CartPole-v1" and env.spec.max_episode_steps == 7
+        finally:
+            env.close()
+    _write(tmp_path / "none.h5", [ColumnSpec("x", torch.float32)], [2])
+    with TrajectoryStore(tmp_path / "none.h5") as store:
+        with pytest.raises(EnvUnavailableError, match="records no env id; pass env_id="):
+            store.make_env()
+    _write(tmp_path / "odd.h5", [ColumnSpec("x", torch.float32)], [2], env_id="NoSuchEnv-v9")
+    with TrajectoryStore(tmp_path / "odd.h5") as store:
+        with pytest.raises(EnvUnavailableError, match="gymnasium cannot make 'NoSuchEnv-v9'"):
+            store.make_env()
+
+
+def test_make_env_without_gymnasium_says_what_to_install(tmp_path, monkeypatch):
+    import sys
+
+    _write(tmp_path / "env.h5", [ColumnSpec("x", torch.float32)], [2], env_id="CartPole-v1")
+    monkeypatch.setitem(sys.modules, "gymnasium", None)  # import gymnasium now fails
+    with TrajectoryStore(tmp_path / "env.h5") as store:
+        with pytest.raises(EnvUnavailableError, match="pip install gymnasium"):
+            store.make_env()
+
+
+def test_stores_of_the_previous_format_still_open_and_resume(tmp_path):
+    """Format 1 stores (the bundled demo, say) have no manifest or commit-record hash."""
+    import shutil
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[2] / "data" / "reach_demo.h5"
+    with TrajectoryStore(demo) as store:
+        assert store.manifest.format_version == 1 and store.num_rows > 0
+        first = store.read_slab(0, store.num_rows)
+    copy = tmp_path / "old.h5"
+    shutil.copyfile(demo, copy)
+    with TrajectoryStoreWriter.resume(copy) as w:
+        w.add_episode(first[:10])
+    with TrajectoryStore(copy) as store:
+        assert store.manifest.format_version == 1
+        assert (store.read_slab(0, len(first)) == first).all()
+        assert store.num_rows == len(first) + 10
+
+
+def test_deeply_nested_or_malformed_manifests_are_format_errors(tmp_path):
+    path = tmp_path / "s.h5"
+    _write(path, [ColumnSpec("x", torch.float32)], [3])
+    deep = '{"format": "torchstore.trajectory", "format_version": 2, "columns": [], "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    _rewrite_manifest(path, lambda t: deep)
+    with pytest.raises(StoreFormatError, match="not valid JSON"):
+        TrajectoryStore(path)
+    for mutate in (
+        lambda t: t.replace('"shape": []', '"shape": "abc"'),
+        lambda t: t.replace('"shape": []', '"shape": ["a"]'),
+        lambda t: t.replace('"dtype": "float32"', '"dtype": [1]'),
+        lambda t: t.replace('"columns": [', '"columns": ["abc", '),
+        lambda t: t.replace('"quantize": null', '"quantize": {"low": "x", "high": 1}'),
+        lambda t: t.replace('"env_id": null', '"env_id": 5'),
+        lambda t: t.replace('"metadata": {}', '"metadata": [1]'),
+        lambda t: "[1, 2]",
+    ):
+        _write(path, [ColumnSpec("x", torch.float32)], [3], overwrite=True)
+        _rewrite_manifest(path, mutate)
+        with pytest.raises(StoreFormatError):
+            TrajectoryStore(path)
+        with pytest.raises(StoreFormatError):
+            TrajectoryStoreWriter.resume(path)
+
+
+def test_deeply_nested_metadata_is_refused_when_written(tmp_path):
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ColumnError, match="JSON-serialisable"):
+        TrajectoryStoreWriter(tmp_path / "a.h5", [ColumnSpec("x", torch.float32)], metadata={"d": deep})
+    with TrajectoryStoreWriter(tmp_path / "b.h5", [ColumnSpec("x", torch.float32)]) as w:
+        w.append({"x": np.zeros(2, np.float32)})
+        with pytest.raises(EpisodeError, match="JSON-serialisable"):
+            w.end_episode({"d": deep})
+        w.end_episode({"ok": 1})
+    with TrajectoryStore(tmp_path / "b.h5") as store:
+        assert store.episode_metadata(0) == {"ok": 1}
+    assert issubclass(EnvUnavailableError, TorchstoreError)

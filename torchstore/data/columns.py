@@ -63,7 +63,7 @@ def torch_dtype(dtype: Any) -> torch.dtype:
     else:
         try:
             result = _TORCH_BY_NUMPY.get(np.dtype(dtype))
-        except TypeError:
+        except (TypeError, ValueError):
             result = None
     if result not in _NUMPY_BY_TORCH:
         supported = ", ".join(_TORCH_BY_NAME)
@@ -130,21 +130,27 @@ class ColumnSpec:
         dtype = torch_dtype(self.dtype)
         object.__setattr__(self, "dtype", dtype)
         try:
+            if isinstance(self.shape, str | bytes) or any(isinstance(s, bool) for s in self.shape):
+                raise TypeError("not a sequence of ints")
             shape = tuple(int(s) for s in self.shape)
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:
             raise ColumnError(f"column '{self.name}' shape must be a tuple of ints, got {self.shape!r}") from exc
         if any(s <= 0 for s in shape):
             raise ColumnError(f"column '{self.name}' shape ({shape}) must have positive sizes")
         object.__setattr__(self, "shape", shape)
         if self.quantize is not None:
             if isinstance(self.quantize, Mapping):
-                object.__setattr__(self, "quantize", Quantize(**self.quantize))
+                try:
+                    object.__setattr__(self, "quantize", Quantize(**self.quantize))
+                except TypeError as exc:
+                    raise ColumnError(f"column '{self.name}' quantize ({self.quantize!r}) is malformed: {exc}") from exc
             elif not isinstance(self.quantize, Quantize):
                 raise ColumnError(f"column '{self.name}' quantize must be a Quantize, got {self.quantize!r}")
             if not dtype.is_floating_point:
                 raise ColumnError(
                     f"column '{self.name}' is quantised, so its dtype must be floating, got {dtype}"
                 )
+            self.quantize.check_dtype(dtype, self.name)
         rule = RESERVED_COLUMNS.get(self.name.split("/")[-1], None)
         if rule == "bool" and dtype != torch.bool:
             raise ColumnError(f"reserved column '{self.name}' must be bool, got {dtype}")
@@ -182,13 +188,18 @@ class ColumnSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ColumnSpec:
+        """The inverse of :meth:`to_dict`; anything malformed is a :class:`ColumnError`."""
+        if not isinstance(data, Mapping):
+            raise ColumnError(f"a column spec must be a mapping, got {data!r:.80}")
+        if "name" not in data or "dtype" not in data:
+            raise ColumnError(f"a column spec needs 'name' and 'dtype', got keys {sorted(map(str, data))}")
         q = data.get("quantize")
-        return cls(
-            name=data["name"],
-            dtype=data["dtype"],
-            shape=tuple(data.get("shape", ())),
-            quantize=None if q is None else Quantize(**q),
-        )
+        if q is not None and not isinstance(q, Mapping):
+            raise ColumnError(f"column {data['name']!r} quantize must be a mapping, got {q!r:.80}")
+        shape = data.get("shape", ())
+        if not isinstance(shape, list | tuple):
+            raise ColumnError(f"column {data['name']!r} shape must be a list of ints, got {shape!r:.80}")
+        return cls(name=data["name"], dtype=data["dtype"], shape=tuple(shape), quantize=q)
 
     def check_rows(self, value: Any, *, rows: int | None = None) -> np.ndarray | torch.Tensor:
         """Validate one column's rows and return them in the storage dtype.
@@ -199,6 +210,8 @@ class ColumnSpec:
         """
         is_tensor = isinstance(value, torch.Tensor)
         if is_tensor:
+            if value.is_meta:
+                raise ColumnError(f"column '{self.name}' got a tensor on the meta device, which holds no data")
             src = value.dtype
         else:
             value = np.asarray(value)
@@ -222,7 +235,7 @@ class ColumnSpec:
                 raise ColumnError(
                     f"column '{self.name}' is quantised and takes floating values, got {src}"
                 )
-            return self.quantize.encode(value)
+            return self.quantize.encode(value, self.name)
         if src != self.dtype and not _safe_cast(src, self.dtype):
             raise ColumnError(
                 f"column '{self.name}' expects {self.describe()}, got "

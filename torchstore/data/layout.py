@@ -1,8 +1,10 @@
 """Where things live inside a store file, and how a file's datasets are built and opened.
 
 ```
-/                     attribute torchstore_manifest (JSON, static schema)
-/commit               int64[3]: committed rows, episodes, episode-metadata bytes
+/                     attribute torchstore_manifest (JSON, static schema) and
+                      torchstore_manifest_xxh3 (uint64: xxh3-64 of the manifest's UTF-8 bytes)
+/commit               int64[4]: committed rows, episodes, episode-metadata bytes, and the
+                      xxh3-64 of those three int64s (format 1 stores: int64[3], no hash)
 /columns/<name>       [rows, *shape] per column ('/' in a name nests groups)
 /episodes/index       int64[episodes, 3]: ep_len, ep_offset, meta_end (one table, so a
                       commit appends one row to one dataset)
@@ -10,22 +12,36 @@
                       at meta_end[i]
 /checksums/...        the per-block hash table of every dataset above
 ```
+
+HDF5 checksums its own metadata (superblock, object headers, B-trees) but neither raw data
+nor the global heap that variable-length strings live in: everything a reader's values
+depend on is covered by a hash of torchstore's instead (the manifest's beside it in the
+checksummed root object header, the commit record's in the record itself, the rest per
+block in ``/checksums``).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 
 import h5py
 import numpy as np
+import xxhash
 
 from torchstore.data.columns import numpy_dtype
-from torchstore.data.manifest import Manifest
+from torchstore.data.manifest import UNCHECKED_FORMAT_VERSION, Manifest
+from torchstore.errors import IntegrityError, StoreFormatError
 from torchstore.io.checksummed import ChecksummedDataset, create_checksummed
 
-__all__ = ["MANIFEST_ATTR", "COMMIT", "build_store_file", "StoreDatasets"]
+__all__ = ["MANIFEST_ATTR", "MANIFEST_HASH_ATTR", "COMMIT", "build_store_file", "read_manifest", "StoreDatasets"]
 
 MANIFEST_ATTR = "torchstore_manifest"
+MANIFEST_HASH_ATTR = "torchstore_manifest_xxh3"
+#: Reads of a commit record whose hash does not match, before it is called damaged: a
+#: reader can catch the record mid-write by a live writer (the next read is whole).
+_COMMIT_READ_ATTEMPTS = 50
 COMMIT = "commit"
 COLUMNS = "columns"
 EPISODES = "episodes"
@@ -40,8 +56,10 @@ _EPISODE_TABLES = ((EP_INDEX, np.int64, (3,), 8192), (EP_META, np.uint8, (), 163
 
 def build_store_file(f: h5py.File, manifest: Manifest) -> None:
     """Create every dataset and attribute of an empty store (SWMR allows no new objects later)."""
-    f.attrs[MANIFEST_ATTR] = manifest.to_json()
-    f.create_dataset(COMMIT, data=np.zeros(3, dtype=np.int64))
+    text = manifest.to_json()
+    f.attrs[MANIFEST_ATTR] = text
+    f.attrs[MANIFEST_HASH_ATTR] = np.uint64(xxhash.xxh3_64_intdigest(text.encode("utf-8")))
+    f.create_dataset(COMMIT, data=commit_record(0, 0, 0, checked=True))
     sums = f.create_group(CHECKSUMS)
     for spec in manifest.columns:
         create_checksummed(
@@ -54,6 +72,52 @@ def build_store_file(f: h5py.File, manifest: Manifest) -> None:
             chunk_bytes=chunk_bytes,
         )
     f[EPISODES][EP_INDEX].attrs["fields"] = ",".join(EP_INDEX_FIELDS)
+
+
+def commit_record(rows: int, episodes: int, meta: int, *, checked: bool) -> np.ndarray:
+    """The commit record's int64s: the three counts, then their xxh3-64 when ``checked``."""
+    counts = np.array([rows, episodes, meta], dtype=np.int64)
+    if not checked:
+        return counts
+    digest = np.array([xxhash.xxh3_64_intdigest(counts.tobytes())], dtype=np.uint64).view(np.int64)
+    return np.concatenate([counts, digest])
+
+
+def read_manifest(f: h5py.File, source: str) -> Manifest:
+    """The manifest of an open store file, verified against its hash.
+
+    Everything odd about the attributes (a damaged root object header, a missing or
+    malformed manifest, a hash mismatch) is a torchstore error naming ``source``.
+    """
+    try:
+        attrs = f.attrs
+        if MANIFEST_ATTR not in attrs:
+            raise StoreFormatError(f"{source} is an HDF5 file but not a torchstore store (no '{MANIFEST_ATTR}' attribute)")
+        text = attrs[MANIFEST_ATTR]
+        expected = attrs[MANIFEST_HASH_ATTR] if MANIFEST_HASH_ATTR in attrs else None
+    except StoreFormatError:
+        raise
+    except Exception as exc:  # h5py raises KeyError/OSError/RuntimeError for a damaged header
+        raise StoreFormatError(f"{source}: the store's attributes cannot be read (damaged file?): {exc}") from exc
+    raw = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    if not isinstance(raw, bytes):
+        raise StoreFormatError(f"{source}: the manifest attribute is not text ({type(text).__name__})")
+    if expected is not None:
+        try:
+            expected = int(np.asarray(expected).reshape(()))
+        except (TypeError, ValueError) as exc:
+            raise IntegrityError(f"{source}: the manifest's checksum attribute is malformed") from exc
+        if xxhash.xxh3_64_intdigest(raw) != expected:
+            raise IntegrityError(
+                f"{source}: the manifest (column specs, quantisation, env id, metadata) fails its "
+                "checksum; the file is damaged"
+            )
+    manifest = Manifest.from_json(raw, source=source)
+    if expected is None and manifest.format_version > UNCHECKED_FORMAT_VERSION:
+        raise IntegrityError(
+            f"{source}: store format {manifest.format_version} keeps a manifest checksum, but it is missing"
+        )
+    return manifest
 
 
 @dataclass
@@ -82,7 +146,55 @@ class StoreDatasets:
     def all(self) -> list[ChecksummedDataset]:
         return [*self.columns.values(), self.ep_index, self.ep_meta]
 
+    @property
+    def checked(self) -> bool:
+        """Whether the commit record carries its hash (format 2 and later)."""
+        return self.commit.shape == (4,)
+
+    def write_commit(self, rows: int, episodes: int, meta: int) -> None:
+        record = commit_record(rows, episodes, meta, checked=self.checked)
+        self.commit.id.write(h5py.h5s.ALL, h5py.h5s.ALL, record)
+
     def read_commit(self) -> tuple[int, int, int]:
-        self.commit.refresh()
-        rows, episodes, meta = (int(v) for v in self.commit[...])
+        """The committed counts ``(rows, episodes, metadata bytes)``, verified.
+
+        A hash mismatch is re-read a few times (a live writer may be writing the record)
+        before it is reported; counts that could not fit in the file are reported at once.
+        """
+        checked = self.checked
+        for attempt in range(_COMMIT_READ_ATTEMPTS):
+            try:
+                self.commit.refresh()
+                record = np.asarray(self.commit[...], dtype=np.int64)
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                if attempt + 1 < _COMMIT_READ_ATTEMPTS:
+                    time.sleep(0.001)
+                    continue
+                raise IntegrityError(f"the commit record cannot be read ({exc})") from exc
+            if record.shape not in ((3,), (4,)):
+                raise StoreFormatError(f"the commit record has shape {list(record.shape)}, expected [4]")
+            rows, episodes, meta = (int(v) for v in record[:3])
+            if not checked or np.array_equal(commit_record(rows, episodes, meta, checked=True), record):
+                break
+            time.sleep(0.001)
+        else:
+            raise IntegrityError(
+                f"the commit record ({rows}, {episodes}, {meta}) fails its checksum; the file is damaged"
+            )
+        self._check_counts(rows, episodes, meta)
         return rows, episodes, meta
+
+    def _check_counts(self, rows: int, episodes: int, meta: int) -> None:
+        """Counts that the file is too small to hold are damage (and must not be allocated)."""
+        if min(rows, episodes, meta) < 0 or episodes > rows or (episodes == 0) != (rows == 0):
+            raise IntegrityError(f"the commit record ({rows}, {episodes}, {meta}) is inconsistent")
+        try:
+            size = os.stat(self.commit.file.filename).st_size
+        except OSError:
+            return
+        row_bytes = sum(t.row_nbytes for t in self.columns.values())
+        if rows * row_bytes > size or episodes * 24 > size or meta > size:
+            raise IntegrityError(
+                f"the commit record ({rows} rows, {episodes} episodes, {meta} metadata bytes) "
+                f"counts more than the {size}-byte file can hold; the file is damaged"
+            )

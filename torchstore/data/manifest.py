@@ -4,6 +4,11 @@ The schema part (format, columns, env id, seed, creation time, version, user met
 static and lives in one root attribute written before the file becomes visible. The live
 counts come from the ``commit`` record (HDF5 readers never refresh attributes, so counts
 kept in an attribute would go stale under a live writer).
+
+Format versions: 2 (this version) keeps an xxh3-64 of the manifest text beside it and one
+in the commit record, so a flipped bit in either is reported instead of changing what a
+reader returns. Version 1 stores (written before) have neither; they still open and
+append, unverified in those two places.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from torchstore._version import __version__
 from torchstore.data.columns import ColumnSpec, validate_columns
 from torchstore.errors import ColumnError, StoreFormatError
 
-__all__ = ["Manifest", "FORMAT_NAME", "FORMAT_VERSION"]
+__all__ = ["Manifest", "FORMAT_NAME", "FORMAT_VERSION", "UNCHECKED_FORMAT_VERSION"]
 
 FORMAT_NAME = "torchstore.trajectory"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The last format version written without the manifest and commit-record checksums.
+UNCHECKED_FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +67,7 @@ class Manifest:
         metadata = dict(metadata or {})
         try:
             json.dumps(metadata, allow_nan=False)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ColumnError(f"metadata must be JSON-serialisable: {exc}") from exc
         return cls(
             columns=validate_columns(columns),
@@ -93,12 +100,12 @@ class Manifest:
         """Parse and check a manifest; unknown formats and future versions fail clearly."""
         try:
             data = json.loads(text)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise StoreFormatError(f"{source}: the manifest is not valid JSON ({exc})") from exc
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise StoreFormatError(f"{source}: the manifest is not valid JSON ({str(exc)[:200]})") from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
             raise StoreFormatError(f"{source}: not a torchstore trajectory store (format {data.get('format') if isinstance(data, dict) else None!r})")
         version = data.get("format_version")
-        if not isinstance(version, int) or version < 1:
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise StoreFormatError(f"{source}: manifest format_version ({version!r}) must be a positive int")
         if version > FORMAT_VERSION:
             raise StoreFormatError(
@@ -106,17 +113,26 @@ class Manifest:
                 f"{data.get('torchstore_version', '?')}; this torchstore ({__version__}) reads up to "
                 f"version {FORMAT_VERSION}: upgrade torchstore"
             )
+        env_id, seed, metadata = data.get("env_id"), data.get("seed"), data.get("metadata") or {}
+        if env_id is not None and not isinstance(env_id, str):
+            raise StoreFormatError(f"{source}: the manifest's env_id ({env_id!r:.80}) is not a string")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise StoreFormatError(f"{source}: the manifest's seed ({seed!r:.80}) is not an int")
+        if not isinstance(metadata, dict):
+            raise StoreFormatError(f"{source}: the manifest's metadata ({metadata!r:.80}) is not an object")
+        if not isinstance(data.get("columns"), list):
+            raise StoreFormatError(f"{source}: the manifest's column list is missing or not a list")
         try:
             columns = validate_columns(ColumnSpec.from_dict(c) for c in data["columns"])
             return cls(
                 columns=columns,
-                env_id=data.get("env_id"),
-                seed=data.get("seed"),
-                metadata=dict(data.get("metadata") or {}),
+                env_id=env_id,
+                seed=seed,
+                metadata=dict(metadata),
                 created=str(data.get("created", "")),
                 torchstore_version=str(data.get("torchstore_version", "?")),
                 format=FORMAT_NAME,
                 format_version=version,
             )
-        except (KeyError, TypeError, ColumnError) as exc:
+        except (KeyError, TypeError, ValueError, ColumnError) as exc:
             raise StoreFormatError(f"{source}: the manifest's column list is malformed ({exc})") from exc

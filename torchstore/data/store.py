@@ -1,13 +1,17 @@
 """Reading a trajectory store: contiguous slabs, episodes, and the step into residency.
 
-There is deliberately no gather-by-index-from-disk method. Scattered rows read one by one
-from disk cost about 4500x a gather from memory (DESIGN.md); sampling reads a resident
-view (``resident``) or a window refilled by contiguous reads (``window``).
+A store is a sequence of rows, as a torchrl storage or a LeRobot dataset is: ``len(store)``
+is the committed row count, ``store[i]`` one row, ``store[a:b]`` a slab, and iterating
+yields rows (read in slabs underneath); ``store.episode(i)`` and ``iter_episodes()`` walk
+episodes. Scattered rows read from disk cost about 4500x a gather from memory, so
+sampling reads a resident view (``resident``) or a window refilled by contiguous reads
+(``window``); ``store[index_tensor]`` works but reads the runs of rows it touches.
 """
 
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -19,9 +23,16 @@ from tensordict import TensorDict
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.episodes import EpisodeIndex
-from torchstore.data.layout import MANIFEST_ATTR, StoreDatasets
+from torchstore.data.layout import StoreDatasets, read_manifest
 from torchstore.data.manifest import Manifest
-from torchstore.errors import ColumnError, IntegrityError, StoreFormatError
+from torchstore.errors import (
+    ColumnError,
+    EnvUnavailableError,
+    IntegrityError,
+    RowIndexError,
+    StoreFormatError,
+    TorchstoreError,
+)
 from torchstore.io.hdf5 import open_for_read
 
 __all__ = ["TrajectoryStore"]
@@ -43,19 +54,15 @@ class TrajectoryStore:
         self.path = Path(path)
         self._file = open_for_read(self.path)
         try:
-            if MANIFEST_ATTR not in self._file.attrs:
-                raise StoreFormatError(
-                    f"{self.path} is an HDF5 file but not a torchstore store (no '{MANIFEST_ATTR}' attribute)"
-                )
-            try:
-                text = self._file.attrs[MANIFEST_ATTR]
-            except (OSError, ValueError) as exc:
-                raise StoreFormatError(f"{self.path}: the manifest cannot be read ({exc})") from exc
-            self._manifest = Manifest.from_json(text, source=str(self.path))
+            self._manifest = read_manifest(self._file, str(self.path))
             try:
                 self._ds = StoreDatasets.open(self._file, self._manifest)
-            except (KeyError, OSError) as exc:
+            except TorchstoreError:
+                raise
+            except Exception as exc:  # KeyError, OSError, RuntimeError from a damaged header
                 raise StoreFormatError(f"{self.path}: a dataset the manifest names is missing or unreadable ({exc})") from exc
+            if self._manifest.format_version > 1 and not self._ds.checked:
+                raise StoreFormatError(f"{self.path}: the commit record lacks the checksum its format version keeps")
             self._rows = self._episodes_n = self._meta_n = -1
             self.refresh()
         except BaseException:
@@ -68,10 +75,13 @@ class TrajectoryStore:
         try:
             # the commit record first: everything it counts was flushed before it was written
             rows, episodes, meta = self._ds.read_commit()
+        except TorchstoreError as exc:
+            raise type(exc)(f"{self.path}: {exc}") from exc
+        try:
             for table in self._ds.all():
                 table.refresh()
-        except (OSError, ValueError) as exc:
-            raise IntegrityError(f"{self.path}: the commit record cannot be read ({exc})") from exc
+        except Exception as exc:  # h5py: OSError, ValueError, KeyError, RuntimeError
+            raise IntegrityError(f"{self.path}: the store's tables cannot be refreshed ({exc})") from exc
         if (rows, episodes, meta) == (self._rows, self._episodes_n, self._meta_n):
             return False
         for name, table in self._ds.columns.items():
@@ -120,7 +130,89 @@ class TrajectoryStore:
         return self._episodes_n
 
     def __len__(self) -> int:
+        """Committed rows (of the current snapshot), as for a torchrl storage."""
         return self._rows
+
+    def __getitem__(self, index: Any) -> TensorDict:
+        """Rows: ``store[i]`` one row (batch size ``[]``), ``store[a:b:step]`` a slab,
+        ``store[tensor]`` the rows at those indices (read as the runs of rows they touch);
+        negative indices count from the end."""
+        n = self._rows
+        if isinstance(index, slice):
+            start, stop, step = index.indices(n)
+            if step == 1:
+                return self.read_slab(start, max(start, stop))
+            rows = torch.arange(start, stop, step)
+            return self._read_rows(rows)
+        try:
+            i = operator.index(index)
+        except TypeError:
+            pass
+        else:
+            if not -n <= i < n:
+                raise RowIndexError(f"row {i} is out of range for {self.path}, which holds {n} rows")
+            i %= n
+            return self.read_slab(i, i + 1)[0]
+        try:
+            rows = torch.as_tensor(index)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise RowIndexError(f"cannot index {self.path} with {index!r:.80}: use an int, a slice or integer rows") from exc
+        if rows.numel() == 0 and rows.ndim == 1:
+            rows = rows.to(torch.int64)
+        if rows.dtype == torch.bool:
+            if rows.shape != (n,):
+                raise RowIndexError(f"a boolean mask over {self.path} must have shape [{n}], got {list(rows.shape)}")
+            rows = torch.nonzero(rows).flatten()
+        if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.ndim != 1:
+            raise RowIndexError(f"row indices must be a 1-D integer sequence, got {rows.dtype} of shape {list(rows.shape)}")
+        return self._read_rows(rows)
+
+    def _read_rows(self, rows: torch.Tensor) -> TensorDict:
+        rows = rows.to(torch.int64).cpu()
+        n = self._rows
+        if rows.numel() and (int(rows.min()) < -n or int(rows.max()) >= n):
+            bad = rows[(rows < -n) | (rows >= n)][0]
+            raise RowIndexError(f"row {int(bad)} is out of range for {self.path}, which holds {n} rows")
+        rows = torch.where(rows < 0, rows + n, rows)
+        unique = torch.unique(rows)
+        breaks = (torch.nonzero(torch.diff(unique) != 1).flatten() + 1).tolist()
+        parts = [self.read_slab(int(run[0]), int(run[-1]) + 1) for run in torch.tensor_split(unique, breaks) if len(run)]
+        if not parts:
+            return self.read_slab(0, 0)[rows]
+        slab = torch.cat(parts) if len(parts) > 1 else parts[0]
+        return slab[torch.searchsorted(unique, rows)]
+
+    def __iter__(self) -> Iterator[TensorDict]:
+        """Every committed row in order (batch size ``[]`` each), read in slabs."""
+        for slab in self.iter_slabs(4096):
+            yield from slab.unbind(0)
+
+    def iter_episodes(self, columns: Iterable[str] | None = None, *, raw: bool = False) -> Iterator[TensorDict]:
+        """Every committed episode in order, as :meth:`episode` returns it."""
+        for i in range(self._episodes_n):
+            yield self.episode(i, columns, raw=raw)
+
+    def make_env(self, **kwargs: Any):
+        """``gymnasium.make(env_id, **kwargs)`` for the environment the store records.
+
+        Raises :class:`EnvUnavailableError` when the store records no env id, gymnasium
+        is not installed, or gymnasium does not know the id.
+        """
+        env_id = self._manifest.env_id
+        if not env_id:
+            raise EnvUnavailableError(
+                f"{self.path} records no env id; pass env_id= to TrajectoryStoreWriter when writing it"
+            )
+        try:
+            import gymnasium
+        except ImportError as exc:
+            raise EnvUnavailableError(
+                f"make_env needs gymnasium to build {env_id!r}: pip install gymnasium"
+            ) from exc
+        try:
+            return gymnasium.make(env_id, **kwargs)
+        except gymnasium.error.Error as exc:
+            raise EnvUnavailableError(f"gymnasium cannot make {env_id!r} (recorded in {self.path}): {exc}") from exc
 
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:
@@ -150,9 +242,15 @@ class TrajectoryStore:
         raw: bool = False,
     ) -> TensorDict:
         """Contiguous rows ``[start, stop)`` as a TensorDict (quantised columns dequantised unless ``raw``)."""
-        start, stop = int(start), int(stop)
+        try:
+            start, stop = operator.index(start), operator.index(stop)
+        except TypeError as exc:
+            raise RowIndexError(f"slab bounds must be ints, got {start!r} and {stop!r}") from exc
         if not 0 <= start <= stop <= self._rows:
-            raise IndexError(f"slab [{start}, {stop}) is outside the store's rows [0, {self._rows})")
+            raise RowIndexError(
+                f"slab [{start}, {stop}) is outside the rows [0, {self._rows}) of {self.path} "
+                "(bounds are absolute and ascending; negative bounds are not accepted)"
+            )
         leaves: dict[Any, torch.Tensor] = {}
         for spec in self.select_columns(columns):
             value = torch.from_numpy(self.read_column(spec.name, start, stop))
@@ -166,7 +264,7 @@ class TrajectoryStore:
     ) -> Iterator[TensorDict]:
         """Stream the whole store as consecutive slabs of ``rows`` rows (the last may be shorter)."""
         if rows < 1:
-            raise ValueError(f"rows ({rows}) must be >= 1")
+            raise RowIndexError(f"rows ({rows}) must be >= 1")
         names = [s.name for s in self.select_columns(columns)]
         for start in range(0, self._rows, rows):
             yield self.read_slab(start, min(start + rows, self._rows), names, raw=raw)
@@ -187,7 +285,7 @@ class TrajectoryStore:
         raw = self._ds.ep_meta.read(begin, end, self._meta_n, self._latest(2))
         try:
             return json.loads(raw.tobytes())
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise IntegrityError(f"{self.path}: episode {index} metadata is not valid JSON") from exc
 
     # ----------------------------------------------------------------- residency

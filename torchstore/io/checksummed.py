@@ -11,18 +11,27 @@ Each block has two slots of ``(rows covered, hash)``. The block still filling is
 at every commit into the slot that does *not* hold the committed value, so a writer killed
 before its commit record lands leaves the committed hash untouched, and a reader picks the
 slot whose row count matches the committed rows.
+
+A reader following a live writer can still lose that race: if the writer commits twice
+while the reader looks, both slots have moved on. So a block that fails is read again,
+with the commit record read before and after: a block is reported only when it fails
+against a commit that did not move during the read (a consistent snapshot), never for a
+mismatch a moving writer can explain. Rows are then verified against whichever slot
+covers them (a newer slot covers the older rows too, and the bytes returned are the
+bytes that matched).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
 import h5py
 import numpy as np
 import xxhash
 
-from torchstore.errors import IntegrityError
+from torchstore.errors import IntegrityError, RowIndexError
 
 __all__ = ["ChecksummedDataset", "create_checksummed", "block_rows_for"]
 
@@ -30,6 +39,10 @@ _CHUNK_BYTES = 128 * 1024
 _MAX_BLOCK_ROWS = 65536
 _SUM_CHUNK_BLOCKS = 512
 _STAGE_BYTES = 4 * 1024 * 1024
+#: How many times a block that fails while the commit record moves is read again, and
+#: for how long at most, before it is reported anyway.
+_RETRY_ATTEMPTS = 500
+_RETRY_SECONDS = 10.0
 
 
 def block_rows_for(row_nbytes: int, chunk_bytes: int = _CHUNK_BYTES) -> int:
@@ -148,6 +161,10 @@ class ChecksummedDataset:
             self.write_staged()
 
     @property
+    def row_nbytes(self) -> int:
+        return int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
     def rows_appended(self) -> int:
         """Rows appended so far, staged or written, committed or not."""
         return self._written + self._staged_rows
@@ -217,25 +234,27 @@ class ChecksummedDataset:
                 fspace = dsid.get_space()
                 fspace.select_hyperslab((start,) + (0,) * len(self.row_shape), out.shape)
                 dsid.read(h5py.h5s.create_simple(out.shape), fspace, out)
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 raise IntegrityError(
                     f"{self.label} rows {start}..{stop - 1} cannot be read ({exc}); the file is damaged"
                 ) from exc
         return out
 
-    def _sum_rows(self, first: int, last: int, committed_rows: int) -> np.ndarray:
+    def _sum_rows(self, first: int, last: int, committed_rows: int, *, fresh: bool = False) -> np.ndarray:
         """Hash-table rows ``first..last``; rows of full blocks are cached (they never change)."""
-        if last >= self._full_blocks_cached:
+        if fresh or last >= self._full_blocks_cached:
             committed_blocks = math.ceil(committed_rows / self.block_rows)
             try:
                 table = self.sums[:committed_blocks]
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 raise IntegrityError(f"{self.label} checksum table cannot be read ({exc})") from exc
             if table.shape[0] < committed_blocks:
                 raise IntegrityError(
                     f"{self.label} checksum table holds {table.shape[0]} blocks, the commit needs "
                     f"{committed_blocks}; the file is truncated or damaged"
                 )
+            if fresh:
+                return table[first : last + 1]
             self._sum_cache = table
             self._full_blocks_cached = committed_rows // self.block_rows
         return self._sum_cache[first : last + 1]
@@ -245,48 +264,61 @@ class ChecksummedDataset:
     ) -> np.ndarray:
         """Rows ``[start, stop)``, every block they touch verified against its hash.
 
-        A live writer may commit twice between a reader's look at the commit record and
-        its read of the hash table, replacing the hash of the partly filled last block.
-        ``latest_committed`` (re-reads the commit record) lets that one block be verified
-        against the newer commit instead of being reported as damaged.
+        ``latest_committed`` re-reads the commit record (this table's count in it). With
+        it, a failing block is read again while a live writer moves the commit on, and
+        reported only when it fails against a commit that held still during the read.
         """
         if not 0 <= start <= stop <= committed_rows:
-            raise IndexError(
+            raise RowIndexError(
                 f"{self.label} rows {start}..{stop} are outside the committed range 0..{committed_rows}"
             )
         if start == stop:
             return np.empty((0, *self.row_shape), dtype=self.dtype)
+        try:
+            return self._read_verified(start, stop, committed_rows, committed_rows, fresh=False)
+        except IntegrityError as exc:
+            if latest_committed is None:
+                raise
+            error = exc
+        deadline = time.monotonic() + _RETRY_SECONDS
+        for attempt in range(_RETRY_ATTEMPTS):
+            before = latest_committed()
+            try:
+                self.refresh()
+                return self._read_verified(start, stop, committed_rows, max(before, committed_rows), fresh=True)
+            except IntegrityError as exc:
+                error = exc
+            if latest_committed() == before or time.monotonic() > deadline:
+                break  # failed against a commit that held still: the bytes really changed
+            time.sleep(min(0.0002 * attempt, 0.005))
+        raise error
+
+    def _read_verified(self, start: int, stop: int, committed: int, available: int, *, fresh: bool) -> np.ndarray:
+        """Rows ``[start, stop)`` of ``committed``; each block's hash is looked for among the
+        slots covering between ``committed`` and ``available`` rows of it."""
         b = self.block_rows
         first, last = start // b, (stop - 1) // b
-        lo, hi = first * b, min((last + 1) * b, committed_rows)
+        lo = first * b
+        hi_needed = min((last + 1) * b, committed)
+        hi = min((last + 1) * b, available)
+        table = self._sum_rows(first, last, hi if fresh else committed, fresh=fresh)
         raw = self._read_raw(lo, hi)
-        table = self._sum_rows(first, last, committed_rows)
         for i, block in enumerate(range(first, last + 1)):
             a = block * b
-            z = min(a + b, committed_rows)
-            if self._verified(table[i], raw[a - lo : z - lo]):
-                continue
-            if z - a < b and latest_committed is not None and self._verified_later(block, latest_committed()):
-                continue
-            raise IntegrityError(
-                f"{self.label} rows {a}..{z - 1} fail their checksum: the committed bytes changed "
-                "on disk (corruption or truncation)"
-            )
+            z, z_more = min(a + b, hi_needed), min(a + b, hi)
+            if not (self._verified(table[i], raw[a - lo : z - lo]) or (
+                z_more > z and self._verified(table[i], raw[a - lo : z_more - lo])
+            )):
+                raise IntegrityError(
+                    f"{self.label} rows {a}..{z - 1} fail their checksum: the committed bytes changed "
+                    "on disk (corruption or truncation)"
+                )
         return raw[start - lo : stop - lo]
 
     @staticmethod
     def _verified(row: np.ndarray, rows: np.ndarray) -> bool:
         slot = _slot_for(row, rows.shape[0])
         return slot >= 0 and xxhash.xxh3_64_intdigest(rows) == int(row[slot, 1])
-
-    def _verified_later(self, block: int, committed_rows: int) -> bool:
-        """Verify a partly filled block against a newer commit (a live writer moved on)."""
-        self.refresh()
-        a = block * self.block_rows
-        z = min(a + self.block_rows, committed_rows)
-        if z <= a or self.sums.shape[0] <= block:
-            return False
-        return self._verified(self.sums[block], self._read_raw(a, z))
 
 
 def _slot_for(row: np.ndarray, count: int) -> int:
