@@ -8,24 +8,39 @@ Readers trust only ``commit``, so an episode becomes visible all at once or not 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.data.layout import MANIFEST_ATTR, StoreDatasets, build_store_file
+from torchstore.data.layout import StoreDatasets, build_store_file, read_manifest
 from torchstore.data.manifest import Manifest
-from torchstore.errors import ColumnError, EpisodeError, StoreFormatError
+from torchstore.errors import ColumnError, EpisodeError, StorageFullError
 from torchstore.io.hdf5 import create_atomically, fsync_file, open_for_append
 
 __all__ = ["TrajectoryStoreWriter", "flatten_rows"]
+
+
+def _disk_full_errno(exc: BaseException) -> int | None:
+    """ENOSPC or EFBIG when ``exc`` (h5py raises OSError or RuntimeError) says the disk is full."""
+    while exc is not None:
+        code = getattr(exc, "errno", None)
+        if code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            return code
+        text = str(exc)
+        for code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            if f"errno = {code}," in text or os.strerror(code) in text:
+                return code
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def flatten_rows(rows: Mapping[str, Any] | TensorDictBase) -> dict[str, Any]:
@@ -95,9 +110,7 @@ class TrajectoryStoreWriter:
         writer = cls.__new__(cls)
         f = open_for_append(path)
         try:
-            if MANIFEST_ATTR not in f.attrs:
-                raise StoreFormatError(f"{path} is an HDF5 file but not a torchstore store (no manifest)")
-            manifest = Manifest.from_json(f.attrs[MANIFEST_ATTR], source=str(path))
+            manifest = read_manifest(f, str(path))
         except BaseException:
             f.close()
             raise
@@ -151,8 +164,9 @@ class TrajectoryStoreWriter:
         self._check_open()
         arrays = self._validate(rows, raw=raw)
         n = next(iter(arrays.values())).shape[0]
-        for name, array in arrays.items():
-            self._ds.columns[name].append(array)
+        with self._disk_errors():
+            for name, array in arrays.items():
+                self._ds.columns[name].append(array)
         self._pending += n
         return n
 
@@ -165,23 +179,24 @@ class TrajectoryStoreWriter:
         if metadata:
             try:
                 meta = json.dumps(dict(metadata), allow_nan=False, sort_keys=True).encode()
-            except (TypeError, ValueError) as exc:
-                raise EpisodeError(f"episode metadata must be JSON-serialisable: {exc}") from exc
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise EpisodeError(f"episode metadata must be JSON-serialisable: {str(exc)[:200]}") from exc
         ds = self._ds
         rows = self._rows + self._pending
         meta_end = self._meta_bytes + len(meta)
-        ds.ep_index.append(np.array([[self._pending, self._rows, meta_end]], dtype=np.int64))
-        ds.ep_meta.append(np.frombuffer(meta, dtype=np.uint8))
-        for table in ds.all():
-            table.seal()
-        self._file.flush()
-        if self._durable:
-            fsync_file(self._file)
-        record = np.array([rows, self._episodes + 1, meta_end], dtype=np.int64)
-        ds.commit.id.write(h5py.h5s.ALL, h5py.h5s.ALL, record)
-        self._file.flush()
-        if self._durable:
-            fsync_file(self._file)
+        with self._disk_errors():
+            ds.ep_index.append(np.array([[self._pending, self._rows, meta_end]], dtype=np.int64))
+            ds.ep_meta.append(np.frombuffer(meta, dtype=np.uint8))
+            for table in ds.all():
+                table.seal()
+            self._file.flush()
+            if self._durable:
+                fsync_file(self._file)
+            # the commit record (and its hash) last: readers trust only what it counts
+            ds.write_commit(rows, self._episodes + 1, meta_end)
+            self._file.flush()
+            if self._durable:
+                fsync_file(self._file)
         self._rows, self._meta_bytes = rows, meta_end
         self._episodes += 1
         self._pending = 0
@@ -228,10 +243,34 @@ class TrajectoryStoreWriter:
             raise ColumnError("append() got zero rows")
         return out
 
+    @contextlib.contextmanager
+    def _disk_errors(self):
+        """Turn a full disk or file-size limit met while writing into a StorageFullError.
+
+        The commit record is written only after everything it counts was written, so a
+        write refused half-way leaves every committed episode intact; the writer stops
+        (its in-memory state no longer matches the file) and the store can be resumed.
+        """
+        try:
+            yield
+        except (OSError, RuntimeError) as exc:
+            code = _disk_full_errno(exc)
+            if code is None:
+                raise
+            self._failed = (
+                f"{self.path}: the disk refused a write ({os.strerror(code)}); the "
+                f"{self._episodes} committed episodes ({self._rows} rows) are intact and the "
+                f"episode in progress ({self._pending} rows) is lost. Free space, then "
+                "TrajectoryStoreWriter.resume() the store to go on"
+            )
+            raise StorageFullError(code, self._failed, str(self.path)) from exc
+
     # ----------------------------------------------------------------- lifetime
     def _check_open(self) -> None:
         if self._closed:
             raise EpisodeError(f"the writer of {self.path} is closed")
+        if getattr(self, "_failed", None):
+            raise StorageFullError(errno.ENOSPC, f"this writer stopped after a refused write: {self._failed}")
 
     def close(self) -> None:
         """Close the file. Rows appended after the last commit are discarded."""
