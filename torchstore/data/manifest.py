@@ -58,8 +58,13 @@ class Manifest:
         env_id: str | None = None,
         seed: int | None = None,
         metadata: Mapping[str, Any] | None = None,
+        created: str | None = None,
     ) -> Manifest:
-        """A manifest for a new store; checks the columns and that metadata is JSON."""
+        """A manifest for a new store; checks the columns and that metadata is JSON.
+
+        ``created`` is the creation time to record (ISO 8601); None records now. A fixed
+        value makes a generated store byte-reproducible.
+        """
         if env_id is not None and not isinstance(env_id, str):
             raise ColumnError(f"env_id must be a string or None, got {env_id!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -74,7 +79,7 @@ class Manifest:
             env_id=env_id,
             seed=seed,
             metadata=metadata,
-            created=datetime.now(UTC).isoformat(timespec="seconds"),
+            created=datetime.now(UTC).isoformat(timespec="seconds") if created is None else created,
         )
 
     def with_counts(self, rows: int, episodes: int) -> Manifest:

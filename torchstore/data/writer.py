@@ -75,6 +75,7 @@ class TrajectoryStoreWriter:
         overwrite: replace an existing file instead of refusing.
         durable: ``fsync`` at every commit, so committed episodes survive power loss too
             (SIGKILL safety needs no fsync).
+        created: the creation time the manifest records (ISO 8601); None records now.
 
     Examples:
         >>> with TrajectoryStoreWriter("demo.h5", [ColumnSpec("obs", "float32", (3,))]) as w:
@@ -91,9 +92,12 @@ class TrajectoryStoreWriter:
         *,
         overwrite: bool = False,
         durable: bool = False,
+        created: str | None = None,
     ):
         path = Path(path)
-        manifest = Manifest.new(columns, env_id=env_id, seed=seed, metadata=metadata)
+        manifest = Manifest.new(
+            columns, env_id=env_id, seed=seed, metadata=metadata, created=created
+        )
         if path.exists() and not overwrite:
             raise FileExistsError(f"{path} exists; pass overwrite=True to replace it, or use resume()")
         create_atomically(path, lambda f: build_store_file(f, manifest))
