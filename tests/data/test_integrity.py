@@ -125,3 +125,128 @@ def test_a_flipped_data_byte_names_the_column_and_rows(pristine, tmp_path):
         # other columns and other rows of the same column are still readable
         assert store.read_slab(0, 3 * rows, columns=["obs"])["obs"].shape[0] == 3 * rows
         store.read_slab(0, store.num_rows, columns=["action", "reward"])
+
+
+# ----------------------------------------------------------------- metadata checksums
+def _flip(path, offset: int, bit: int = 0) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ (1 << bit)]))
+
+
+def _manifest_offset(path, needle: bytes) -> int:
+    data = open(path, "rb").read()
+    start = data.index(b'{"columns": [')  # the manifest JSON in the global heap
+    return data.index(needle, start)
+
+
+def test_a_flipped_bit_in_the_manifest_is_reported_not_decoded(pristine, tmp_path):
+    """Quantize(-1, 1) must not silently become Quantize(-1, 3) (the heap has no HDF5 checksum)."""
+    path, _ = pristine
+    bad = tmp_path / "manifest.h5"
+    shutil.copyfile(path, bad)
+    _flip(bad, _manifest_offset(bad, b'"high": 1.0') + len('"high": '), bit=1)  # '1' -> '3'
+    assert b'"high": 3.0' in open(bad, "rb").read()
+    with pytest.raises(IntegrityError, match="manifest .* fails its checksum"):
+        TrajectoryStore(bad)
+    with pytest.raises(IntegrityError, match="manifest .* fails its checksum"):
+        TrajectoryStoreWriter.resume(bad)
+
+
+def test_every_flipped_bit_of_the_manifest_text_is_reported(pristine, tmp_path):
+    path, _ = pristine
+    good = open(path, "rb").read()
+    start = good.index(b'{"columns": [')
+    end = good.index(b"}", good.index(b'"torchstore_version"', start)) + 1
+    rng = random.Random(3)
+    offsets = sorted(rng.sample(range(start, end), 40))
+
+    def check():
+        for offset in offsets:
+            bad = tmp_path / "m.h5"
+            bad.write_bytes(good)
+            _flip(bad, offset, rng.randrange(8))
+            try:
+                TrajectoryStore(bad).close()
+            except TorchstoreError:
+                continue
+            raise AssertionError(f"a flipped manifest byte at {offset} opened silently")
+
+    assert run_forked(check, timeout=60) == ("ok", "")
+
+
+def _commit_offset(path) -> int:
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return f["commit"].id.get_offset()
+
+
+@pytest.mark.parametrize("field", [0, 1, 2, 3])
+def test_a_flipped_bit_in_the_commit_record_is_reported(pristine, tmp_path, field):
+    path, _ = pristine
+    bad = tmp_path / "commit.h5"
+    shutil.copyfile(path, bad)
+    _flip(bad, _commit_offset(bad) + 8 * field, bit=0)
+    with pytest.raises(IntegrityError, match="commit record .* fails its checksum"):
+        TrajectoryStore(bad)
+
+
+def test_a_huge_flipped_count_in_an_old_store_is_an_error_not_an_allocation(tmp_path):
+    """Format 1 stores have no commit hash: counts are still bounded by the file's size."""
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[2] / "data" / "reach_demo.h5"
+    for field in (0, 1, 2):
+        bad = tmp_path / f"old{field}.h5"
+        shutil.copyfile(demo, bad)
+        _flip(bad, _commit_offset(bad) + 8 * field + 4, bit=4)  # count += 2**36
+        with pytest.raises(IntegrityError, match="counts more than the .*-byte file can hold|is inconsistent"):
+            TrajectoryStore(bad)
+
+
+def _object_header_ranges(path) -> dict[str, tuple[int, int]]:
+    """Byte ranges of the object headers of the root group and a few datasets."""
+    import h5py
+
+    out = {}
+    data = open(path, "rb").read()
+    with h5py.File(path, "r") as f:
+        for name in ("/", "commit", "columns/obs", "checksums/columns/obs", "episodes/index"):
+            addr = h5py.h5o.get_info(f[name].id).addr
+            assert data[addr : addr + 4] == b"OHDR"
+            out[name] = (addr, addr + 256)
+    return out
+
+
+def test_damaged_object_headers_raise_torchstore_errors_only(pristine, tmp_path):
+    """KeyError, RuntimeError or OSError from h5py must never reach a user."""
+    path, reference = pristine
+    good = open(path, "rb").read()
+    rng = random.Random(5)
+    trials = [(name, rng.randrange(lo, hi), rng.randrange(8))
+              for name, (lo, hi) in _object_header_ranges(path).items() for _ in range(12)]
+
+    def check():
+        for name, offset, bit in trials:
+            bad = tmp_path / "h.h5"
+            bad.write_bytes(good)
+            _flip(bad, offset, bit)
+            try:
+                _read_all_quietly(str(bad), reference)
+            except TorchstoreError:
+                pass
+
+    status, text = run_forked(check, timeout=120)
+    assert status == "ok", text
+
+
+def _read_all_quietly(path, reference) -> None:
+    with TrajectoryStore(path) as store:
+        for name, ref in reference.items():
+            got = store.read_column(name, 0, store.num_rows)
+            assert np.array_equal(got, ref), f"silent wrong data in column {name}"
+        for i in range(store.num_episodes):
+            assert store.episode_metadata(i) == {"i": i}

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import json
 import os
+import resource
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,14 @@ from torchstore.data.columns import ColumnSpec
 from torchstore.data.layout import StoreDatasets, build_store_file, read_manifest
 from torchstore.data.manifest import Manifest
 from torchstore.errors import ColumnError, EpisodeError, StorageFullError
+from torchstore.io.checksummed import STAGE_BYTES
 from torchstore.io.hdf5 import create_atomically, fsync_file, open_for_append
 
 __all__ = ["TrajectoryStoreWriter", "flatten_rows"]
+
+
+#: Room a commit must find beyond the rows it writes (chunk and metadata allocations).
+_ROOM_MARGIN = 4 * 1024 * 1024
 
 
 def _disk_full_errno(exc: BaseException) -> int | None:
@@ -168,6 +174,9 @@ class TrajectoryStoreWriter:
         self._check_open()
         arrays = self._validate(rows, raw=raw)
         n = next(iter(arrays.values())).shape[0]
+        columns = self._ds.columns
+        if any(columns[k].staged_bytes + a.nbytes >= STAGE_BYTES for k, a in arrays.items()):
+            self._check_room(sum(columns[k].staged_bytes + a.nbytes for k, a in arrays.items()))
         with self._disk_errors():
             for name, array in arrays.items():
                 self._ds.columns[name].append(array)
@@ -188,6 +197,7 @@ class TrajectoryStoreWriter:
         ds = self._ds
         rows = self._rows + self._pending
         meta_end = self._meta_bytes + len(meta)
+        self._check_room(sum(t.staged_bytes for t in ds.all()) + len(meta))
         with self._disk_errors():
             ds.ep_index.append(np.array([[self._pending, self._rows, meta_end]], dtype=np.int64))
             ds.ep_meta.append(np.frombuffer(meta, dtype=np.uint8))
@@ -214,6 +224,7 @@ class TrajectoryStoreWriter:
         raw: bool = False,
     ) -> int:
         """``append`` then ``end_episode``; returns the episode number."""
+        self._check_open()
         if self._pending:
             raise EpisodeError(
                 f"add_episode() with {self._pending} rows already appended; call end_episode() first"
@@ -246,6 +257,34 @@ class TrajectoryStoreWriter:
         if n == 0:
             raise ColumnError("append() got zero rows")
         return out
+
+    def _check_room(self, nbytes: int) -> None:
+        """Refuse a write the disk or the file-size limit has no room for, before HDF5 tries.
+
+        HDF5 after a refused write is left in a state whose close fails (and can crash the
+        process at exit), so the room is checked first; :meth:`_disk_errors` still catches
+        what another process's writes take in between.
+        """
+        need = nbytes + _ROOM_MARGIN
+        code = None
+        try:
+            st = os.statvfs(self.path.parent)
+            if st.f_bavail * st.f_frsize < need:
+                code = errno.ENOSPC
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+            if code is None and limit != resource.RLIM_INFINITY and self.path.stat().st_size + need > limit:
+                code = errno.EFBIG
+        except OSError:
+            return
+        if code is not None:
+            raise StorageFullError(
+                code,
+                f"{self.path}: no room for {nbytes} more bytes ({os.strerror(code)}); nothing was "
+                f"written, the {self._episodes} committed episodes ({self._rows} rows) are intact and "
+                f"the {self._pending} rows appended since are still pending. Free space and "
+                "commit again, or close() (pending rows are then dropped)",
+                str(self.path),
+            )
 
     @contextlib.contextmanager
     def _disk_errors(self):

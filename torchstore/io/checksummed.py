@@ -33,12 +33,13 @@ import xxhash
 
 from torchstore.errors import IntegrityError, RowIndexError
 
-__all__ = ["ChecksummedDataset", "create_checksummed", "block_rows_for"]
+__all__ = ["ChecksummedDataset", "create_checksummed", "block_rows_for", "STAGE_BYTES"]
 
 _CHUNK_BYTES = 128 * 1024
 _MAX_BLOCK_ROWS = 65536
 _SUM_CHUNK_BLOCKS = 512
-_STAGE_BYTES = 4 * 1024 * 1024
+#: Rows are staged in memory and written once a column holds this many bytes.
+STAGE_BYTES = _STAGE_BYTES = 4 * 1024 * 1024
 #: How many times a block that fails while the commit record moves is read again, and
 #: for how long at most, before it is reported anyway.
 _RETRY_ATTEMPTS = 500
@@ -159,6 +160,11 @@ class ChecksummedDataset:
         self._staged_bytes += rows.nbytes
         if self._staged_bytes >= _STAGE_BYTES:
             self.write_staged()
+
+    @property
+    def staged_bytes(self) -> int:
+        """Bytes appended but not yet written to the file."""
+        return self._staged_bytes
 
     @property
     def row_nbytes(self) -> int:
