@@ -230,7 +230,7 @@ def test_damaged_object_headers_raise_torchstore_errors_only(pristine, tmp_path)
               for name, (lo, hi) in _object_header_ranges(path).items() for _ in range(12)]
 
     def check():
-        for name, offset, bit in trials:
+        for _name, offset, bit in trials:
             bad = tmp_path / "h.h5"
             bad.write_bytes(good)
             _flip(bad, offset, bit)

@@ -90,3 +90,20 @@ def test_resident_view_is_a_read_only_torchrl_storage(walker_store, tmp_path):
     rb.dumps(tmp_path / "ckpt")  # a checkpoint of the view is an ordinary store file
     with TrajectoryStore(tmp_path / "ckpt" / "storage" / "replay.h5") as copy:
         assert copy.num_rows == len(view) and copy.num_episodes == 4
+
+
+def test_gather_out_of_range_names_the_index_and_the_row_count(walker_store):
+    from torchstore.errors import RowIndexError
+
+    path, flat = walker_store
+    n = len(flat["qpos"])
+    with TrajectoryStore(path) as store:
+        view = store.resident(columns=["qpos"])
+    for bad in ([0, n], [-1, 3]):
+        with pytest.raises(RowIndexError, match=rf"gather index {bad[0] if bad[0] < 0 else n} is out of range .* it holds {n} rows"):
+            view.gather(torch.tensor(bad))
+    with pytest.raises(IndexError):  # the builtin a user catches
+        view.gather(torch.tensor([n + 100]))
+    # int32 or list indices are taken as rows too
+    assert np.array_equal(view.gather(torch.tensor([3, 1], dtype=torch.int32))["qpos"].numpy(), flat["qpos"][[3, 1]])
+    assert view.gather(torch.tensor([], dtype=torch.int64))["qpos"].shape == (0, 9)

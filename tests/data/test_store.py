@@ -4,12 +4,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
+import xxhash
 from tensordict import TensorDict
 
 from tests.conftest import WALKER_COLUMNS, make_rows
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
-import xxhash
-
 from torchstore.data.layout import MANIFEST_ATTR, MANIFEST_HASH_ATTR
 from torchstore.errors import (
     ColumnError,

@@ -97,17 +97,12 @@ class Quantize:
         what = f"column '{column}'" if column else "a quantised column"
         if isinstance(values, np.ndarray):
             scaled = np.rint((values.astype(np.float64, copy=False) - self.low) / self.step)
-            bad_nan = bool(np.isnan(scaled).any())
-            lo = float(np.nanmin(scaled)) if scaled.size and not bad_nan else 0.0
-            hi = float(np.nanmax(scaled)) if scaled.size and not bad_nan else 0.0
+            lo, hi = (float(scaled.min()), float(scaled.max())) if scaled.size else (0.0, 0.0)
         else:
             scaled = ((values.to(torch.float64) - self.low) / self.step).round_()
-            bad_nan = bool(torch.isnan(scaled).any())
-            if scaled.numel() and not bad_nan:
-                lo_t, hi_t = torch.aminmax(scaled)
-                lo, hi = float(lo_t), float(hi_t)
-            else:
-                lo = hi = 0.0
+            # min and max propagate NaN: one reduction pair, one device synchronisation
+            lo, hi = torch.stack(torch.aminmax(scaled)).tolist() if scaled.numel() else (0.0, 0.0)
+        bad_nan = lo != lo or hi != hi
         if bad_nan:
             raise ColumnError(f"{what} holds NaN, which uint8 quantisation cannot represent")
         if not self.clip and (lo < 0 or hi > _LEVELS):

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 
 from torchstore.data.episodes import EpisodeIndex
 from torchstore.data.replay import StoreReplay
-from torchstore.errors import ReadOnlyStorageError
+from torchstore.errors import ReadOnlyStorageError, RowIndexError
 
 if TYPE_CHECKING:
     from torchstore.data.store import TrajectoryStore
@@ -58,9 +58,23 @@ class ResidentStore(StoreReplay):
     def gather(self, index: torch.Tensor, *, raw: bool = False) -> TensorDict:
         """Rows at ``index`` (int64 on this view's device) as a TensorDict ``[len(index)]``.
 
-        ``raw=True`` returns quantised columns as their uint8 codes. No bounds check beyond
-        ``index_select``'s own (indices must lie in ``[0, len(self))``).
+        ``raw=True`` returns quantised columns as their uint8 codes. Indices must lie in
+        ``[0, len(self))``; one outside is a :class:`RowIndexError` naming it (checking
+        costs one reduction, and on a GPU one synchronisation: samplers that draw valid
+        rows by construction gather through ``packed.gather`` directly).
         """
+        index = torch.as_tensor(index)
+        if index.dtype != torch.int64 or index.device != self.device:
+            index = index.to(device=self.device, dtype=torch.int64)
+        if index.numel():
+            lo, hi = torch.aminmax(index)
+            lo, hi = int(lo), int(hi)
+            n = len(self)
+            if lo < 0 or hi >= n:
+                bad = lo if lo < 0 else hi
+                raise RowIndexError(
+                    f"gather index {bad} is out of range for {self!r}: it holds {n} rows (indices 0..{n - 1})"
+                )
         return self.packed.gather(index, raw=raw)
 
     # ------------------------------------------------------------ read-only

@@ -10,6 +10,7 @@ from tensordict import TensorDict
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.packed import PackedColumns
+from torchstore.errors import RowIndexError
 
 if TYPE_CHECKING:
     from torchstore.data.store import TrajectoryStore
@@ -60,7 +61,7 @@ class WindowedStore:
         """Load rows ``[start, start + rows)`` (clipped to the store's end) in one read per column."""
         total = self.store.num_rows
         if not 0 <= start <= max(total - 1, 0):
-            raise IndexError(f"window start ({start}) must lie in [0, {total})")
+            raise RowIndexError(f"window start ({start}) must lie in [0, {total})")
         stop = min(start + self.rows, total)
         self.packed.write(
             slice(0, stop - start),
@@ -71,7 +72,7 @@ class WindowedStore:
     def gather(self, index: torch.Tensor, *, raw: bool = False) -> TensorDict:
         """Rows at store row numbers ``index``, all inside the window."""
         if index.numel() and (int(index.min()) < self.start or int(index.max()) >= self.stop):
-            raise IndexError(
+            raise RowIndexError(
                 f"rows must lie in the window [{self.start}, {self.stop}), got "
                 f"[{int(index.min())}, {int(index.max())}]; refill() the window first"
             )
