@@ -87,4 +87,35 @@ def test_viz_command(tmp_path, capsys):
     assert main(["viz", str(store_path), "--out", str(tmp_path / "out"), "--episodes", "1"]) == 0
     out = capsys.readouterr().out
     assert out.count("wrote ") == 3 and "frames_pixels.png" in out
-    assert main(["viz", str(tmp_path / "missing.h5"), "--out", str(tmp_path / "x")]) == 1
+    assert main(["viz", str(tmp_path / "missing.h5"), "--out", str(tmp_path / "x")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_viz_with_zero_episodes_writes_nothing_and_says_why(tmp_path, capsys):
+    store_path = write_demo_data(tmp_path / "reach.h5", episodes=2)
+    out = tmp_path / "out"
+    assert main(["viz", str(store_path), "--out", str(out), "--episodes", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--episodes: must be an integer in [1, 1000], got '0'" in err and len(err.splitlines()) == 1
+    assert not out.exists()
+    with pytest.raises(ValueError, match="nothing was drawn"):
+        plot_store(store_path, out, episodes=0)
+    assert not out.exists()
+
+
+def test_viz_and_info_of_a_lerobot_folder_read_it_only(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    from torchstore.lerobot import export_lerobot
+
+    store_path = write_demo_data(tmp_path / "reach.h5", episodes=2)
+    folder = tmp_path / "lerobot"
+    export_lerobot(store_path, folder, fps=10, task="reach", cameras="image", progress=False)
+    before = sorted((p, p.stat().st_mtime_ns) for p in folder.rglob("*"))
+    assert main(["viz", str(folder), "--out", str(tmp_path / "out")]) == 0
+    assert "traces.png" in capsys.readouterr().out
+    _png(tmp_path / "out" / "traces.png")
+    assert main(["info", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "LeRobot dataset v3.0" in out and "episodes   2" in out
+    assert sorted((p, p.stat().st_mtime_ns) for p in folder.rglob("*")) == before

@@ -15,6 +15,7 @@ import torch
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.writer import TrajectoryStoreWriter
+from torchstore.errors import StoreFormatError
 
 __all__ = ["write_demo_store", "DEMO_COLUMNS"]
 
@@ -63,14 +64,78 @@ def _episode(rng: np.random.Generator, steps: int) -> dict[str, np.ndarray]:
 
 
 def write_demo_store(
-    path: str | os.PathLike, *, episodes: int = 20, steps: int = 200, seed: int = 0, overwrite: bool = True
+    path: str | os.PathLike,
+    *,
+    episodes: int = 20,
+    steps: int = 200,
+    seed: int = 0,
+    overwrite: bool = False,
+    resume: bool = False,
 ) -> Path:
-    """Write ``episodes`` pendulum episodes of ``steps`` steps to a new store at ``path``."""
+    """Write ``episodes`` pendulum episodes of ``steps`` steps to a new store at ``path``.
+
+    Deterministic in ``seed``: the same arguments write the same rows.
+
+    Args:
+        path: the store file to write; missing parent folders are created.
+        episodes: episodes to write (>= 1).
+        steps: steps per episode (>= 1).
+        seed: seed of the initial states and the controller's noise (>= 0).
+        overwrite: replace an existing store at ``path`` (a file that is not a store is
+            never replaced).
+        resume: append to a store an interrupted call with the same arguments left, so
+            it ends as an uninterrupted call would have written it.
+
+    Raises:
+        DestinationExistsError: ``path`` exists and neither ``overwrite`` nor ``resume``
+            is set (also a ``FileExistsError``).
+        DestinationError: ``path`` is a folder or a file that is not a store.
+        StoreFormatError: ``resume`` on a store written with other arguments.
+
+    Examples:
+        >>> write_demo_store("pendulum.h5", episodes=2, steps=50)  # doctest: +SKIP
+        PosixPath('pendulum.h5')
+    """
+    from torchstore.io.destination import check_destination
+
+    for name, value, low in (("episodes", episodes, 1), ("steps", steps, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} ({value!r}) must be an int >= {low}")
+    if overwrite and resume:
+        raise ValueError("overwrite and resume exclude each other: start over, or continue")
+    path = Path(path)
     rng = np.random.default_rng(seed)
-    meta = {"source": "torchstore demo", "dynamics": "Pendulum-v1 with damping", "dt": _DT}
-    with TrajectoryStoreWriter(
-        path, DEMO_COLUMNS, env_id="Pendulum-v1", seed=seed, metadata=meta, overwrite=overwrite
-    ) as writer:
+    meta = {
+        "source": "torchstore demo",
+        "dynamics": "Pendulum-v1 with damping",
+        "dt": _DT,
+        "episodes": episodes,
+        "steps": steps,
+    }
+    if resume and path.exists():
+        writer = TrajectoryStoreWriter.resume(path)
+        _check_resumable(writer, path, seed, meta)
+    else:
+        check_destination(path, overwrite=overwrite)
+        writer = TrajectoryStoreWriter(
+            path, DEMO_COLUMNS, env_id="Pendulum-v1", seed=seed, metadata=meta, overwrite=overwrite
+        )
+    with writer:
+        done = writer.num_episodes
         for i in range(episodes):
-            writer.add_episode(_episode(rng, steps), metadata={"episode": i})
-    return Path(path)
+            rows = _episode(rng, steps)  # generated even when skipped: the rng must advance
+            if i >= done:
+                writer.add_episode(rows, metadata={"episode": i})
+    return path
+
+
+def _check_resumable(writer: TrajectoryStoreWriter, path: Path, seed: int, meta: dict) -> None:
+    old = writer.manifest
+    same = old.seed == seed and all(old.metadata.get(k) == v for k, v in meta.items())
+    if not same or writer.num_episodes > meta["episodes"]:
+        writer.close()
+        raise StoreFormatError(
+            f"{path} was not written by an interrupted demo with these arguments "
+            f"(it has seed {old.seed}, metadata {dict(old.metadata)}); "
+            "write to another path, or pass overwrite=True to start over"
+        )

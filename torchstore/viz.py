@@ -29,6 +29,7 @@ from torchstore.data.store import TrajectoryStore
 
 __all__ = [
     "plot_store",
+    "plot_lerobot",
     "plot_episode_lengths",
     "plot_traces",
     "plot_frames",
@@ -71,7 +72,10 @@ def _trace_columns(columns: Sequence[ColumnSpec]) -> list[ColumnSpec]:
 
 def plot_episode_lengths(store: TrajectoryStore, path: str | os.PathLike) -> Path:
     """Histogram of episode lengths, with count, mean and range in the title."""
-    lengths = store.episodes.lengths.numpy()
+    return _draw_lengths(store.episodes.lengths.numpy(), Path(path))
+
+
+def _draw_lengths(lengths: np.ndarray, path: Path) -> Path:
     fig = _figure(6.0, 3.6)
     ax = fig.add_subplot()
     if len(lengths):
@@ -91,7 +95,7 @@ def plot_episode_lengths(store: TrajectoryStore, path: str | os.PathLike) -> Pat
     ax.set_ylabel("episodes")
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
-    return _save(fig, Path(path))
+    return _save(fig, path)
 
 
 def plot_traces(
@@ -114,17 +118,30 @@ def plot_traces(
     start = int(store.episodes.offsets[0])
     stop = int(store.episodes.offsets[n_ep - 1] + store.episodes.lengths[n_ep - 1])
     slab = store.read_slab(start, stop, [s.name for s in specs])
-    bounds = np.cumsum(store.episodes.lengths[:n_ep].numpy())[:-1]
-    fig = _figure(9.0, 1.6 + 1.55 * len(specs))
-    axes = fig.subplots(len(specs), 1, sharex=True, squeeze=False)[:, 0]
-    x = np.arange(stop - start)
-    for ax, spec in zip(axes, specs):
-        values = slab.get(spec.key).to(torch.float32).reshape(len(x), -1).numpy()
+    series = [
+        (spec.name, slab.get(spec.key).to(torch.float32).reshape(stop - start, -1).numpy(),
+         spec.dtype == torch.bool)
+        for spec in specs
+    ]
+    lengths = store.episodes.lengths[:n_ep].numpy()
+    return _draw_traces(series, lengths, f"{store.path.name}: columns over {n_ep} episode(s)", Path(path))
+
+
+def _draw_traces(
+    series: Sequence[tuple[str, np.ndarray, bool]], lengths: np.ndarray, title: str, path: Path
+) -> Path:
+    """One panel per ``(name, values [rows, k], is_bool)``; episodes of ``lengths`` in a row."""
+    n_ep = len(lengths)
+    bounds = np.cumsum(lengths)[:-1]
+    fig = _figure(9.0, 1.6 + 1.55 * len(series))
+    axes = fig.subplots(len(series), 1, sharex=True, squeeze=False)[:, 0]
+    x = np.arange(int(np.sum(lengths)))
+    for ax, (name, values, is_bool) in zip(axes, series):
         shown = values[:, :_MAX_COMPONENTS]
-        draw = ax.step if spec.dtype == torch.bool else ax.plot
+        draw = ax.step if is_bool else ax.plot
         for j in range(shown.shape[1]):
             label = f"[{j}]" if values.shape[1] > 1 else None
-            kwargs = {"where": "post"} if spec.dtype == torch.bool else {}
+            kwargs = {"where": "post"} if is_bool else {}
             draw(x, shown[:, j], lw=1.2, label=label, **kwargs)
         for b in bounds:
             ax.axvline(b - 0.5, color="0.4", ls="--", lw=0.8)
@@ -133,13 +150,13 @@ def plot_traces(
             if values.shape[1] > _MAX_COMPONENTS
             else ""
         )
-        ax.set_ylabel(spec.name + more, rotation=0, ha="right", va="center")
+        ax.set_ylabel(name + more, rotation=0, ha="right", va="center")
         if 1 < shown.shape[1] <= _MAX_COMPONENTS:
             ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel(f"row within the first {n_ep} episode(s); dashed lines separate episodes")
-    fig.suptitle(f"{store.path.name}: columns over {n_ep} episode(s)")
-    return _save(fig, Path(path))
+    fig.suptitle(title)
+    return _save(fig, path)
 
 
 def _to_display(frames: np.ndarray, spec: ColumnSpec) -> np.ndarray:
@@ -204,6 +221,13 @@ def plot_frames(
     return _save(fig, Path(path))
 
 
+def _check_plot_args(out: Path, episodes: object) -> None:
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes ({episodes!r}) must be an int >= 1; nothing was drawn")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out ({out}) is a file; plots are written into a folder")
+
+
 def plot_store(
     store: TrajectoryStore | str | os.PathLike,
     out: str | os.PathLike,
@@ -213,16 +237,23 @@ def plot_store(
 ) -> list[Path]:
     """Write every plot of a store into folder ``out``; returns the files written.
 
+    ``store`` may also be a LeRobot dataset folder (see :func:`plot_lerobot`). Arguments
+    are checked before anything is drawn: a bad one writes no file.
+
     Examples:
         >>> plot_store("data/reach_demo.h5", "viz/")  # doctest: +SKIP
         [PosixPath('viz/episode_lengths.png'), PosixPath('viz/traces.png'), ...]
     """
+    out = Path(out)
+    _check_plot_args(out, episodes)
+    if not isinstance(store, TrajectoryStore) and Path(store).is_dir():
+        return plot_lerobot(store, out, episodes=episodes, columns=columns)
     owned = not isinstance(store, TrajectoryStore)
     if owned:
         store = TrajectoryStore(store)
     try:
-        out = Path(out)
         specs = store.columns if columns is None else [store.column(c) for c in columns]
+        _figure(1.0, 1.0)  # matplotlib missing: say so before any file is written
         written = [plot_episode_lengths(store, out / "episode_lengths.png")]
         traces = plot_traces(
             store, out / "traces.png", episodes=episodes, columns=[s.name for s in specs]
@@ -239,6 +270,55 @@ def plot_store(
     finally:
         if owned:
             store.close()
+
+
+def plot_lerobot(
+    root: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    episodes: int = 3,
+    columns: Sequence[str] | None = None,
+) -> list[Path]:
+    """Plot a LeRobot dataset folder read-only: episode lengths and numeric feature traces.
+
+    Camera features are not decoded; ``import-lerobot`` and :func:`plot_store` draw them.
+    """
+    from torchstore.lerobot import LeRobotSource
+
+    out = Path(out)
+    _check_plot_args(out, episodes)
+    with LeRobotSource(root) as source:
+        numeric = [
+            f for f in source.features.values()
+            if f.dtype not in ("image", "video", "string", "language") and len(f.shape) <= 1
+        ]
+        if columns is not None:
+            unknown = sorted(set(columns) - set(source.features))
+            if unknown:
+                raise ValueError(f"{root} has no features {unknown}; it has {list(source.features)}")
+            numeric = [f for f in numeric if f.name in columns]
+        _figure(1.0, 1.0)
+        lengths = np.asarray([e.length for e in source.episodes], dtype=np.int64)
+        written = [_draw_lengths(lengths, out / "episode_lengths.png")]
+        shown = source.episodes[:episodes]
+        if numeric and shown:
+            names = [f.name for f in numeric]
+            parts = [source.read_episode(e, names) for e in shown]
+            series = [
+                (
+                    f.name,
+                    np.concatenate([p[f.name] for p in parts]).astype(np.float32).reshape(
+                        sum(e.length for e in shown), -1
+                    ),
+                    f.dtype == "bool",
+                )
+                for f in numeric
+            ]
+            title = f"{Path(root).name}: features over {len(shown)} episode(s)"
+            written.append(
+                _draw_traces(series, np.asarray([e.length for e in shown]), title, out / "traces.png")
+            )
+        return written
 
 
 def _read_metrics(path: Path) -> dict[str, list[tuple[float, float]]]:

@@ -33,8 +33,8 @@ def test_info_json_and_errors(tmp_path, capsys):
     (tmp_path / "junk.h5").write_bytes(b"junk")
     assert main(["info", str(tmp_path / "junk.h5")]) == 1
     assert "not an HDF5 file" in capsys.readouterr().err
-    assert main(["info", str(tmp_path / "nope.h5")]) == 1
-    assert "no store at" in capsys.readouterr().err
+    assert main(["info", str(tmp_path / "nope.h5")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
 
 
 def test_import_lafan_command(tmp_path, capsys):

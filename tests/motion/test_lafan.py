@@ -24,7 +24,7 @@ from lafan_fixtures import (
 )
 
 from torchstore.data import TrajectoryStore
-from torchstore.errors import ColumnError, StoreFormatError
+from torchstore.errors import ColumnError, DestinationError, StoreFormatError
 from torchstore.motion import (
     G1_JOINT_NAMES,
     LAFAN_SOURCE_FPS,
@@ -189,10 +189,58 @@ def test_folder_becomes_sorted_episodes_with_metadata(tmp_path):
 def test_overwrite(tmp_path):
     src = write_csv(tmp_path / "a.csv", frames_of(LinearMotion(), 5))
     dest = import_lafan(src, tmp_path / "s.h5")
-    with pytest.raises(FileExistsError, match="overwrite=True"):
+    with pytest.raises(FileExistsError, match="already exists"):
         import_lafan(src, dest)
     write_csv(src, frames_of(LinearMotion(), 8))
     assert TrajectoryStore(import_lafan(src, dest, overwrite=True)).num_rows == 8
+
+
+def test_the_source_is_never_the_destination(tmp_path):
+    src = write_csv(tmp_path / "a.csv", frames_of(LinearMotion(), 5))
+    before = src.read_bytes()
+    with pytest.raises(DestinationError, match="is the input"):
+        import_lafan(src, src, overwrite=True)
+    with pytest.raises(DestinationError, match="not a torchstore store"):
+        import_lafan(src, write_csv(tmp_path / "b.csv", frames_of(LinearMotion(), 5)), overwrite=True)
+    assert src.read_bytes() == before
+
+
+def test_resume_appends_the_files_not_yet_committed(tmp_path, monkeypatch):
+    import torchstore.motion.lafan as lafan_module
+
+    folder = tmp_path / "g1"
+    folder.mkdir()
+    for i, n in enumerate((5, 7, 9)):
+        write_csv(folder / f"m{i}.csv", frames_of(LinearMotion(), n))
+    whole = TrajectoryStore(import_lafan(folder, tmp_path / "whole.h5"))
+    part = tmp_path / "part" / "s.h5"
+    read = lafan_module.read_lafan_csv
+    calls = []
+
+    def interrupted_read(path):
+        calls.append(path)
+        if len(calls) == 5:  # 3 validation reads, then the write pass's second file
+            raise KeyboardInterrupt
+        return read(path)
+
+    monkeypatch.setattr(lafan_module, "read_lafan_csv", interrupted_read)
+    with pytest.raises(KeyboardInterrupt):
+        import_lafan(folder, part)
+    monkeypatch.setattr(lafan_module, "read_lafan_csv", read)
+    with TrajectoryStore(part) as store:
+        assert store.num_episodes == 1
+    with pytest.raises(FileExistsError):
+        import_lafan(folder, part)
+    with pytest.raises(ValueError, match="exclude each other"):
+        import_lafan(folder, part, resume=True, overwrite=True)
+    with pytest.raises(StoreFormatError, match="not an interrupted import"):
+        import_lafan(folder, part, resume=True, fps=60)
+    resumed = TrajectoryStore(import_lafan(folder, part, resume=True))
+    assert [resumed.episode_metadata(i)["file"] for i in range(3)] == ["m0.csv", "m1.csv", "m2.csv"]
+    for name in ("root_pos", "joint_pos"):
+        assert resumed.read_slab(0, resumed.num_rows, [name]).get(name).equal(
+            whole.read_slab(0, whole.num_rows, [name]).get(name)
+        )
 
 
 # --------------------------------------------------------------------------- bad input

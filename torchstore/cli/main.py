@@ -1,43 +1,102 @@
-"""The ``torchstore`` command: parse arguments, then call the library."""
+"""The ``torchstore`` command: parse arguments, then call the library.
+
+Every argument is checked where it is parsed (:mod:`torchstore.cli.args`: a bad value is
+one usage line, exit 2). Every other failure a user can cause is one line on stderr,
+exit 1, in the command's own words (``--overwrite``, not ``overwrite=True``). Ctrl-C
+prints one line (what the writer had committed and how to resume) and exits 130; a
+closed pipe (``torchstore info X --json | head -1``) ends quietly.
+
+Nothing heavy is imported to parse: each handler imports what it calls, so ``--help``
+and ``--version`` answer without importing torch.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
 
+from torchstore._version import __version__
+from torchstore.cli import args as types
 from torchstore.errors import TorchstoreError
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
+
+#: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
+EXIT_INTERRUPTED = 130
+#: Exit status when stdout's reader went away (128 + SIGPIPE).
+EXIT_BROKEN_PIPE = 141
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except the uninformative ``None`` and ``False``.
+
+    An option whose default is ``None`` says in its help what no value means.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.default is False or "%(default)" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Shows defaults in ``--help``; a usage error is one line naming the way to help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+# ---------------------------------------------------------------- handlers
 def _info(args: argparse.Namespace) -> None:
-    from torchstore.data.store import TrajectoryStore
-    from torchstore.data.summary import format_summary, summarize
+    from torchstore.cli.info import print_info
 
-    with TrajectoryStore(args.path) as store:
-        info = summarize(store)
-    print(json.dumps(info, indent=2) if args.json else format_summary(info))
+    print_info(args.path, as_json=args.json)
 
 
 def _demo(args: argparse.Namespace) -> None:
     from torchstore.demo import write_demo_store
 
-    path = write_demo_store(args.path, episodes=args.episodes, steps=args.steps, seed=args.seed)
+    path = write_demo_store(
+        args.path,
+        episodes=args.episodes,
+        steps=args.steps,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        resume=args.resume,
+    )
     print(f"wrote {args.episodes} episodes of {args.steps} steps to {path}")
 
 
 def _import_lafan(args: argparse.Namespace) -> None:
     from torchstore.motion import import_lafan
 
-    path = import_lafan(args.source, args.dest, fps=args.fps, quat_order=args.quat_order, overwrite=args.overwrite)
+    path = import_lafan(
+        args.source,
+        args.dest,
+        fps=args.fps,
+        quat_order=args.quat_order,
+        overwrite=args.overwrite,
+        resume=args.resume,
+        progress=not args.no_progress,
+    )
     print(f"wrote {path}")
 
 
 def _demo_data(args: argparse.Namespace) -> None:
     from torchstore.tasks import write_demo_data
 
-    path = write_demo_data(args.path, episodes=args.episodes, seed=args.seed)
+    path = write_demo_data(
+        args.path, episodes=args.episodes, seed=args.seed, overwrite=args.overwrite
+    )
     print(f"wrote {args.episodes} reach demonstrations to {path}")
 
 
@@ -49,8 +108,11 @@ def _viz(args: argparse.Namespace) -> None:
 
 
 def _import_lerobot(args: argparse.Namespace) -> None:
+    from torchstore.io.destination import check_destination
     from torchstore.lerobot import import_lerobot
 
+    local = Path(args.source)
+    check_destination(args.dest, sources=[local] if local.exists() else [], overwrite=args.overwrite)
     summary = import_lerobot(
         args.source,
         args.dest,
@@ -65,9 +127,11 @@ def _import_lerobot(args: argparse.Namespace) -> None:
 
 
 def _export_lerobot(args: argparse.Namespace) -> None:
+    from torchstore.io.destination import check_destination
     from torchstore.io.video import EncoderSettings
     from torchstore.lerobot import export_lerobot
 
+    check_destination(args.dir, sources=[args.store], overwrite=args.overwrite, what="folder")
     encoder = EncoderSettings.h264() if args.codec == "h264" else None
     summary = export_lerobot(
         args.store,
@@ -84,78 +148,274 @@ def _export_lerobot(args: argparse.Namespace) -> None:
     print(summary)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="torchstore", description="Trajectory stores, replay data and remote datasets."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+# ---------------------------------------------------------------- parser
+def _writes(p: argparse.ArgumentParser, dest: str, resume: Callable[[argparse.Namespace], str] | None = None) -> None:
+    """Record which argument a command writes, for the one-line Ctrl-C report."""
+    p.set_defaults(output=dest, resume_hint=resume)
 
-    p = sub.add_parser("info", help="summarise a store: columns, rows, episodes, size, manifest")
-    p.add_argument("path")
+
+def _demo_resume(a: argparse.Namespace) -> str:
+    return (
+        f"torchstore demo {a.path} --episodes {a.episodes} --steps {a.steps} "
+        f"--seed {a.seed} --resume"
+    )
+
+
+def _lafan_resume(a: argparse.Namespace) -> str:
+    fps = "" if a.fps is None else f" --fps {a.fps:g}"
+    return f"torchstore import-lafan {a.source} {a.dest}{fps} --quat-order {a.quat_order} --resume"
+
+
+def _add_core_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "info",
+        help="summarise a store or a LeRobot dataset folder: columns, rows, episodes, size",
+    )
+    p.add_argument("path", type=types.existing_path, help="a store file, or a LeRobot dataset folder")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_info)
 
     p = sub.add_parser("demo", help="write a small demo store (damped pendulum episodes)")
-    p.add_argument("path")
-    p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("path", type=types.output_file, help="the store file to write")
+    p.add_argument("--episodes", type=types.positive_int, default=20, help="episodes to write")
+    p.add_argument("--steps", type=types.positive_int, default=200, help="steps per episode")
+    p.add_argument("--seed", type=types.seed, default=0, help="random seed (same seed, same rows)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at PATH")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="append the episodes an interrupted run with the same arguments did not write",
+    )
     p.set_defaults(func=_demo)
+    _writes(p, "path", _demo_resume)
 
-    p = sub.add_parser("import-lafan", help="import LAFAN1 motions retargeted to the Unitree G1 (CSV)")
-    p.add_argument("source", help="a CSV file or a folder of them")
-    p.add_argument("dest", help="the store file to write")
-    p.add_argument("--fps", type=float, default=None, help="resample to this frame rate")
-    p.add_argument("--quat-order", choices=("wxyz", "xyzw"), default="wxyz")
-    p.add_argument("--overwrite", action="store_true")
+    p = sub.add_parser(
+        "import-lafan", help="import LAFAN1 motions retargeted to the Unitree G1 (CSV)"
+    )
+    p.add_argument("source", type=types.existing_path, help="a CSV file or a folder of them")
+    p.add_argument("dest", type=types.output_file, help="the store file to write")
+    p.add_argument(
+        "--fps",
+        type=types.finite_float(0.0, 1000.0),
+        default=None,
+        help="resample to this frame rate (default: keep the source's 30 fps)",
+    )
+    p.add_argument(
+        "--quat-order", choices=("wxyz", "xyzw"), default="wxyz", help="order of the stored root_quat"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="append the files an interrupted import of the same source did not commit",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_import_lafan)
+    _writes(p, "dest", _lafan_resume)
 
-    p = sub.add_parser("demo-data", help="write the default task's expert demonstrations (2-D reach)")
-    p.add_argument("path", nargs="?", default="data/reach_demo.h5")
-    p.add_argument("--episodes", type=int, default=50)
-    p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser(
+        "demo-data",
+        help="write the default task's expert demonstrations (2-D reach), byte-reproducibly",
+    )
+    p.add_argument(
+        "path",
+        nargs="?",
+        type=types.output_file,
+        default=Path("data/reach_demo.h5"),
+        help="the store file to write",
+    )
+    p.add_argument("--episodes", type=types.positive_int, default=50, help="demonstrations to record")
+    p.add_argument("--seed", type=types.seed, default=0, help="random seed (same seed, same bytes)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at PATH")
     p.set_defaults(func=_demo_data)
+    _writes(p, "path")
 
-    p = sub.add_parser("viz", help="plot a store: episode lengths, column traces, image frames (PNG)")
-    p.add_argument("store")
-    p.add_argument("--out", required=True, help="folder to write the PNG files to")
-    p.add_argument("--episodes", type=int, default=3, help="episodes to draw traces and frames of")
+    p = sub.add_parser(
+        "viz", help="plot a store or a LeRobot folder: episode lengths, column traces, frames (PNG)"
+    )
+    p.add_argument("store", type=types.existing_path, help="a store file, or a LeRobot dataset folder")
+    p.add_argument(
+        "--out", type=types.output_folder, required=True, help="folder to write the PNG files to"
+    )
+    p.add_argument(
+        "--episodes",
+        type=types.bounded_int(1, 1000),
+        default=3,
+        help="episodes to draw traces and frames of",
+    )
     p.set_defaults(func=_viz)
-    p = sub.add_parser("import-lerobot", help="import a LeRobot v3.0/v2.1 dataset (folder or Hub repo id) into a store")
+
+    p = sub.add_parser(
+        "import-lerobot",
+        help="import a LeRobot v3.0/v2.1 dataset (folder or Hub repo id) into a store",
+    )
     p.add_argument("source", help="a dataset folder, or a Hub repo id like user/name")
-    p.add_argument("dest", help="the store file to write")
-    p.add_argument("--episodes", type=int, nargs="+", default=None, help="episode indices (default: all)")
+    p.add_argument("dest", type=types.output_file, help="the store file to write")
+    p.add_argument(
+        "--episodes",
+        type=types.non_negative_int,
+        nargs="+",
+        default=None,
+        help="episode indices (default: all)",
+    )
     p.add_argument("--columns", nargs="+", default=None, help="feature names (default: all)")
     p.add_argument("--revision", default=None, help="Hub revision (default: the v3.0 tag)")
-    p.add_argument("--include-rejected", action="store_true", help="keep episodes an operator rejected")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--include-rejected", action="store_true", help="keep episodes an operator rejected"
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_import_lerobot)
+    _writes(p, "dest")
 
     p = sub.add_parser("export-lerobot", help="write a store as a LeRobot v3.0 dataset folder")
-    p.add_argument("store")
-    p.add_argument("dir")
-    p.add_argument("--fps", type=int, default=None, help="default: the fps a LeRobot import recorded")
-    p.add_argument("--task", default=None, help="the task of every frame (default: the imported tasks)")
-    p.add_argument("--robot-type", default=None)
-    p.add_argument("--columns", nargs="+", default=None)
-    p.add_argument("--cameras", choices=("video", "image"), default="video", help="uint8 [H, W, 3] columns as MP4 or PNG")
-    p.add_argument("--codec", choices=("av1", "h264"), default="av1")
-    p.add_argument("--overwrite", action="store_true")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("store", type=types.existing_file, help="the store to export")
+    p.add_argument("dir", type=types.output_folder, help="the dataset folder to write")
+    p.add_argument(
+        "--fps",
+        type=types.bounded_int(1, 1000),
+        default=None,
+        help="frames per second (default: the fps a LeRobot import recorded)",
+    )
+    p.add_argument(
+        "--task", default=None, help="the task of every frame (default: the imported tasks)"
+    )
+    p.add_argument("--robot-type", default=None, help="info.json robot_type (default: none)")
+    p.add_argument("--columns", nargs="+", default=None, help="columns to export (default: all)")
+    p.add_argument(
+        "--cameras",
+        choices=("video", "image"),
+        default="video",
+        help="uint8 [H, W, 3] columns as MP4 or PNG",
+    )
+    p.add_argument("--codec", choices=("av1", "h264"), default="av1", help="video codec")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing folder at DIR")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_export_lerobot)
+    _writes(p, "dir")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``torchstore`` parser (every subcommand), without running anything."""
+    parser = _Parser(
+        prog="torchstore", description="Trajectory stores, replay data and remote datasets."
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"torchstore {__version__}", help="print the version"
+    )
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+    _add_core_commands(sub)
     from torchstore.cli.remote import add_commands
 
     add_commands(sub)  # catalog, pull, push, sync, remote index
+    _describe(sub)
     return parser
 
 
+def _describe(sub: argparse._SubParsersAction) -> None:
+    """Each subcommand's ``--help`` opens with the line the command list shows."""
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    for name, parser in sub.choices.items():
+        if parser.description is None:
+            parser.description = helps.get(name)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _describe(action)
+
+
+# ---------------------------------------------------------------- running
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    found = sub.choices[args.command]
+    nested = getattr(args, "remote_command", None)
+    for action in found._actions:
+        if nested and isinstance(action, argparse._SubParsersAction):
+            return action.choices[nested]
+    return found
+
+
+def _flags(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    return [(a.dest, a.option_strings[-1]) for a in parser._actions if a.option_strings]
+
+
+def _state(path: object) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)  # type: ignore[arg-type]
+    except (OSError, TypeError, ValueError):
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _committed(path: Path) -> int | None:
+    """Committed episodes at ``path`` (a store or a LeRobot folder), or None if unreadable."""
+    try:
+        if path.is_dir():
+            from torchstore.lerobot import LeRobotSource
+
+            with LeRobotSource(path) as source:
+                return len(source.episodes)
+        from torchstore.data.store import TrajectoryStore
+
+        with TrajectoryStore(path) as store:
+            return store.num_episodes
+    except Exception:  # noqa: BLE001 - a report after Ctrl-C must not raise
+        return None
+
+
+def _interrupted(args: argparse.Namespace, before: tuple[int, int] | None) -> str:
+    dest = getattr(args, "output", None)
+    if dest is None:
+        return "interrupted"
+    path = Path(getattr(args, dest))
+    if _state(path) == before:
+        return f"interrupted; {path} unchanged" if before else f"interrupted; nothing written to {path}"
+    n = _committed(path)
+    if n is None:
+        return f"interrupted; {path} holds nothing readable yet"
+    hint = getattr(args, "resume_hint", None)
+    tail = f", resume with: {hint(args)}" if hint else ", run again with --overwrite to start over"
+    return f"interrupted; {n} episodes committed to {path}{tail}"
+
+
+def _quiet_stdout() -> None:
+    # Python's recipe for SIGPIPE: point stdout at devnull so the interpreter's final
+    # flush does not raise a second BrokenPipeError on the way out.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run ``torchstore`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    before = _state(getattr(args, getattr(args, "output", "") or "", None))
     try:
         args.func(args)
-    except (TorchstoreError, FileNotFoundError, FileExistsError) as exc:
-        print(f"torchstore {args.command}: {exc}", file=sys.stderr)
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the report
+        try:
+            print(_interrupted(args, before), file=sys.stderr)
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except (TorchstoreError, OSError, ValueError, ImportError) as exc:
+        words = types.cli_words(str(exc) or type(exc).__name__, _flags(_command_parser(parser, args)))
+        print(f"torchstore {args.command}: {words}", file=sys.stderr)
         return 1
     return 0
 

@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable
 from functools import wraps
 
+from torchstore.cli import args as types
 from torchstore.errors import TorchstoreError
 
 __all__ = ["add_commands"]
@@ -139,54 +140,67 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_catalog)
 
     p = sub.add_parser("pull", help="download an entry into the cache (resumable, sha256-verified)")
-    p.add_argument("location")
-    p.add_argument("name")
+    p.add_argument("location", help="where the entry is (see torchstore catalog --help)")
+    p.add_argument("name", help="the entry's name (torchstore catalog LOCATION lists them)")
     p.add_argument(
-        "--cache-dir", default=None, help="default: $TORCHSTORE_CACHE or ~/.cache/torchstore"
+        "--cache-dir",
+        type=types.folder_path,
+        default=None,
+        help="default: $TORCHSTORE_CACHE or ~/.cache/torchstore",
     )
     p.add_argument(
         "--revision", default=None, help="Hub branch/tag/commit, or an index entry revision prefix"
     )
     p.add_argument("--offline", action="store_true", help="answer from the cache only")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_pull)
 
     p = sub.add_parser(
         "push",
         help="upload a folder as one entry (index updated last); DIR REPO_ID pushes a LeRobot dataset",
     )
-    p.add_argument("dir")
+    p.add_argument("dir", type=types.existing_folder, help="the folder to upload")
     p.add_argument("location", help="a location; or, for a LeRobot dataset folder, a Hub repo id")
     p.add_argument("name", nargs="?", default=None, help="the entry name (omit for a LeRobot dataset)")
     p.add_argument("--private", action="store_true", help="LeRobot push: create the repo private")
     p.add_argument("--branch", default=None, help="LeRobot push: the branch to push to")
     p.add_argument(
-        "--kind", default="dataset", choices=("dataset", "recording", "assets", "policy")
+        "--kind",
+        default="dataset",
+        choices=("dataset", "recording", "assets", "policy"),
+        help="what the entry holds",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_push)
 
     p = sub.add_parser(
         "sync", help="upload the complete, new files of a recording still being written"
     )
-    p.add_argument("dir")
-    p.add_argument("location")
-    p.add_argument("name")
+    p.add_argument("dir", type=types.existing_folder, help="the recording folder")
+    p.add_argument("location", help="where to upload (see torchstore catalog --help)")
+    p.add_argument("name", help="the entry's name at LOCATION")
     p.add_argument(
-        "--min-age", type=float, default=0.0, help="skip files modified in the last N seconds"
+        "--min-age",
+        type=types.finite_float(0.0, 365 * 24 * 3600.0, low_inclusive=True),
+        default=0.0,
+        help="skip files modified in the last N seconds",
     )
     p.add_argument(
         "--no-snapshot",
         action="store_true",
         help="skip live HDF5 stores instead of uploading a snapshot",
     )
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_sync)
 
-    p = sub.add_parser("remote", help="serve a folder as an HTTP/fsspec location")
-    remote = p.add_subparsers(dest="remote_command", required=True)
+    p = sub.add_parser(
+        "remote",
+        help="prepare a folder to be served as a location (over HTTP, fsspec or as a folder): "
+        "'remote index DIR' writes the index.json that lists its entries",
+    )
+    remote = p.add_subparsers(dest="remote_command", required=True, metavar="SUBCOMMAND")
     q = remote.add_parser("index", help="write DIR/index.json listing every sub-folder as an entry")
-    q.add_argument("dir")
+    q.add_argument("dir", type=types.existing_folder, help="the folder to index")
     q.add_argument(
         "--kind", action="append", metavar="NAME=KIND", help="set an entry's kind (repeatable)"
     )

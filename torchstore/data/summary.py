@@ -1,14 +1,19 @@
-"""A store's summary as rows of text: what ``torchstore info`` prints."""
+"""A store's summary as rows of text: what ``torchstore info`` prints.
+
+:func:`format_summary` also prints the summary of a LeRobot folder, which has the same keys.
+"""
 
 from __future__ import annotations
 
 import json
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    from torchstore.data.store import TrajectoryStore
 
-from torchstore.data.store import TrajectoryStore
-
-__all__ = ["summarize", "format_summary"]
+__all__ = ["summarize", "format_summary", "length_stats"]
 
 
 def _size(nbytes: float) -> str:
@@ -19,15 +24,23 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:.1f} TiB"
 
 
+def length_stats(lengths: Sequence[int]) -> dict | None:
+    """``{"min", "median", "max"}`` of episode lengths, or None when there are none.
+
+    The median of an even count is the mean of the middle two (20 and 30 give 25).
+    """
+    values = [int(n) for n in lengths]
+    if not values:
+        return None
+    return {"min": min(values), "median": float(statistics.median(values)), "max": max(values)}
+
+
 def summarize(store: TrajectoryStore) -> dict:
-    """The facts ``torchstore info`` shows, as a JSON-friendly dict."""
+    """The facts ``torchstore info`` shows, as a JSON-friendly dict.
+
+    ``episode_length`` is None for a store with no episodes.
+    """
     m = store.manifest
-    lengths = store.episodes.lengths.to(torch.float64)
-    stats = (
-        {"min": int(lengths.min()), "median": float(lengths.median()), "max": int(lengths.max())}
-        if len(lengths)
-        else {"min": 0, "median": 0, "max": 0}
-    )
     return {
         "path": str(store.path),
         "format": f"{m.format} v{m.format_version} (torchstore {m.torchstore_version})",
@@ -36,7 +49,7 @@ def summarize(store: TrajectoryStore) -> dict:
         "seed": m.seed,
         "rows": m.num_rows,
         "episodes": m.num_episodes,
-        "episode_length": stats,
+        "episode_length": length_stats(store.episodes.lengths.tolist()),
         "size_on_disk": store.size_on_disk(),
         "columns": [
             {"name": c.name, "dtype": str(c.dtype).removeprefix("torch."), "shape": list(c.shape),
@@ -50,13 +63,19 @@ def summarize(store: TrajectoryStore) -> dict:
 def format_summary(info: dict) -> str:
     """A readable table of :func:`summarize`'s dict."""
     ep = info["episode_length"]
+    lengths = (
+        "no episodes"
+        if ep is None
+        else f"length min {ep['min']}, median {ep['median']:g}, max {ep['max']}"
+    )
+    created = f", created {info['created']}" if info.get("created") else ""
     lines = [
         f"store      {info['path']}",
-        f"format     {info['format']}, created {info['created']}",
+        f"format     {info['format']}{created}",
         f"env id     {info['env_id'] or '-'}",
         f"seed       {info['seed'] if info['seed'] is not None else '-'}",
         f"rows       {info['rows']:,}",
-        f"episodes   {info['episodes']:,}  (length min {ep['min']}, median {ep['median']:g}, max {ep['max']})",
+        f"episodes   {info['episodes']:,}  ({lengths})",
         f"on disk    {_size(info['size_on_disk'])}",
         "",
     ]
@@ -66,7 +85,7 @@ def format_summary(info: dict) -> str:
             c["name"],
             c["dtype"],
             "x".join(str(s) for s in c["shape"]) or "scalar",
-            "-" if c["quantize"] is None else f"uint8 [{c['quantize']['low']:g}, {c['quantize']['high']:g}]",
+            "-" if not c.get("quantize") else f"uint8 [{c['quantize']['low']:g}, {c['quantize']['high']:g}]",
         )
         for c in info["columns"]
     ]

@@ -16,6 +16,9 @@ from torchstore.errors import TorchstoreError
 __all__ = [
     "TransferError",
     "RemoteNotFoundError",
+    "NoSuchLocationError",
+    "NoSuchEntryError",
+    "DeadlineError",
     "FileClient",
     "Progress",
     "progress_bar",
@@ -33,6 +36,21 @@ class TransferError(TorchstoreError, OSError):
 
 class RemoteNotFoundError(TransferError, FileNotFoundError):
     """The remote has no such file, entry or revision."""
+
+
+class NoSuchLocationError(RemoteNotFoundError):
+    """A location that does not exist (a mistyped folder or URL): nothing was ever published there."""
+
+
+class NoSuchEntryError(RemoteNotFoundError, KeyError):
+    """A location has no entry (or no revision) of that name; also a ``KeyError``, as a mapping's."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return OSError.__str__(self)
+
+
+class DeadlineError(TransferError, TimeoutError):
+    """A transfer ran past its overall deadline; what it fetched is kept for a resume."""
 
 
 class FileClient(Protocol):
@@ -77,8 +95,12 @@ def progress_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 
         from tqdm.auto import tqdm
     except ImportError:  # tqdm is optional: no bar, same transfer
         return _NoBar()
+    from torchstore.io.progress import bar_options  # the redraw rule every bar follows
+
     return tqdm(
-        total=total, initial=initial, desc=desc, unit="B", unit_scale=True, unit_divisor=1024
+        **bar_options(
+            total=total, initial=initial, desc=desc, unit="B", unit_scale=True, unit_divisor=1024
+        )
     )
 
 

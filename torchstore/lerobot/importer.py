@@ -173,8 +173,6 @@ def _scan_strings(src: LeRobotSource, name: str) -> list[str]:
 def _bar(total: int, enabled: bool, desc: str):
     if not enabled:
         return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, unit="frame", desc=desc, leave=False)
+    from torchstore.io.progress import progress_bar
+
+    return progress_bar(total=total, unit="frame", desc=desc, leave=False)

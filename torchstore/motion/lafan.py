@@ -319,29 +319,40 @@ def import_lafan(
     fps: float | None = None,
     quat_order: str = "wxyz",
     overwrite: bool = False,
+    resume: bool = False,
+    progress: bool = False,
 ) -> Path:
     """Import retargeted LAFAN1 G1 CSVs into one trajectory store, one episode per file.
 
     Every file is read and validated before the store is created, so a bad file leaves no
-    partial store behind; memory holds one file at a time.
+    partial store behind; memory holds one file at a time. Each file is committed as it
+    is written: an interrupted import keeps the files it committed, and ``resume=True``
+    appends the rest.
 
     Args:
         source: one CSV file, or a folder whose ``*.csv`` files are imported in name order.
-        dest: path of the store to write.
+        dest: path of the store to write; missing parent folders are created.
         fps: resample to this frame rate (linear positions, slerp orientation);
             ``None`` keeps the source 30 fps.
         quat_order: order of the stored ``root_quat``: ``"wxyz"`` or ``"xyzw"``.
-        overwrite: replace an existing store at ``dest``.
+        overwrite: replace an existing store at ``dest`` (never a file that is not a
+            store, and never ``source`` itself).
+        resume: continue an interrupted import of the same files with the same options
+            into ``dest``.
+        progress: show a progress bar over files (tqdm, if installed).
 
     Returns:
         ``dest`` as a ``Path``.
 
     Raises:
         FileNotFoundError: ``source`` is missing, or a folder without CSV files.
-        FileExistsError: ``dest`` exists and ``overwrite`` is false.
+        DestinationExistsError: ``dest`` exists and neither ``overwrite`` nor ``resume``
+            is set (also a ``FileExistsError``).
+        DestinationError: ``dest`` is ``source``, a folder, or a file that is not a store.
         ValueError: ``fps`` is not positive, or ``quat_order`` is unknown.
         ColumnError: a file does not have 36 columns.
-        StoreFormatError: a file's content is invalid (see :func:`read_lafan_csv`).
+        StoreFormatError: a file's content is invalid (see :func:`read_lafan_csv`), or
+            ``resume`` on a store that is not an earlier part of this import.
 
     Examples:
         >>> import_lafan("lafan1/g1", "lafan_g1.h5", fps=50)  # doctest: +SKIP
@@ -349,15 +360,22 @@ def import_lafan(
         >>> store.episode_metadata(0)["file"]  # doctest: +SKIP
         'aiming1_subject1.csv'
     """
+    from torchstore.io.destination import check_destination
+    from torchstore.io.progress import progress_bar
+
     fps = _check_fps(fps)
     quat_order = _check_quat_order(quat_order)
+    if overwrite and resume:
+        raise ValueError("overwrite and resume exclude each other: start over, or continue")
     dest = Path(dest)
-    if dest.exists() and not overwrite:
-        raise FileExistsError(f"store ({dest}) already exists; pass overwrite=True to replace it")
+    resuming = resume and dest.exists()
     files = _source_files(Path(source))
+    if not resuming:  # the files, not their folder: a store may sit next to its CSVs
+        check_destination(dest, sources=files, overwrite=overwrite)
+    metadata = _manifest_metadata(files, fps, quat_order)
 
-    def episodes() -> Iterator[tuple[dict[str, np.ndarray], dict[str, Any]]]:
-        for path in files:
+    def episodes(todo: Sequence[Path]) -> Iterator[tuple[dict[str, np.ndarray], dict[str, Any]]]:
+        for path in todo:
             frames = read_lafan_csv(path)
             rows = lafan_rows(frames, fps=fps, quat_order=quat_order, source=path.name)
             meta = {
@@ -368,16 +386,40 @@ def import_lafan(
             }
             yield rows, meta
 
-    for _ in episodes():  # validation pass: fail before the store exists
-        pass
-    with TrajectoryStoreWriter(
-        dest,
-        lafan_columns(),
-        env_id=LAFAN_ENV_ID,
-        seed=None,
-        metadata=_manifest_metadata(files, fps, quat_order),
-        overwrite=overwrite,
-    ) as writer:
-        for rows, meta in episodes():
-            writer.add_episode(rows, metadata=meta)
+    todo = _remaining(files, metadata, dest) if resuming else files
+    bar = progress_bar(enabled=progress, total=2 * len(todo), unit="file", desc="import-lafan")
+    try:
+        for _ in episodes(todo):  # validation pass: fail before the store exists
+            if bar is not None:
+                bar.update()
+        if resuming:
+            writer = TrajectoryStoreWriter.resume(dest)
+        else:
+            writer = TrajectoryStoreWriter(
+                dest, lafan_columns(), env_id=LAFAN_ENV_ID, seed=None, metadata=metadata,
+                overwrite=overwrite,
+            )
+        with writer:
+            for rows, meta in episodes(todo):
+                writer.add_episode(rows, metadata=meta)
+                if bar is not None:
+                    bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
     return dest
+
+
+def _remaining(files: Sequence[Path], metadata: dict, dest: Path) -> list[Path]:
+    """The files an interrupted import into ``dest`` has not committed yet."""
+    from torchstore.data.store import TrajectoryStore
+
+    with TrajectoryStore(dest) as store:
+        done = [store.episode_metadata(i).get("file") for i in range(store.num_episodes)]
+        same = store.manifest.metadata == metadata and store.manifest.env_id == LAFAN_ENV_ID
+    if not same or done != [p.name for p in files[: len(done)]]:
+        raise StoreFormatError(
+            f"{dest} is not an interrupted import of these {len(files)} files with these "
+            "options; import into another path, or pass overwrite=True to start over"
+        )
+    return list(files[len(done) :])

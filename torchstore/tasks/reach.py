@@ -297,23 +297,47 @@ def write_demo_data(
     seed: int = 0,
     task: ReachTask | None = None,
     expert: ReachExpert | None = None,
-    overwrite: bool = True,
+    overwrite: bool = False,
 ) -> Path:
     """Record ``episodes`` expert demonstrations of :class:`ReachTask` into a new store.
 
-    Deterministic in ``seed``: episode ``i`` starts from ``reset(seed=seed * 1_000_003 + i)``
-    and the expert's noise is seeded with ``seed``. The manifest metadata describes the task
-    (``task_config`` rebuilds it), the expert, and the expert's success rate on these
-    episodes; each episode's metadata holds its reset seed and whether it succeeded.
+    Deterministic in ``seed``, to the byte: episode ``i`` starts from
+    ``reset(seed=seed * 1_000_003 + i)``, the expert's noise is seeded with ``seed``, the
+    manifest records no creation time and HDF5's own object timestamps are cleared, so
+    regenerating ``data/reach_demo.h5`` leaves it unchanged. The manifest metadata
+    describes the task (``task_config`` rebuilds it), the expert, and the expert's success
+    rate on these episodes; each episode's metadata holds its reset seed and whether it
+    succeeded.
+
+    The store is written next to ``path`` and renamed into place when complete: an
+    interrupted call leaves ``path`` as it was.
+
+    Args:
+        path: the store file to write; missing parent folders are created.
+        episodes: demonstrations to record (>= 1).
+        seed: the seed of resets and expert noise (>= 0).
+        task: the task (default: ``ReachTask()``).
+        expert: the expert (default: ``ReachExpert(seed=seed)``).
+        overwrite: replace an existing store at ``path`` (a file that is not a store is
+            never replaced).
+
+    Raises:
+        DestinationExistsError: ``path`` exists and ``overwrite`` is false (also a
+            ``FileExistsError``).
+        DestinationError: ``path`` is a folder or a file that is not a store.
 
     Examples:
         >>> path = write_demo_data("reach.h5", episodes=10)
     """
+    from torchstore.io.destination import check_destination
+
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes ({episodes!r}) must be an int >= 1")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed ({seed!r}) must be an int >= 0")
+    path = check_destination(path, overwrite=overwrite)
     task = task or ReachTask()
     expert = expert or ReachExpert(seed=seed)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     recorded = []
     for i in range(episodes):
         reset_seed = seed * 1_000_003 + i
@@ -332,17 +356,28 @@ def write_demo_data(
         "expert": expert.describe(),
         "expert_success_rate": success_rate,
     }
-    with TrajectoryStoreWriter(
-        path,
-        reach_columns(task.image_size),
-        env_id=TASK_ID,
-        seed=seed,
-        metadata=metadata,
-        overwrite=overwrite,
-    ) as writer:
-        for rows, meta in recorded:
-            writer.add_episode(rows, metadata=meta)
-    return Path(path)
+    _write_reproducibly(path, reach_columns(task.image_size), seed, metadata, recorded)
+    return path
+
+
+def _write_reproducibly(
+    path: Path, columns: list, seed: int, metadata: dict, recorded: list[tuple[dict, dict]]
+) -> None:
+    """Write a complete store next to ``path`` with no timestamps, then rename it over ``path``."""
+    from torchstore.io.reproducible import clear_object_times
+
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with TrajectoryStoreWriter(
+            partial, columns, env_id=TASK_ID, seed=seed, metadata=metadata, created="",
+            overwrite=True,
+        ) as writer:
+            for rows, meta in recorded:
+                writer.add_episode(rows, metadata=meta)
+        clear_object_times(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def expert_baselines(
