@@ -1,0 +1,140 @@
+"""Readers following a writer that commits thousands of tiny episodes report no false alarm
+(every block they verify is checked against a commit that held still), and still report
+real corruption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import torch
+
+from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
+from torchstore.errors import IntegrityError, TorchstoreError
+
+COLUMNS = [ColumnSpec("q", torch.float32, (4,)), ColumnSpec("done", torch.bool)]
+EPISODES = 3000
+READERS = 3
+
+
+def _episode(i: int) -> dict[str, np.ndarray]:
+    n = 1 + i % 3
+    return {"q": np.full((n, 4), i, np.float32), "done": np.arange(n) == n - 1}
+
+
+def _writer(path, start: int, stop: int, ready_w: int) -> None:
+    status = 1
+    try:
+        with TrajectoryStoreWriter.resume(path) as w:
+            os.write(ready_w, b"1")
+            for i in range(start, stop):
+                w.add_episode(_episode(i), metadata={"i": i})
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _reader(path, result_w: int) -> None:
+    """Follow the writer; report (false alarms, wrong values, refreshes) through the pipe."""
+    alarms = wrong = refreshes = 0
+    status = 0
+    try:
+        with TrajectoryStore(path) as store:
+            while True:
+                done = store.num_episodes >= EPISODES
+                try:
+                    refreshes += store.refresh()
+                    n, e = store.num_rows, store.num_episodes
+                    q = store.read_slab(max(0, n - 3000), n)["q"][:, 0].numpy()
+                    ends = store.episodes.offsets[-1].item() + store.episodes.lengths[-1].item()
+                    last = store.episode(e - 1)["q"][:, 0].numpy()
+                    wrong += int(ends != n or not (last == e - 1).all() or (np.diff(q) < 0).any())
+                    wrong += store.episode_metadata(e - 1) != {"i": e - 1}
+                except IntegrityError as exc:
+                    alarms += 1
+                    print("false alarm:", exc, flush=True)
+                if done:
+                    break
+    except BaseException as exc:  # anything else is a failure of the test
+        print("reader failed:", repr(exc), flush=True)
+        status = 1
+    os.write(result_w, f"{alarms} {wrong} {refreshes}\n".encode())
+    os._exit(status)
+
+
+def _fork(fn, *args) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn(*args)
+        finally:
+            os._exit(1)
+    return pid
+
+
+def _wait(pid: int, deadline: float) -> int:
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -9
+
+
+def test_readers_following_thousands_of_tiny_commits_raise_no_false_alarm(tmp_path):
+    path = tmp_path / "live.h5"
+    with TrajectoryStoreWriter(path, COLUMNS) as w:
+        w.add_episode(_episode(0), metadata={"i": 0})
+    ready_r, ready_w = os.pipe()
+    writer = _fork(_writer, path, 1, EPISODES, ready_w)
+    assert os.read(ready_r, 1) == b"1"
+    result_r, result_w = os.pipe()
+    readers = [_fork(_reader, path, result_w) for _ in range(READERS)]
+    deadline = time.monotonic() + 600
+    assert _wait(writer, deadline) == 0
+    codes = [_wait(pid, deadline) for pid in readers]
+    os.close(result_w)
+    with os.fdopen(result_r) as r:
+        results = [tuple(map(int, line.split())) for line in r.read().splitlines()]
+    assert codes == [0] * READERS and len(results) == READERS
+    assert [a for a, _, _ in results] == [0] * READERS, results  # no false alarm
+    assert [w for _, w, _ in results] == [0] * READERS, results  # no wrong value
+    assert all(refreshes > 20 for _, _, refreshes in results), results  # they really followed
+    with TrajectoryStore(path) as store:
+        assert store.num_episodes == EPISODES
+
+
+def test_a_live_reader_still_reports_real_corruption(tmp_path):
+    path = tmp_path / "live.h5"
+    with TrajectoryStoreWriter(path, COLUMNS) as w:
+        w.add_episode({"q": np.zeros((20000, 4), np.float32), "done": np.zeros(20000, bool)})
+    with TrajectoryStore(path) as store:
+        assert store._ds.columns["q"].block_rows < 20000  # block 0 is full: the writer never rewrites it
+        offset = store._ds.columns["q"].data.id.get_chunk_info(0).byte_offset
+    ready_r, ready_w = os.pipe()
+    writer = _fork(_writer, path, 2000, 3500, ready_w)
+    assert os.read(ready_r, 1) == b"1"
+    with open(path, "r+b") as f:  # damage a full, committed block while the writer runs
+        f.seek(offset + 40)
+        b = f.read(1)[0]
+        f.seek(offset + 40)
+        f.write(bytes([b ^ 0x01]))
+    with TrajectoryStore(path) as store:
+        assert store.num_episodes < 1500  # the writer is still committing
+        try:
+            store.read_slab(0, 100)
+        except IntegrityError as exc:
+            assert "column 'q' rows 0.." in str(exc) and "fail their checksum" in str(exc)
+        else:
+            raise AssertionError("a flipped byte in committed rows was returned as data")
+    assert _wait(writer, time.monotonic() + 600) == 0
+    try:
+        TrajectoryStore(path).read_slab(0, 10)
+    except TorchstoreError:
+        pass
+    else:
+        raise AssertionError("the damage went unnoticed after the writer closed")
