@@ -16,6 +16,7 @@ from torchstore.io.video import (  # noqa: E402
     EpisodeVideoEncoder,
     VideoFrameReader,
     append_video,
+    concat_videos,
     encode_video,
     probe_video,
 )
@@ -170,6 +171,25 @@ def test_append_to_a_missing_file_starts_a_new_one(tmp_path):
         1.0,
     )
     assert probe_video(tmp_path / "out.mp4").frames == 10
+
+
+def test_concat_gives_the_same_file_as_appending_one_by_one(appended, tmp_path):
+    _, episodes, appended_file, spans = appended
+    out = tmp_path / "all.mp4"
+    assert concat_videos(episodes, out) == spans == SPANS
+    n = sum(LENGTHS)
+    np.testing.assert_array_equal(read_all(out, n), read_all(appended_file, n))
+
+
+def test_concat_refuses_mismatched_streams_and_its_own_output(tmp_path):
+    a, b = _episode(tmp_path, "a.mp4"), _episode(tmp_path, "b.mp4", size=(96, 96))
+    with pytest.raises(VideoError, match="width differs"):
+        concat_videos([a, b], tmp_path / "out.mp4")
+    assert not (tmp_path / "out.mp4").exists()
+    with pytest.raises(VideoError, match="must differ"):
+        concat_videos([a, a], a)
+    with pytest.raises(VideoError, match="at least one"):
+        concat_videos([], tmp_path / "out.mp4")
 
 
 def _episode(tmp_path, name, *, size=(48, 64), fps=FPS, settings=None):

@@ -15,6 +15,7 @@ from torchstore.lerobot.stats import (
     QUANTILES,
     STAT_NAMES,
     ImageStatsAccumulator,
+    RunningStats,
     aggregate_features,
     aggregate_stats,
     numeric_stats,
@@ -23,20 +24,40 @@ from torchstore.lerobot.stats import (
 )
 
 
+def histogram_quantile(column: np.ndarray, q: float) -> float:
+    """lerobot 0.6's quantile, written out step by step: 5000 bins over the padded range,
+    walk the bins until the running count reaches q * count, interpolate inside that bin."""
+    lo, hi = float(column.min()), float(column.max())
+    edges = np.linspace(lo - 1e-10, hi + 1e-10, 5001)
+    counts, _ = np.histogram(column, bins=edges)
+    target, running = q * len(column), 0
+    for k, c in enumerate(counts):
+        if running + c >= target:
+            if k == 0:
+                return edges[0]
+            if c == 0:
+                return edges[k]
+            return edges[k] + (target - running) / c * (edges[k + 1] - edges[k])
+        running += c
+    return edges[-1]
+
+
 def reference_stats(values: np.ndarray) -> dict[str, np.ndarray]:
-    """Stats computed the obvious way with numpy, for comparison."""
+    """Stats computed the obvious way with numpy, reducing every axis but the last."""
     x = np.asarray(values, dtype=np.float64)
-    if x.ndim == 1:
-        x = x[:, None]
+    x = x[:, None] if x.ndim == 1 else x.reshape(-1, x.shape[-1])
     out = {
         "min": x.min(0),
         "max": x.max(0),
         "mean": x.mean(0),
         "std": x.std(0),
-        "count": np.array([len(x)]),
+        "count": np.array([len(values)]),
     }
     for name, q in QUANTILES.items():
-        out[name] = np.quantile(x, q, axis=0)
+        if len(values) < 2:
+            out[name] = out["mean"]
+        else:
+            out[name] = np.array([histogram_quantile(x[:, k], q) for k in range(x.shape[1])])
     return out
 
 
@@ -77,12 +98,11 @@ def test_numeric_stats_match_numpy(shape, dtype):
     got = numeric_stats(values)
     want = reference_stats(values)
     assert_stats_close(got, want)
-    # quantiles replicate np.quantile(linear) exactly, not just closely
-    for name in QUANTILES:
-        np.testing.assert_array_equal(got[name], want[name])
-    expected_shape = shape[1:] if len(shape) > 1 else (1,)
+    expected_shape = shape[-1:] if len(shape) > 1 else (1,)  # every axis but the last reduced
     for name in STAT_NAMES:
         want_dtype = np.int64 if name == "count" else np.float64
+        if dtype == np.bool_ and name in ("min", "max"):
+            want_dtype = np.bool_  # as lerobot writes them
         assert got[name].dtype == want_dtype
         assert got[name].shape == ((1,) if name == "count" else expected_shape)
     assert got["count"].tolist() == [shape[0]]
@@ -97,7 +117,36 @@ def test_numeric_stats_default_feature_shapes():
         assert all(stats[k].shape == (1,) for k in STAT_NAMES)
     stats = numeric_stats(frame_index)
     assert stats["min"].tolist() == [0.0] and stats["max"].tolist() == [11.0]
-    assert stats["q50"].tolist() == [5.5]
+    # lerobot's histogram: the 6th of 12 values (5) closes the median's bin, whose upper
+    # edge is the median; the first value's bin already holds 1 % of the frames
+    width = (11 + 2e-10) / 5000
+    bin_of_5 = int((5 + 1e-10) / width)
+    assert stats["q50"][0] == pytest.approx(-1e-10 + (bin_of_5 + 1) * width, abs=1e-9)
+    assert stats["q01"][0] == pytest.approx(-1e-10, abs=1e-15)
+
+
+def test_stats_of_a_2d_feature_reduce_all_but_the_last_axis():
+    """A (2, 3) feature gets stats of shape (3,), counted in frames (lerobot 0.6)."""
+    values = np.arange(5 * 2 * 3, dtype=np.float32).reshape(5, 2, 3)
+    stats = numeric_stats(values)
+    assert {stats[k].shape for k in STAT_NAMES if k != "count"} == {(3,)}
+    assert stats["count"].tolist() == [5]
+    np.testing.assert_array_equal(stats["min"], [0, 1, 2])
+    np.testing.assert_array_equal(stats["max"], [27, 28, 29])
+    np.testing.assert_allclose(stats["mean"], values.reshape(-1, 3).mean(0))
+
+
+def test_bool_min_max_stay_booleans_through_aggregation_and_json():
+    a = numeric_stats(np.array([[True, False], [True, False]]))
+    b = numeric_stats(np.array([[True, True]]))
+    assert a["min"].dtype == np.bool_ and a["min"].tolist() == [True, False]
+    agg = aggregate_stats([a, b])
+    assert agg["min"].tolist() == [True, False] and agg["max"].tolist() == [True, True]
+    data = json.loads(json.dumps(stats_to_json({"grip": agg})))
+    assert data["grip"]["min"] == [True, False] and data["grip"]["max"] == [True, True]
+    assert isinstance(data["grip"]["mean"][0], float)
+    back = stats_from_json(data)
+    assert back["grip"]["max"].dtype == np.bool_
 
 
 def test_numeric_stats_single_frame_quantiles_equal_mean():
@@ -135,8 +184,10 @@ def test_numeric_stats_rejects(values, match):
 
 
 def image_reference(pixels: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-channel stats of raw uint8 pixels [..., C] / 255, shaped (C, 1, 1)."""
-    x = pixels.reshape(-1, pixels.shape[-1]) / 255.0
+    """Per-channel stats of raw uint8 pixels [..., C] / 255, shaped (C, 1, 1); quantiles by
+    lerobot's histogram over the 0..255 values, then scaled."""
+    raw = pixels.reshape(-1, pixels.shape[-1]).astype(np.float64)
+    x = raw / 255.0
     out = {
         "min": x.min(0),
         "max": x.max(0),
@@ -144,7 +195,7 @@ def image_reference(pixels: np.ndarray) -> dict[str, np.ndarray]:
         "std": x.std(0),
     }
     for name, q in QUANTILES.items():
-        out[name] = np.quantile(x, q, axis=0)
+        out[name] = np.array([histogram_quantile(raw[:, c], q) for c in range(raw.shape[1])]) / 255.0
     out = {k: v.reshape(-1, 1, 1) for k, v in out.items()}
     return out
 
@@ -166,22 +217,22 @@ def test_image_stats_match_numpy_on_raw_pixels():
         assert got[name].shape == (3, 1, 1) and got[name].dtype == np.float64, name
         # numpy's own float sums carry ~1e-13 error (e.g. std of a constant channel)
         np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-12, err_msg=name)
-    for name in ("min", "max", *QUANTILES):  # these are exact
+    for name in ("min", "max"):  # these are exact
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     # the histogram's integer moments are exact: a constant channel has std exactly 0
     assert got["std"][2, 0, 0] == 0.0 and got["mean"][2, 0, 0] == 200 / 255
     assert np.all((got["min"] >= 0) & (got["max"] <= 1))
 
 
-@pytest.mark.parametrize("pixels", [1, 2, 3, 5, 99, 100, 101, 1000])
-def test_image_quantiles_exact_for_small_counts(pixels):
+@pytest.mark.parametrize("pixels", [2, 3, 5, 99, 100, 101, 1000])
+def test_image_quantiles_match_lerobots_histogram_for_small_counts(pixels):
     rng = np.random.default_rng(pixels)
     frame = rng.integers(0, 256, (1, pixels, 3), dtype=np.uint8)
     acc = ImageStatsAccumulator()
     acc.update(frame)
     got, want = acc.result(), image_reference(frame)
     for name in QUANTILES:
-        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=1e-14, err_msg=name)
 
 
 def test_image_streaming_equals_one_update():
@@ -394,3 +445,37 @@ def test_stats_from_json_reads_lerobot_count_and_nan():
 def test_stats_from_json_rejects_malformed(data, match):
     with pytest.raises(LeRobotFormatError, match=match):
         stats_from_json(data)
+
+
+@settings(max_examples=50, deadline=None)
+@given(lengths=episode_lengths, seed=st.integers(0, 2**32 - 1), offset=st.sampled_from([0.0, 1e4]))
+def test_running_stats_equal_aggregating_all_episodes(lengths, seed, offset):
+    rng = np.random.default_rng(seed)
+    episodes = [
+        {
+            "state": numeric_stats(rng.standard_normal((n, 2, 3)) + offset),
+            "grip": numeric_stats(rng.random((n, 1)) < 0.5),
+        }
+        for n in lengths
+    ]
+    running = RunningStats()
+    for episode in episodes:
+        before = running.result()
+        after = running.plus(episode)
+        assert running.result().keys() == before.keys()  # plus() leaves the original as it was
+        running = after
+    got, want = running.result(), aggregate_features(episodes)
+    for feature in want:
+        assert list(got[feature]) == list(want[feature])
+        for name in STAT_NAMES:
+            assert got[feature][name].dtype == want[feature][name].dtype, (feature, name)
+            np.testing.assert_allclose(
+                got[feature][name].astype(float), want[feature][name].astype(float),
+                rtol=1e-9, atol=1e-9 * max(1.0, offset), err_msg=f"{feature}/{name}",
+            )
+
+
+def test_running_stats_refuse_episodes_of_another_shape():
+    running = RunningStats().plus({"x": numeric_stats(np.ones((3, 4)))})
+    with pytest.raises(LeRobotFormatError, match="feature 'x'.*shape"):
+        running.plus({"x": numeric_stats(np.ones((3, 2)))})

@@ -22,6 +22,7 @@ __all__ = [
     "require_pyarrow",
     "check_footer",
     "read_table",
+    "write_tables",
     "write_table_atomically",
     "replace_atomically",
 ]
@@ -95,15 +96,14 @@ def replace_atomically(path: str | os.PathLike, write, *, durable: bool = False)
             os.close(dir_fd)
 
 
-def write_table_atomically(
+def write_tables(
     path: str | os.PathLike,
     tables: Any,
     *,
-    durable: bool = False,
     compression: str = "snappy",
     use_dictionary: bool | Sequence[str] = True,
 ) -> None:
-    """Write one ``pyarrow.Table`` (or a sequence of them, one row group each) to ``path`` atomically.
+    """Write one ``pyarrow.Table`` (or a sequence of them, one row group each) to ``path``.
 
     ``use_dictionary`` as in pyarrow: dictionary-encoding float columns costs about 4x the
     write time for no gain (measured), so callers name the columns that repeat.
@@ -113,15 +113,27 @@ def write_table_atomically(
 
     parts = [tables] if not isinstance(tables, list | tuple) else list(tables)
     if not parts:
-        raise ValueError("write_table_atomically needs at least one table")
+        raise ValueError("write_tables needs at least one table")
     if not isinstance(use_dictionary, bool):
         use_dictionary = [c for c in use_dictionary if c in parts[0].schema.names]
+    with pq.ParquetWriter(path, parts[0].schema, compression=compression, use_dictionary=use_dictionary) as writer:
+        for table in parts:
+            writer.write_table(table, row_group_size=max(table.num_rows, 1))
 
-    def write(tmp: Path) -> None:
-        with pq.ParquetWriter(
-            tmp, parts[0].schema, compression=compression, use_dictionary=use_dictionary
-        ) as writer:
-            for table in parts:
-                writer.write_table(table, row_group_size=max(table.num_rows, 1))
 
-    replace_atomically(path, write, durable=durable)
+def write_table_atomically(
+    path: str | os.PathLike,
+    tables: Any,
+    *,
+    durable: bool = False,
+    compression: str = "snappy",
+    use_dictionary: bool | Sequence[str] = True,
+) -> None:
+    """:func:`write_tables` under a temporary name, renamed over ``path`` when complete."""
+    if isinstance(tables, list | tuple) and not tables:
+        raise ValueError("write_table_atomically needs at least one table")
+    replace_atomically(
+        path,
+        lambda tmp: write_tables(tmp, tables, compression=compression, use_dictionary=use_dictionary),
+        durable=durable,
+    )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -46,6 +46,7 @@ __all__ = [
     "probe_video",
     "encode_video",
     "append_video",
+    "concat_videos",
 ]
 
 # Video encoders LeRobot accepts (spec section 9); listed in errors when they are available.
@@ -552,6 +553,45 @@ def append_video(current: Path | None, episode: Path, out: Path) -> tuple[float,
         for container, _ in inputs:
             container.close()
     return float(begin), float(end)
+
+
+def concat_videos(sources: Sequence[str | os.PathLike], out: str | os.PathLike) -> list[tuple[float, float]]:
+    """Write ``out`` = the packets of every file in ``sources``, back to back (stream copy).
+
+    Like :func:`append_video` for many files, one open at a time: the first keeps its
+    timestamps, each next one starts where the previous ended. Returns each source's
+    ``(from_timestamp, to_timestamp)`` inside ``out`` in seconds. Refuses files that differ
+    from the first in codec, size, pix_fmt, fps or codec headers; ``out`` must not be one
+    of the sources, and is deleted again if writing fails.
+    """
+    paths, out = [Path(p) for p in sources], Path(out)
+    if not paths:
+        raise VideoError("concat_videos needs at least one source")
+    if any(p.resolve() == out.resolve() for p in paths):
+        raise VideoError(f"concat_videos: out ({out}) must differ from its inputs")
+    remuxer, first, spans = None, None, []
+    try:
+        for path in paths:
+            container, stream = _open_input(path)
+            try:
+                facts = _append_facts(path, container, stream)
+                if first is None:
+                    first = facts
+                    remuxer = _Remuxer(out, facts["fps"])
+                else:
+                    _check_appendable(paths[0], path, first, facts)
+                begin, end = remuxer.copy(path, container, stream)
+            finally:
+                container.close()
+            spans.append((float(begin), float(end)))
+        remuxer.close()
+    except BaseException as exc:
+        if remuxer is not None:
+            remuxer.discard()
+        if isinstance(exc, _av_errors()):
+            raise VideoError(f"cannot write {out} from {len(paths)} files: {_reason(exc)}") from exc
+        raise
+    return spans
 
 
 def _append_facts(path: Path, container, stream) -> dict[str, Any]:

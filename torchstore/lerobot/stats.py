@@ -1,18 +1,31 @@
-"""Per-episode and dataset-level feature statistics in LeRobot v3.0's shapes.
+"""Per-episode and dataset-level feature statistics, as lerobot 0.6 writes them.
 
 LeRobot stores ``min, max, mean, std, count, q01, q10, q50, q90, q99`` for every non-string
 feature: per episode as ``stats/<feature>/<stat>`` columns of the episodes table, and
 aggregated over the dataset in ``meta/stats.json`` (shared/specs/lerobot-v3.md sections 5
 and 7). This module computes both, and converts them to and from JSON.
 
-Shapes follow the spec: a feature of shape ``[K]`` (or ``[A, B]``) gets stats of that shape,
-a scalar gets shape ``(1,)``, a camera gets ``(C, 1, 1)`` per channel in ``[0, 1]``, and
-``count`` is ``[n]`` int64. Everything else is float64.
+What matches lerobot 0.6 (``lerobot/datasets/compute_stats.py``), so a dataset extended by
+either library aggregates the same:
 
-Unlike lerobot, per-episode stats here are exact: numeric quantiles come from all frames
-and camera statistics from a full 256-bin histogram of every pixel, not a frame sample.
-Dataset-level quantiles follow lerobot 0.4-0.6.1 (count-weighted mean of the episodes'
-quantiles), so they are approximations.
+* shapes: a numeric feature is reduced over every axis but the last (``[K]`` and
+  ``[A, K]`` give ``(K,)``, a scalar ``(1,)``); a camera gives ``(C, 1, 1)`` per channel in
+  ``[0, 1]``; ``count`` is ``[frames]`` int64;
+* quantiles: a 5000-bin histogram per column between ``min - 1e-10`` and ``max + 1e-10``,
+  the quantile interpolated inside the bin where the cumulative count reaches
+  ``q * count`` (an episode of one frame gets quantiles equal to its mean);
+* bool features keep ``min``/``max`` as booleans; every other stat is float64;
+* the dataset level: min of mins, max of maxes, count-weighted mean, the parallel variance
+  formula for std, and the count-weighted mean of the episodes' quantiles (lerobot
+  0.4-0.6.1).
+
+Where it differs, on purpose: camera stats use every pixel of every frame (lerobot samples
+about ``n**0.75`` frames and down-samples large ones), std is the exact population std
+(lerobot's ``sqrt(E[x^2] - E[x]^2)`` overflows on uint8 pixels), and a one-frame episode of a
+2-D feature is reduced to ``(K,)`` like every other (lerobot keeps ``(A, K)`` there, which
+its own aggregation then refuses). A column holding NaN or inf gets NaN quantiles, which
+``stats_to_json`` refuses. :class:`RunningStats` aggregates episode by episode in constant
+time per episode, for recorders.
 """
 
 from __future__ import annotations
@@ -32,6 +45,7 @@ __all__ = [
     "ImageStatsAccumulator",
     "aggregate_stats",
     "aggregate_features",
+    "RunningStats",
     "stats_to_json",
     "stats_from_json",
 ]
@@ -61,40 +75,59 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def _quantile_points(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted-order neighbours and weights of each quantile among ``n`` values.
+_BINS = 5000  # lerobot 0.6's histogram resolution for quantiles
+_PAD = 1e-10  # and the padding of its histogram range
 
-    Mirrors np.quantile(method="linear"): virtual index ``(n - 1) * q``, floor and floor + 1
-    as neighbours, the fraction as weight; an index at the end takes the last value.
+
+def histogram_quantiles(hist: np.ndarray, edges: np.ndarray, count: int) -> np.ndarray:
+    """The five quantiles from a histogram, the way lerobot 0.6 reads them off.
+
+    The quantile lies in the first bin where the cumulative count reaches ``q * count``,
+    linearly interpolated inside it; before the first bin it is the lowest edge, past the
+    last the highest.
     """
-    virtual = (n - 1) * _Q
-    lo = np.floor(virtual)
-    gamma = virtual - lo
-    lo = lo.astype(np.intp)
-    hi = lo + 1
-    at_end = virtual >= n - 1
-    lo[at_end] = n - 1
-    hi[at_end] = n - 1
-    gamma[at_end] = 0.0
-    return lo, hi, gamma
-
-
-def _lerp(a: np.ndarray, b: np.ndarray, gamma: np.ndarray) -> np.ndarray:
-    """np.quantile's interpolation, bit for bit: from ``a`` below 0.5, from ``b`` above."""
-    diff = b - a
-    out = a + diff * gamma
-    np.subtract(b, diff * (1 - gamma), out=out, where=gamma >= 0.5)
+    cumulative = np.cumsum(hist)
+    target = _Q * count
+    idx = np.searchsorted(cumulative, target)
+    out = np.empty(len(_Q), dtype=np.float64)
+    for i, (k, t) in enumerate(zip(idx.tolist(), target.tolist(), strict=True)):
+        if k == 0:
+            out[i] = edges[0]
+        elif k >= len(cumulative):
+            out[i] = edges[-1]
+        else:
+            before = cumulative[k - 1]
+            inside = cumulative[k] - before
+            if inside == 0:
+                out[i] = edges[k]
+            else:
+                out[i] = edges[k] + (t - before) / inside * (edges[k + 1] - edges[k])
     return out
 
 
-def numeric_stats(values: np.ndarray) -> dict[str, np.ndarray]:
-    """Stats of one episode's values ``[n, *shape]`` over the frame axis, exactly.
+def _column_quantiles(column: np.ndarray, lo: float, hi: float, *, weights: np.ndarray | None = None, count: int | None = None) -> np.ndarray:
+    """Quantiles of one column of values (or of ``column`` levels with ``weights`` counts)."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return np.full(len(_Q), np.nan)
+    edges = np.linspace(lo - _PAD, hi + _PAD, _BINS + 1)
+    if not (np.diff(edges) > 0).all():  # a range too narrow for float64 at this magnitude
+        if lo == hi:
+            return np.full(len(_Q), float(lo))
+        values = column if weights is None else np.repeat(column, weights)
+        return np.quantile(values, _Q)
+    hist, _ = np.histogram(column, bins=edges, weights=weights)
+    return histogram_quantiles(hist, edges, len(column) if count is None else count)
 
-    Any numeric or bool dtype (bool counts as 0/1); torch tensors are accepted too.
-    Quantiles match ``np.quantile(..., method="linear")``; std is the population std
-    (ddof=0), as in lerobot. A ``[n]`` input gives stats of shape ``(1,)``. Returns float64
-    arrays of ``shape`` and ``count`` as int64 ``[n]``. Raises ValueError for no frames or a
-    non-numeric dtype.
+
+def numeric_stats(values: np.ndarray) -> dict[str, np.ndarray]:
+    """Stats of one episode's values ``[n, *shape]``, as lerobot 0.6 computes them.
+
+    Reduces over every axis but the last: ``[n]`` and ``[n, 1]`` give ``(1,)``, ``[n, K]`` and
+    ``[n, A, K]`` give ``(K,)``. Any numeric or bool dtype; torch tensors are accepted too.
+    Quantiles come from lerobot's 5000-bin histogram (see the module docstring); std is the
+    population std (ddof=0). Returns float64 arrays, except ``min``/``max`` of a bool input
+    (bool) and ``count`` (int64 ``[n]``). Raises ValueError for no frames or a non-numeric
+    dtype.
     """
     arr = _to_numpy(values)
     if arr.ndim == 0:
@@ -104,22 +137,25 @@ def numeric_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     n = arr.shape[0]
     if n == 0:
         raise ValueError("numeric_stats needs at least one frame, got 0")
-    x = arr.astype(np.float64).reshape(n, -1) if arr.ndim == 1 else arr.astype(np.float64)
-    # One sort gives every quantile (cheaper than np.quantile's partition bookkeeping).
-    ordered = np.sort(x, axis=0)
-    lo, hi, gamma = _quantile_points(n)
-    gamma = gamma.reshape((-1,) + (1,) * (x.ndim - 1))
-    quantiles = _lerp(ordered[lo], ordered[hi], gamma)
-    has_nan = np.isnan(ordered[-1])  # NaN sorts last; np.quantile gives NaN for such slices
-    if has_nan.any():
-        quantiles[:, has_nan] = np.nan
+    x = arr.reshape(-1, 1) if arr.ndim == 1 else arr.reshape(-1, arr.shape[-1])
+    xf = x.astype(np.float64)
+    is_bool = arr.dtype == np.bool_
+    mins, maxes = x.min(axis=0), x.max(axis=0)
+    mean = xf.mean(axis=0)
     stats = {
-        "min": x.min(axis=0),
-        "max": x.max(axis=0),
-        "mean": x.mean(axis=0),
-        "std": x.std(axis=0),
+        "min": mins if is_bool else mins.astype(np.float64),
+        "max": maxes if is_bool else maxes.astype(np.float64),
+        "mean": mean,
+        "std": xf.std(axis=0),
         "count": np.array([n], dtype=np.int64),
     }
+    if n < 2:
+        quantiles = np.repeat(mean[None], len(_Q), axis=0)
+    else:
+        lows, highs = mins.astype(np.float64), maxes.astype(np.float64)
+        quantiles = np.stack(
+            [_column_quantiles(xf[:, k], lows[k], highs[k]) for k in range(xf.shape[1])], axis=1
+        )
     for i, name in enumerate(QUANTILES):
         stats[name] = quantiles[i]
     return stats
@@ -178,7 +214,6 @@ class ImageStatsAccumulator:
             raise ValueError("ImageStatsAccumulator.result() needs at least one frame")
         levels = np.arange(256)
         n = int(self._hist[0].sum())
-        lo, hi, gamma = _quantile_points(n)
         out = {k: np.empty((self._channels, 1, 1), dtype=np.float64) for k in STAT_NAMES}
         for c in range(self._channels):
             hist = self._hist[c]
@@ -190,10 +225,8 @@ class ImageStatsAccumulator:
             out["max"][c] = nonzero[-1] / 255.0
             out["mean"][c] = s1 / (n * 255)
             out["std"][c] = math.sqrt((n * s2 - s1 * s1) / (n * n * 65025))
-            cumulative = np.cumsum(hist)
-            a = np.searchsorted(cumulative, lo, side="right") / 255.0
-            b = np.searchsorted(cumulative, hi, side="right") / 255.0
-            quantiles = _lerp(a, b, gamma)
+            # lerobot's histogram over the pixel values, built from the exact level counts
+            quantiles = _column_quantiles(levels.astype(np.float64), float(nonzero[0]), float(nonzero[-1]), weights=hist, count=n) / 255.0
             for i, name in enumerate(QUANTILES):
                 out[name][c] = quantiles[i]
         out["count"] = np.array([self._frames], dtype=np.int64)
@@ -208,6 +241,85 @@ def _episode_array(stats: Mapping[str, Any], index: int, name: str) -> np.ndarra
         return np.asarray(stats[name], dtype=np.float64)
     except (TypeError, ValueError) as e:
         raise LeRobotFormatError(f"stats of episode {index}: {name!r} is not numeric: {e}") from e
+
+
+def _keep_bool(value: np.ndarray, per_episode: Sequence[Mapping[str, Any]], name: str) -> np.ndarray:
+    """``value`` as bool when every episode's ``name`` is bool (lerobot keeps bool min/max)."""
+    if all(_to_numpy(stats[name]).dtype == np.bool_ for stats in per_episode):
+        return value.astype(np.bool_)
+    return value
+
+
+class RunningStats:
+    """Dataset-level stats of one dataset, updated one episode at a time in O(features).
+
+    Gives what :func:`aggregate_features` gives over all episodes added (min/max exactly,
+    mean and std by Chan's parallel update instead of one pass, so equal to rounding), so a
+    recorder need not re-aggregate every episode at every save. :meth:`plus` returns a new
+    object and leaves this one unchanged, so stats can be computed before a commit and
+    kept only if it succeeds.
+    """
+
+    def __init__(self) -> None:
+        self._features: dict[str, dict[str, Any]] = {}
+
+    def plus(self, episode: Mapping[str, Mapping[str, np.ndarray]]) -> RunningStats:
+        """A copy with one episode's ``{feature: stats}`` added."""
+        out = RunningStats()
+        out._features = dict(self._features)
+        for feature, stats in episode.items():
+            try:
+                out._features[feature] = _merge(self._features.get(feature), stats)
+            except LeRobotFormatError as e:
+                raise LeRobotFormatError(f"feature {feature!r}: {e}") from e
+        return out
+
+    def result(self) -> dict[str, dict[str, np.ndarray]]:
+        """``{feature: stats}`` over every episode added, in first-seen order."""
+        out = {}
+        for feature, acc in self._features.items():
+            n = acc["count"]
+            stats = {
+                "min": acc["min"],
+                "max": acc["max"],
+                "mean": acc["mean"],
+                "std": np.sqrt(np.maximum(acc["m2"] / n, 0.0)),
+                "count": np.array([n], dtype=np.int64),
+            }
+            for name, total in acc["q"].items():
+                stats[name] = total / n
+            out[feature] = stats
+        return out
+
+
+def _merge(acc: dict[str, Any] | None, stats: Mapping[str, Any]) -> dict[str, Any]:
+    count = _episode_array(stats, 0, "count").reshape(-1)
+    if count.size != 1 or not 0 < count[0] < np.inf or count[0] != np.floor(count[0]):
+        raise LeRobotFormatError(f"'count' must be one positive integer, got {count}")
+    c = int(count[0])
+    mins, maxes = _to_numpy(stats["min"]), _to_numpy(stats["max"])
+    mean = _episode_array(stats, 0, "mean")
+    var = _episode_array(stats, 0, "std") ** 2
+    quantiles = {q: c * _episode_array(stats, 0, q) for q in QUANTILES if q in stats}
+    if acc is None:
+        return {"count": c, "min": mins, "max": maxes, "mean": mean, "m2": c * var, "q": quantiles}
+    if acc["mean"].shape != mean.shape or acc["min"].shape != mins.shape:
+        raise LeRobotFormatError(
+            f"episodes disagree on the shape of the stats: {acc['mean'].shape} and {mean.shape}"
+        )
+    n = acc["count"] + c
+    delta = mean - acc["mean"]
+    both_bool = acc["min"].dtype == np.bool_ and mins.dtype == np.bool_
+    kind = np.bool_ if both_bool else np.float64
+    return {
+        "count": n,
+        "min": np.minimum(acc["min"], mins).astype(kind),
+        "max": np.maximum(acc["max"], maxes).astype(kind),
+        "mean": acc["mean"] + delta * (c / n),
+        "m2": acc["m2"] + c * var + delta**2 * (acc["count"] * c / n),
+        # a quantile is kept only while every episode has it (as aggregate_stats does)
+        "q": {q: acc["q"][q] + quantiles[q] for q in acc["q"] if q in quantiles},
+    }
 
 
 def aggregate_stats(per_episode: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -254,8 +366,8 @@ def aggregate_stats(per_episode: Sequence[Mapping[str, np.ndarray]]) -> dict[str
     mean = (weights * means).sum(axis=0) / total
     variance = (weights * (stds**2 + (means - mean) ** 2)).sum(axis=0) / total
     out = {
-        "min": mins.min(axis=0),
-        "max": maxes.max(axis=0),
+        "min": _keep_bool(mins.min(axis=0), per_episode, "min"),
+        "max": _keep_bool(maxes.max(axis=0), per_episode, "max"),
         "mean": mean,
         "std": np.sqrt(variance),
         "count": np.array([total], dtype=np.int64),
@@ -314,6 +426,8 @@ def stats_to_json(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
                 if arr.dtype.kind == "f" and not (arr == np.round(arr)).all():
                     raise ValueError(f"feature {feature!r}: count {arr} is not an integer")
                 entry[name] = arr.astype(np.int64).tolist()
+            elif arr.dtype == np.bool_ and name in ("min", "max"):
+                entry[name] = arr.tolist()  # lerobot writes a bool feature's min/max as booleans
             else:
                 entry[name] = arr.astype(np.float64).tolist()
         out[str(feature)] = entry
@@ -329,13 +443,13 @@ def _json_array(value: Any, feature: str, name: str) -> np.ndarray:
         arr = np.asarray(value)
     except (TypeError, ValueError, OverflowError) as e:
         raise LeRobotFormatError(f"{where}: not a rectangular list of numbers ({e})") from e
-    if arr.dtype.kind not in "iuf" or arr.size == 0:
+    if arr.dtype.kind not in "biuf" or arr.size == 0 or (arr.dtype.kind == "b" and name not in ("min", "max")):
         raise LeRobotFormatError(f"{where}: expected a non-empty list of numbers, got {value!r}")
     return arr
 
 
 def stats_from_json(data: Mapping) -> dict[str, dict[str, np.ndarray]]:
-    """Inverse of :func:`stats_to_json`: count as int64, every other stat float64.
+    """Inverse of :func:`stats_to_json`: count as int64, bool min/max as bool, the rest float64.
 
     Accepts NaN/inf (lerobot's json.dump may write them). Anything that is not an object of
     objects of non-empty numeric nested lists raises LeRobotFormatError naming the feature
@@ -366,6 +480,8 @@ def stats_from_json(data: Mapping) -> dict[str, dict[str, np.ndarray]]:
                         f"integers, got {value!r}"
                     )
                 entry[name] = arr.astype(np.int64)
+            elif arr.dtype == np.bool_:
+                entry[name] = arr  # a bool feature's min/max
             else:
                 entry[name] = arr.astype(np.float64)
         out[feature] = entry

@@ -8,17 +8,17 @@ so a hard kill loses every episode of the session (shared/specs/lerobot-v3.md se
 * the frames of the episode in progress stay in memory (numbers, PNG bytes) or stream into
   a scratch MP4 per camera under ``images/``, encoded on a worker thread per camera so
   ``add_frame`` returns at once (bounded memory);
-* at save, every file that changes is written under a temporary name and renamed into
-  place, in an order that makes the episodes table the commit point: tasks, then each
-  camera's MP4 (episode appended by stream copy), then the data file, then the episodes
-  table, then ``info.json`` and ``stats.json``;
-* a kill before the episodes-table rename leaves the previous episodes intact; the data
-  or video file may hold the dead episode's frames past the end of the table, which
-  :meth:`LeRobotWriter.resume` trims before recording on.
-
-The price is rewriting the current data file (held in memory, at most
-``data_files_size_in_mb``) and remuxing the current camera file at each save; both are
-bounded by the file size caps, and :mod:`benchmarks.lerobot_io` measures them.
+* at save, the episode gets files of its own (a data Parquet, an episodes-table Parquet,
+  an MP4 per camera), written under temporary names and renamed into place in an order
+  that makes the episodes table the commit point: tasks, each camera's MP4, the data file,
+  the episodes table, then ``info.json`` and ``stats.json`` (computed before the first
+  rename, and aggregated incrementally);
+* nothing written earlier is read or rewritten, so a save costs the same for the 500th
+  episode as for the first; :meth:`~LeRobotWriter.close` merges the session's files into
+  LeRobot-sized ones (:mod:`torchstore.lerobot.compaction`), once;
+* a kill before the episodes-table rename leaves the previous episodes intact; files of
+  the dead episode, or of a merge cut short, are trimmed by :meth:`LeRobotWriter.resume`
+  before it records on.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from torchstore.errors import DestinationExistsError, EpisodeError, LeRobotFormatError
-from torchstore.io.parquet import read_table, require_pyarrow, write_table_atomically
+from torchstore.io.parquet import read_table, require_pyarrow, write_table_atomically, write_tables
+from torchstore.lerobot.compaction import SavedEpisode, compact_session, drop_covered_tables
 from torchstore.lerobot.features import DEFAULT_FEATURES, Feature, encode_png, hf_features_metadata
 from torchstore.lerobot.info import info_features, new_info, read_info, write_json_atomically
 from torchstore.lerobot.layout import (
@@ -58,7 +59,7 @@ from torchstore.lerobot.rejected import RejectedEpisode, now_iso, read_rejected,
 from torchstore.lerobot.stats import (
     STAT_NAMES,
     ImageStatsAccumulator,
-    aggregate_features,
+    RunningStats,
     numeric_stats,
     stats_to_json,
 )
@@ -284,15 +285,12 @@ class LeRobotWriter:
         self._session_fd = _lock_session(root)
         self.tasks: list[str] = []
         self._task_ids: dict[str, int] = {}
-        self._episode_stats: list[dict[str, dict[str, np.ndarray]]] = []
+        self._running = RunningStats()  # dataset stats, one episode at a time
+        self._session: list[SavedEpisode] = []  # saved by this writer: merged at close()
         self._num_episodes = 0
         self._num_frames = 0
-        self._data_pos = (0, 0)
-        self._data_tables: list[Any] = []
-        self._data_size = 0
-        self._data_frames = 0
+        self._data_pos = (0, 0)  # where the next episode's own files go
         self._meta_pos = (0, 0)
-        self._meta_tables: list[Any] = []
         self._cameras = {k: _Camera(k) for k, f in self.features.items() if f.is_video}
         # columns worth dictionary-encoding: integers, bools, strings (floats never repeat)
         self._dictionary = [
@@ -512,14 +510,22 @@ class LeRobotWriter:
         return stats
 
     def _commit(self, index: int, n: int, frame_tasks: list[str], tasks_changed: bool) -> None:
+        """Save one episode into files of its own; the episodes table is the commit point.
+
+        Nothing here reads or rewrites earlier episodes, so a save costs the same however
+        many came before: the stats are aggregated incrementally and the session's
+        one-episode files are merged once, at close (:mod:`torchstore.lerobot.compaction`).
+        """
         from torchstore.io.video import append_video, probe_video
 
-        pa = require_pyarrow()
         columns = self._episode_columns(index, n, frame_tasks)
         for name, feature in self.features.items():
             if feature.is_video and self._image_stats[name].count != n:
                 raise LeRobotFormatError(f"camera {name!r} got {self._image_stats[name].count} frames, the episode has {n}")
+        # everything that can fail on the episode's content happens before any rename
         stats = self._stats(columns)
+        running = self._running.plus(stats)
+        stats_json = stats_to_json(running.result())
         table = self._data_table(columns)
         videos: dict[str, tuple[Path, Path, tuple[int, int], float, float]] = {}
         staged: list[Path] = []
@@ -530,41 +536,36 @@ class LeRobotWriter:
                     raise LeRobotFormatError(f"camera {key!r} encoded {frames} frames, the episode has {n}")
                 pos = (cam.chunk, cam.file)
                 target = self.root / video_path(key, *pos)
-                if cam.started and target.stat().st_size + cam.scratch.stat().st_size >= self._video_cap:
-                    pos = next_file(*pos, self._chunks)
-                    target = self.root / video_path(key, *pos)
-                current = target if cam.started and pos == (cam.chunk, cam.file) else None
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
                 staged.append(tmp)
-                start, end = append_video(current, cam.scratch, tmp)
+                start, end = append_video(None, cam.scratch, tmp)
                 videos[key] = (tmp, target, pos, start, end)
                 if self.features[key].info is None:  # stream facts go into info.json with episode 0
                     self._set_video_info(key, probe_video(tmp))
-            # data file roll-over, decided before appending (never split an episode)
-            data_pos, data_tables = self._data_pos, self._data_tables
-            if data_tables:
-                per_frame = self._data_size / max(self._data_frames, 1)
-                if self._data_size + per_frame * n >= self._data_cap:
-                    data_pos, data_tables = next_file(*data_pos, self._chunks), []
-            meta_pos, meta_tables = self._meta_pos, self._meta_tables
-            if meta_tables and (self.root / episodes_path(*meta_pos)).stat().st_size >= self._data_cap:
-                meta_pos, meta_tables = next_file(*meta_pos, self._chunks), []
+            data_pos, meta_pos = self._data_pos, self._meta_pos
             row = self._episode_row(index, n, frame_tasks, data_pos, meta_pos, videos, stats)
-            all_stats = [*self._episode_stats, stats]
+            data_file = self.root / data_path(*data_pos)
+            meta_file = self.root / episodes_path(*meta_pos)
+            for target, tables, dictionary in ((data_file, [table], self._dictionary), (meta_file, row, True)):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+                staged.append(tmp)
+                write_tables(tmp, tables, use_dictionary=dictionary)
+            if self._durable:
+                for tmp in staged:
+                    with open(tmp, "rb+") as f:
+                        os.fsync(f.fileno())
             with writer_lock(self.root):
                 if tasks_changed:
                     self._write_tasks()
                 for tmp, target, *_ in videos.values():
                     os.replace(tmp, target)
-                data_file = self.root / data_path(*data_pos)
-                # one row group per episode, as LeRobot writes them
-                write_table_atomically(data_file, [*data_tables, table], durable=self._durable, use_dictionary=self._dictionary)
-                # the episodes table as one row group: 150-odd columns per row group add up
-                episodes = pa.concat_tables([*meta_tables, row])
-                write_table_atomically(self.root / episodes_path(*meta_pos), episodes, durable=self._durable)
+                os.replace(staged[-2], data_file)
+                os.replace(staged[-1], meta_file)  # the commit point
+                self._sync_dirs(data_file, meta_file, *(v[1] for v in videos.values()))
                 self._write_info(index + 1, self._num_frames + n)
-                write_json_atomically(self.root / STATS, stats_to_json(aggregate_features(all_stats)), durable=self._durable)
+                write_json_atomically(self.root / STATS, stats_json, durable=self._durable)
         finally:
             for tmp in staged:
                 tmp.unlink(missing_ok=True)
@@ -573,18 +574,26 @@ class LeRobotWriter:
                     cam.scratch.unlink(missing_ok=True)
                 cam.encoder, cam.scratch = None, None
         # committed: advance the in-memory state
-        for key, (_, _, pos, _, end) in videos.items():
+        saved = SavedEpisode(index, data_pos, meta_pos, {}, row)
+        for key, (_, _, pos, _, _) in videos.items():
             cam = self._cameras[key]
-            cam.chunk, cam.file = pos
-            cam.duration, cam.started = end, True
-        if data_pos != self._data_pos:
-            self._data_size = self._data_frames = 0
-        self._data_pos, self._data_tables = data_pos, [*data_tables, table]
-        self._data_size = data_file.stat().st_size
-        self._data_frames += n
-        self._meta_pos, self._meta_tables = meta_pos, [*meta_tables, row]
-        self._episode_stats = all_stats
+            cam.chunk, cam.file = next_file(*pos, self._chunks)
+            saved.videos[key] = pos
+        self._data_pos = next_file(*data_pos, self._chunks)
+        self._meta_pos = next_file(*meta_pos, self._chunks)
+        self._session.append(saved)
+        self._running = running
         self._num_episodes, self._num_frames = index + 1, self._num_frames + n
+
+    def _sync_dirs(self, *files: Path) -> None:
+        if not self._durable:
+            return
+        for folder in {f.parent for f in files}:
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _set_video_info(self, key: str, probed) -> None:
         feature = self.features[key]
@@ -613,7 +622,7 @@ class LeRobotWriter:
         for name, feature_stats in stats.items():
             for stat in STAT_NAMES:
                 value = np.asarray(feature_stats[stat])
-                element = pa.int64() if stat == "count" else pa.float64()
+                element = pa.int64() if stat == "count" else pa.bool_() if value.dtype == np.bool_ else pa.float64()
                 typ = element
                 for _ in range(max(value.ndim, 1)):
                     typ = pa.list_(typ)
@@ -667,7 +676,7 @@ class LeRobotWriter:
 
         pa = require_pyarrow()
         meta_files = sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
-        rows = [read_table(p, what=str(p)) for p in meta_files]
+        rows = drop_covered_tables(meta_files)
         table = pa.concat_tables(rows, promote_options="default") if rows else None
         episodes = table.num_rows if table is not None else 0
         frames = int(sum(table.column("length").to_pylist())) if table is not None else 0
@@ -678,7 +687,7 @@ class LeRobotWriter:
             self.tasks = read_tasks(tasks_path)
             self._task_ids = {t: i for i, t in enumerate(self.tasks)}
         self.info["total_tasks"] = len(self.tasks)
-        self._trim_leftovers(table, frames)
+        self._trim_leftovers(table)
         for name in self.features:
             if self.features[name].is_video and self.features[name].info is None and episodes:
                 from torchstore.io.video import probe_video
@@ -690,15 +699,19 @@ class LeRobotWriter:
         if episodes:  # an empty dataset (nothing saved yet) has no tables to check
             LeRobotSource(self.root).close()  # full check of the repaired folder
         self._num_episodes, self._num_frames = episodes, frames
-        self._episode_stats = [self._row_stats(table, i) for i in range(episodes)]
-        write_json_atomically(self.root / STATS, stats_to_json(aggregate_features(self._episode_stats)) if episodes else {}, durable=self._durable)
+        for i in range(episodes):
+            self._running = self._running.plus(self._row_stats(table, i))
+        write_json_atomically(self.root / STATS, stats_to_json(self._running.result()) if episodes else {}, durable=self._durable)
         if table is not None:
-            last = episodes - 1
-            col = lambda name: table.column(name)[last].as_py()  # noqa: E731
-            self._data_pos = next_file(col("data/chunk_index"), col("data/file_index"), self._chunks)
-            self._meta_pos = next_file(col("meta/episodes/chunk_index"), col("meta/episodes/file_index"), self._chunks)
+            # like LeRobot, a new session starts new files past the last ones in use
+            def last(prefix: str) -> tuple[int, int]:
+                chunks, files = table.column(f"{prefix}chunk_index").to_pylist(), table.column(f"{prefix}file_index").to_pylist()
+                return max(zip(chunks, files))
+
+            self._data_pos = next_file(*last("data/"), self._chunks)
+            self._meta_pos = next_file(*last("meta/episodes/"), self._chunks)
             for key, cam in self._cameras.items():
-                cam.chunk, cam.file = next_file(col(f"videos/{key}/chunk_index"), col(f"videos/{key}/file_index"), self._chunks)
+                cam.chunk, cam.file = next_file(*last(f"videos/{key}/"), self._chunks)
 
     def _row_stats(self, table, i: int) -> dict[str, dict[str, np.ndarray]]:
         stats: dict[str, dict[str, np.ndarray]] = {}
@@ -709,32 +722,40 @@ class LeRobotWriter:
             value = table.column(name)[i].as_py()
             if value is None:
                 continue
-            stats.setdefault(feature, {})[stat] = np.asarray(value, dtype=np.int64 if stat == "count" else np.float64)
+            arr = np.asarray(value)
+            if stat == "count":
+                arr = arr.astype(np.int64)
+            elif arr.dtype != np.bool_:
+                arr = arr.astype(np.float64)
+            stats.setdefault(feature, {})[stat] = arr
         return {f: s for f, s in stats.items() if all(k in s for k in ("min", "max", "mean", "std", "count"))}
 
-    def _trim_leftovers(self, table, frames: int) -> None:
+    def _trim_leftovers(self, table) -> None:
+        """Make the files match the episodes table: drop unreferenced files and stray rows."""
         pa = require_pyarrow()
-        referenced_data = set()
+        episodes_in: dict[str, set[int]] = {}
         referenced_video = set()
         if table is not None:
-            for c, f in zip(table.column("data/chunk_index").to_pylist(), table.column("data/file_index").to_pylist()):
-                referenced_data.add(data_path(c, f))
+            indices = table.column("episode_index").to_pylist()
+            chunks, files = table.column("data/chunk_index").to_pylist(), table.column("data/file_index").to_pylist()
+            for e, c, f in zip(indices, chunks, files, strict=True):
+                episodes_in.setdefault(data_path(c, f), set()).add(e)
             for key in self._cameras:
                 for c, f in zip(table.column(f"videos/{key}/chunk_index").to_pylist(), table.column(f"videos/{key}/file_index").to_pylist()):
                     referenced_video.add(video_path(key, c, f))
         for path in sorted((self.root / "data").glob("*/*.parquet")):
             rel = path.relative_to(self.root).as_posix()
-            if rel not in referenced_data:
+            if rel not in episodes_in:
                 path.unlink()
                 continue
-            data = read_table(path, what=str(path))
-            index = data.column("index").to_numpy()
-            keep = index < frames
+            # rows of a killed save, or of episodes a killed merge left in their own files
+            episode = read_table(path, columns=["episode_index"], what=str(path)).column("episode_index").to_numpy()
+            keep = np.isin(episode, sorted(episodes_in[rel]))
             if not keep.all():
-                kept = data.filter(pa.array(keep))
-                episode = kept.column("episode_index").to_numpy()
-                groups = [kept.filter(pa.array(episode == e)) for e in np.unique(episode)]
-                write_table_atomically(path, groups, durable=self._durable)
+                kept = read_table(path, what=str(path)).filter(pa.array(keep))
+                episode = episode[keep]
+                groups = [kept.filter(pa.array(episode == e)) for e in dict.fromkeys(episode.tolist())]
+                write_table_atomically(path, groups, durable=self._durable, use_dictionary=self._dictionary)
         for path in sorted((self.root / "videos").glob("*/*/*.mp4")):
             if path.relative_to(self.root).as_posix() not in referenced_video:
                 path.unlink()
@@ -752,11 +773,34 @@ class LeRobotWriter:
             raise EpisodeError(f"the writer of {self.root} is closed")
 
     def close(self) -> None:
-        """Discard an unsaved episode and release the folder (everything saved is already on disk)."""
+        """Discard an unsaved episode, merge this session's files, release the folder.
+
+        Everything saved is already on disk; the merge only makes fewer, larger files (a
+        kill during it loses nothing, and ``resume`` tidies up).
+        """
         if self._closed:
             return
         self._reset_buffer()
         self._closed = True
+        try:
+            self._compact()
+        finally:
+            self._release()
+
+    def _compact(self) -> None:
+        """Merge this session's one-episode files (see :mod:`torchstore.lerobot.compaction`)."""
+        session, self._session = self._session, []
+        compact_session(
+            self.root,
+            session,
+            cameras=list(self._cameras),
+            data_cap=self._data_cap,
+            video_cap=self._video_cap,
+            durable=self._durable,
+            use_dictionary=self._dictionary,
+        )
+
+    def _release(self) -> None:
         try:
             remove_lock_files(self.root, LOCK_NAME)
         finally:

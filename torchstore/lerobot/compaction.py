@@ -1,0 +1,177 @@
+"""Merge a recording session's one-episode files into LeRobot-sized files.
+
+:class:`~torchstore.lerobot.writer.LeRobotWriter` saves every episode into files of its
+own (a data Parquet, an episodes-table Parquet and an MP4 per camera), so a save costs the
+same for the 500th episode as for the first. On ``close()`` the session's files are merged,
+within the size caps, as LeRobot would have written them: data row groups copied into one
+file, MP4 packets concatenated by stream copy, the session's episode rows rewritten into
+one table that points at the merged files. That costs one pass over the session, once.
+
+The merged files are written under temporary names, then renamed into place over the
+session's first files, the episodes table last; the files they replace are deleted
+after. A kill between those renames leaves either the old episode rows (pointing at files
+that still exist; a merged data file may then hold rows of episodes the table places
+elsewhere) or the new table beside episode files it covers;
+:meth:`LeRobotWriter.resume` repairs both (:func:`drop_covered_tables` and the writer's
+data trim).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchstore.io.parquet import read_table, require_pyarrow, write_tables
+from torchstore.lerobot.layout import data_path, episodes_path, video_path, writer_lock
+
+__all__ = ["SavedEpisode", "compact_session", "drop_covered_tables"]
+
+
+@dataclass
+class SavedEpisode:
+    """Where one episode saved in this session lives: its own data, table and video files."""
+
+    index: int
+    data: tuple[int, int]
+    meta: tuple[int, int]
+    videos: dict[str, tuple[int, int]] = field(default_factory=dict)
+    row: Any = None  # its one-row episodes table (pyarrow)
+
+
+def _groups(episodes: Sequence[SavedEpisode], path_of: Callable[[SavedEpisode], Path], cap: float) -> list[list[SavedEpisode]]:
+    """Consecutive episodes packed into files below ``cap`` bytes (LeRobot's roll-over rule)."""
+    groups: list[list[SavedEpisode]] = []
+    size = 0
+    for episode in episodes:
+        n = path_of(episode).stat().st_size
+        if groups and size + n < cap:
+            groups[-1].append(episode)
+            size += n
+        else:
+            groups.append([episode])
+            size = n
+    return groups
+
+
+def _staging(target: Path) -> Path:
+    return target.parent / f".{target.name}.{os.getpid()}.compact.tmp"
+
+
+def _sync(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def compact_session(
+    root: Path,
+    episodes: Sequence[SavedEpisode],
+    *,
+    cameras: Sequence[str],
+    data_cap: float,
+    video_cap: float,
+    durable: bool = False,
+    use_dictionary: bool | Sequence[str] = True,
+) -> None:
+    """Merge the one-episode files of ``episodes`` (consecutive, in order) within the caps."""
+    from torchstore.io.video import concat_videos
+
+    if len(episodes) < 2:
+        return
+    pa = require_pyarrow()
+    staged: list[tuple[Path, Path]] = []
+    replaced: list[Path] = []
+    try:
+        data_of: dict[int, tuple[int, int]] = {}
+        for group in _groups(episodes, lambda e: root / data_path(*e.data), data_cap):
+            first = group[0].data
+            data_of.update({e.index: first for e in group})
+            if len(group) > 1:
+                target = root / data_path(*first)
+                tmp = _staging(target)
+                staged.append((tmp, target))
+                write_tables(tmp, [read_table(root / data_path(*e.data)) for e in group], use_dictionary=use_dictionary)
+                replaced += [root / data_path(*e.data) for e in group[1:]]
+        columns: dict[str, list] = {"data/chunk_index": [], "data/file_index": []}
+        for e in episodes:
+            columns["data/chunk_index"].append(data_of[e.index][0])
+            columns["data/file_index"].append(data_of[e.index][1])
+        for key in cameras:
+            spans: dict[int, tuple[tuple[int, int], float, float]] = {}
+            for group in _groups(episodes, lambda e, k=key: root / video_path(k, *e.videos[k]), video_cap):
+                first = group[0].videos[key]
+                if len(group) == 1:
+                    row = group[0].row
+                    spans[group[0].index] = (
+                        first,
+                        row.column(f"videos/{key}/from_timestamp")[0].as_py(),
+                        row.column(f"videos/{key}/to_timestamp")[0].as_py(),
+                    )
+                    continue
+                target = root / video_path(key, *first)
+                tmp = _staging(target)
+                staged.append((tmp, target))
+                for e, (begin, end) in zip(group, concat_videos([root / video_path(key, *e.videos[key]) for e in group], tmp), strict=True):
+                    spans[e.index] = (first, begin, end)
+                replaced += [root / video_path(key, *e.videos[key]) for e in group[1:]]
+            columns[f"videos/{key}/chunk_index"] = [spans[e.index][0][0] for e in episodes]
+            columns[f"videos/{key}/file_index"] = [spans[e.index][0][1] for e in episodes]
+            columns[f"videos/{key}/from_timestamp"] = [spans[e.index][1] for e in episodes]
+            columns[f"videos/{key}/to_timestamp"] = [spans[e.index][2] for e in episodes]
+        meta = episodes[0].meta
+        columns["meta/episodes/chunk_index"] = [meta[0]] * len(episodes)
+        columns["meta/episodes/file_index"] = [meta[1]] * len(episodes)
+        table = pa.concat_tables([e.row for e in episodes])
+        for name, values in columns.items():
+            i = table.schema.get_field_index(name)
+            table = table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+        target = root / episodes_path(*meta)
+        tmp = _staging(target)
+        staged.append((tmp, target))  # renamed last: the commit point
+        write_tables(tmp, table)
+        if durable:
+            for tmp, _ in staged:
+                _sync(tmp)
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    old_tables = [root / episodes_path(*e.meta) for e in episodes[1:]]
+    with writer_lock(root):
+        for tmp, target in staged:
+            os.replace(tmp, target)
+        for path in [*old_tables, *replaced]:
+            path.unlink(missing_ok=True)
+    folders = {p.parent for p in [*old_tables, *replaced]}
+    for folder in sorted(folders, reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # a chunk folder the merge emptied
+    if durable:
+        for folder in {t.parent for _, t in staged} | {f.parent for f in folders}:
+            with contextlib.suppress(OSError):
+                fd = os.open(folder, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+
+def drop_covered_tables(files: Sequence[Path]) -> list[Any]:
+    """The episodes tables of ``files`` (in sorted order), deleting those a merged table covers.
+
+    A merge killed after its table was renamed into place leaves the one-episode tables it
+    replaced; their episodes are all in the merged table, which sorts first.
+    """
+    tables, covered = [], set()
+    for path in files:
+        table = read_table(path, what=str(path))
+        episodes = set(table.column("episode_index").to_pylist()) if "episode_index" in table.column_names else set()
+        if episodes and episodes <= covered:
+            path.unlink()
+            continue
+        covered |= episodes
+        tables.append(table)
+    return tables
