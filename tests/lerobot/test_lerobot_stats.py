@@ -479,3 +479,45 @@ def test_running_stats_refuse_episodes_of_another_shape():
     running = RunningStats().plus({"x": numeric_stats(np.ones((3, 4)))})
     with pytest.raises(LeRobotFormatError, match="feature 'x'.*shape"):
         running.plus({"x": numeric_stats(np.ones((3, 2)))})
+
+
+def test_writer_stats_follow_lerobot_shapes_and_types(tmp_path):
+    from torchstore.lerobot import LeRobotWriter
+
+    features = {
+        "grid": {"dtype": "float32", "shape": [2, 3], "names": None},
+        "grip": {"dtype": "bool", "shape": [1], "names": None},
+    }
+    rng = np.random.default_rng(0)
+    with LeRobotWriter(tmp_path / "ds", fps=10, features=features) as w:
+        for n in (4, 6):
+            w.add_episode({"grid": rng.standard_normal((n, 2, 3)).astype(np.float32), "grip": rng.random(n) < 0.5}, task="t")
+    data = json.loads((tmp_path / "ds/meta/stats.json").read_text())
+    assert np.asarray(data["grid"]["mean"]).shape == (3,) and data["grid"]["count"] == [10]
+    assert all(isinstance(v, bool) for v in data["grip"]["min"] + data["grip"]["max"])
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(next((tmp_path / "ds/meta/episodes").rglob("*.parquet")))
+    assert table.schema.field("stats/grip/min").type.value_type == pa.bool_()
+    assert [len(v) for v in table.column("stats/grid/q50").to_pylist()] == [3, 3]
+
+
+def test_a_save_whose_stats_fail_leaves_no_episode_behind(tmp_path):
+    """Stats are computed before the commit point: a NaN (which stats.json cannot hold)
+    fails the save and the folder still holds only the episodes saved before."""
+    from torchstore.lerobot import LeRobotSource, LeRobotWriter
+
+    features = {"x": {"dtype": "float32", "shape": [2], "names": None}}
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, fps=10, features=features) as w:
+        w.add_episode({"x": np.zeros((3, 2), np.float32)}, task="t")
+        bad = np.zeros((3, 2), np.float32)
+        bad[1, 0] = np.nan
+        with pytest.raises(ValueError, match="feature 'x'.*NaN"):
+            w.add_episode({"x": bad}, task="t")
+        with LeRobotSource(root) as src:
+            assert len(src.episodes) == 1
+        assert w.add_episode({"x": np.ones((2, 2), np.float32)}, task="t") == 1
+    with LeRobotSource(root) as src:
+        assert [e.length for e in src.episodes] == [3, 2]
