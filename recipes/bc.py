@@ -1,6 +1,6 @@
 """Behaviour cloning on the default task's demonstrations, then rollouts in that task.
 
-    python recipes/bc.py                                   # ~2 CPU minutes
+    python recipes/bc.py                                   # about half a CPU minute
     python recipes/bc.py datamodule.action_horizon=8 exec_horizon=4
     python recipes/bc.py trainer.max_steps=20 eval.episodes=2          # smoke
 
@@ -10,7 +10,11 @@ chunks ``[B, action_horizon, 2]``, normalised. Policy: an MLP from the flattened
 the flattened chunk, trained with a masked MSE by a Lightning ``Trainer``. Evaluation:
 the policy drives ``ReachTask`` (rebuilt from the store's manifest) on fresh reset seeds,
 re-planning every ``exec_horizon`` steps; its success rate is printed next to the scripted
-expert's and a random policy's. ``metrics.csv`` and ``loss.png`` go to the Hydra run folder.
+expert's and a random policy's.
+
+Outputs (``outputs/bc/<time>/``, printed at the start and the end): ``config.yaml``,
+``metrics.csv``, ``loss.png``, ``policy.safetensors`` and ``bc.log``.
+``python recipes/rollout.py outputs/bc/<time>`` rolls the saved policy out again.
 """
 
 from __future__ import annotations
@@ -21,10 +25,19 @@ import hydra
 import lightning as L
 import numpy as np
 import torch
-from _common import MetricsLog, lightning_metrics_callback, open_demo_store, output_dir
+from _common import (
+    RESULT_HEADER,
+    lightning_metrics_callback,
+    mlp_io,
+    open_demo_store,
+    recipe_run,
+    result_line,
+    strip,
+)
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from torchstore.lightning import ColumnStats, Normalizer
 from torchstore.tasks import RandomPolicy, ReachExpert, ReachTask
 
 
@@ -111,55 +124,96 @@ class ChunkedPolicy:
         return self.queue.popleft()
 
 
+def policy_tensors(model: BCPolicy, normalizer) -> dict[str, torch.Tensor]:
+    """What :func:`policy_from_weights` needs: the net's weights and the normalisation stats."""
+    tensors = {f"net.{k}": v for k, v in model.net.state_dict().items()}
+    if normalizer is not None:
+        for name, stats in normalizer.stats.items():
+            for part in ("mean", "std", "min", "max"):
+                tensors[f"normalizer.{name}.{part}"] = getattr(stats, part)
+            tensors[f"normalizer.{name}.count"] = torch.tensor(stats.count)
+    return tensors
+
+
+def policy_from_weights(cfg: DictConfig, state: dict[str, torch.Tensor]) -> ChunkedPolicy:
+    """The :class:`ChunkedPolicy` of a run, from its config and :func:`policy_tensors`."""
+    n_obs, horizon = cfg.datamodule.n_obs_steps, cfg.datamodule.action_horizon
+    in_features, out_features = mlp_io(state, "net.")
+    net = instantiate(cfg.model.net, in_features=in_features, out_features=out_features)
+    net.load_state_dict(strip(state, "net."))
+    model = BCPolicy(net, n_obs, horizon, out_features // horizon, optimizer=None)
+    parts: dict[str, dict[str, torch.Tensor]] = {}
+    for key, value in strip(state, "normalizer.").items():
+        name, part = key.rsplit(".", 1)
+        parts.setdefault(name, {})[part] = value
+    normalizer = None
+    if parts:
+        stats = {
+            name: ColumnStats(p["mean"], p["std"], p["min"], p["max"], int(p["count"]))
+            for name, p in parts.items()
+        }
+        normalizer = Normalizer(stats, cfg.datamodule.get("normalization", "mean_std"))
+    return ChunkedPolicy(model, normalizer, cfg.exec_horizon)
+
+
+def rollout_saved(cfg: DictConfig, policy: ChunkedPolicy, episodes: int | None = None) -> str:
+    """Evaluate a saved policy exactly as the run did (same task, reset seeds, table row)."""
+    store = open_demo_store(cfg.store)
+    task = ReachTask(**store.manifest.metadata["task_config"])
+    evaluate = instantiate(cfg.eval, **({"episodes": episodes} if episodes else {}))
+    return RESULT_HEADER + "\n" + result_line("learned", evaluate(task, policy))
+
+
 @hydra.main(config_path="../configs", config_name="bc", version_base=None)
 def main(cfg: DictConfig) -> float:
     torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, verbose=False)
-    out = output_dir()
+    with recipe_run(cfg, "bc") as run:
+        store = open_demo_store(cfg.store)
+        meta = store.manifest.metadata
+        task = ReachTask(**meta["task_config"])
+        dm = instantiate(cfg.datamodule, store=store)
+        dm.setup("fit")
+        obs_dim, action_dim = store.column("state").shape[0], store.column("action").shape[0]
+        n_obs, horizon = cfg.datamodule.n_obs_steps, cfg.datamodule.action_horizon
 
-    store = open_demo_store(cfg.store)
-    meta = store.manifest.metadata
-    task = ReachTask(**meta["task_config"])
-    dm = instantiate(cfg.datamodule, store=store)
-    dm.setup("fit")
-    obs_dim, action_dim = store.column("state").shape[0], store.column("action").shape[0]
-    n_obs, horizon = cfg.datamodule.n_obs_steps, cfg.datamodule.action_horizon
-
-    net = instantiate(cfg.model.net, in_features=n_obs * obs_dim, out_features=horizon * action_dim)
-    model = BCPolicy(
-        net,
-        n_obs,
-        horizon,
-        action_dim,
-        instantiate(cfg.model.optimizer),
-        instantiate(cfg.model.scheduler) if cfg.model.get("scheduler") else None,
-    )
-    log = MetricsLog(out)
-    trainer = instantiate(
-        cfg.trainer, callbacks=[lightning_metrics_callback(log)], default_root_dir=str(out)
-    )
-    trainer.fit(model, datamodule=dm)
-
-    evaluate = instantiate(cfg.eval)
-    print(f"evaluating over {cfg.eval.episodes} episodes ...")
-    learned = evaluate(task, ChunkedPolicy(model, dm.normalizer, cfg.exec_horizon))
-    expert = evaluate(
-        task, ReachExpert(**{k: meta["expert"][k] for k in ("kp", "kd", "noise")}, seed=cfg.seed)
-    )
-    random = evaluate(task, RandomPolicy(action_dim, seed=cfg.seed))
-    for name, result in (("learned", learned), ("expert", expert), ("random", random)):
-        log.log(trainer.global_step, {f"eval/{name}_success_rate": result["success_rate"]})
-    log.close()
-
-    print(f"\n{'policy':<10}{'success':>9}{'return':>9}{'length':>8}")
-    for name, r in (("learned", learned), ("expert", expert), ("random", random)):
-        print(
-            f"{name:<10}{r['success_rate']:>9.0%}{r['mean_return']:>9.2f}{r['mean_length']:>8.1f}"
+        net = instantiate(
+            cfg.model.net, in_features=n_obs * obs_dim, out_features=horizon * action_dim
         )
-    print(
-        f"\n{store.num_episodes} demonstrations, {trainer.global_step} gradient steps; "
-        f"metrics: {log.csv_path}\nloss curve: {log.png_path}"
-    )
+        model = BCPolicy(
+            net,
+            n_obs,
+            horizon,
+            action_dim,
+            instantiate(cfg.model.optimizer),
+            instantiate(cfg.model.scheduler) if cfg.model.get("scheduler") else None,
+        )
+        trainer = instantiate(
+            cfg.trainer,
+            callbacks=[lightning_metrics_callback(run.metrics), run.lightning_callback()],
+            default_root_dir=str(run.folder),
+        )
+        run.policy_tensors = lambda: (policy_tensors(model, dm.normalizer), trainer.global_step)
+        with run.interrupts_at_checks():
+            trainer.fit(model, datamodule=dm)
+
+        evaluate = instantiate(cfg.eval)
+        run.log.info(f"evaluating over {cfg.eval.episodes} episodes ...")
+        learned = evaluate(task, ChunkedPolicy(model, dm.normalizer, cfg.exec_horizon))
+        expert = evaluate(
+            task,
+            ReachExpert(**{k: meta["expert"][k] for k in ("kp", "kd", "noise")}, seed=cfg.seed),
+        )
+        random = evaluate(task, RandomPolicy(action_dim, seed=cfg.seed))
+        results = {"learned": learned, "expert": expert, "random": random}
+        for name, result in results.items():
+            run.metrics.log(
+                trainer.global_step, {f"eval/{name}_success_rate": result["success_rate"]}
+            )
+        run.log.info(f"\n{RESULT_HEADER}")
+        for name, result in results.items():
+            run.log.info(result_line(name, result))
+        run.log.info(f"\n{store.num_episodes} demonstrations, {trainer.global_step} gradient steps")
     return learned["success_rate"]
 
 

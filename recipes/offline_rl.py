@@ -11,8 +11,11 @@ a batch as it is (scalar columns get a trailing dim). A Lightning ``Trainer`` ru
 updates: critics every step, actor and target networks every ``policy_delay`` steps; with
 ``datamodule.sampler=prioritized`` the loss's TD errors become the rows' priorities (and its
 importance weights are applied by the loss).
-Evaluation rolls the deterministic actor out in ``ReachTask``. ``metrics.csv`` and
-``loss.png`` go to the Hydra run folder.
+Evaluation rolls the deterministic actor out in ``ReachTask``.
+
+Outputs (``outputs/offline_rl/<time>/``, printed at the start and the end): ``config.yaml``,
+``metrics.csv``, ``loss.png``, ``policy.safetensors`` (the actor) and ``offline_rl.log``.
+``python recipes/rollout.py outputs/offline_rl/<time>`` rolls the saved actor out again.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ import hydra
 import lightning as L
 import numpy as np
 import torch
-from _common import MetricsLog, lightning_metrics_callback, open_demo_store, output_dir
+from _common import (
+    RESULT_HEADER,
+    lightning_metrics_callback,
+    mlp_io,
+    open_demo_store,
+    recipe_run,
+    result_line,
+    strip,
+)
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 from tensordict.nn import TensorDictModule
@@ -31,6 +42,7 @@ from torchrl.objectives import SoftUpdate
 from torchstore.tasks import RandomPolicy, ReachExpert, ReachTask
 
 OBS = "state"
+POLICY_NAME = "TD3+BC"
 SCALARS = (("next", "reward"), ("next", "done"), ("next", "terminated"), ("next", "truncated"))
 
 
@@ -92,52 +104,80 @@ class TD3BC(L.LightningModule):
 
     @torch.no_grad()
     def act(self, obs) -> np.ndarray:
+        return DeterministicActor(self.actor.module)(obs)
+
+
+class DeterministicActor:
+    """The trained actor network as a task policy: observation -> action in ``[-1, 1]``."""
+
+    def __init__(self, net: torch.nn.Module):
+        self.net = net.eval()
+
+    @torch.no_grad()
+    def __call__(self, obs) -> np.ndarray:
         state = torch.as_tensor(obs[OBS], dtype=torch.float32)
-        return self.actor.module(state.unsqueeze(0))[0].numpy()
+        return self.net(state.unsqueeze(0))[0].numpy()
+
+
+def policy_tensors(model: TD3BC) -> dict[str, torch.Tensor]:
+    """The actor network's weights (the critics are not part of the policy)."""
+    return {f"actor.{k}": v for k, v in model.actor.module.state_dict().items()}
+
+
+def policy_from_weights(cfg: DictConfig, state: dict[str, torch.Tensor]) -> DeterministicActor:
+    """The run's actor, from its config and :func:`policy_tensors`."""
+    obs_dim, action_dim = mlp_io(state, "actor.")
+    net = torch.nn.Sequential(
+        instantiate(cfg.model.actor, in_features=obs_dim, out_features=action_dim), torch.nn.Tanh()
+    )
+    net.load_state_dict(strip(state, "actor."))
+    return DeterministicActor(net)
+
+
+def rollout_saved(cfg: DictConfig, policy: DeterministicActor, episodes: int | None = None) -> str:
+    """Evaluate a saved actor exactly as the run did (same task, reset seeds, table row)."""
+    store = open_demo_store(cfg.store)
+    task = ReachTask(**store.manifest.metadata["task_config"])
+    evaluate = instantiate(cfg.eval, **({"episodes": episodes} if episodes else {}))
+    return RESULT_HEADER + "\n" + result_line(POLICY_NAME, evaluate(task, policy))
 
 
 @hydra.main(config_path="../configs", config_name="offline_rl", version_base=None)
 def main(cfg: DictConfig) -> float:
     torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, verbose=False)
-    out = output_dir()
-
-    store = open_demo_store(cfg.store)
-    meta = store.manifest.metadata
-    task = ReachTask(**meta["task_config"])
-    obs_dim, action_dim = store.column(OBS).shape[0], store.column("action").shape[0]
-    dm = instantiate(cfg.datamodule, store=store)
-    model = TD3BC(cfg.model, obs_dim, action_dim)
-    log = MetricsLog(out)
-    trainer = instantiate(
-        cfg.trainer, callbacks=[lightning_metrics_callback(log)], default_root_dir=str(out)
-    )
-    trainer.fit(model, datamodule=dm)
-
-    evaluate = instantiate(cfg.eval)
-    print(f"evaluating over {cfg.eval.episodes} episodes ...")
-    model.eval()
-    results = {
-        "TD3+BC": evaluate(task, model.act),
-        "expert": evaluate(
-            task,
-            ReachExpert(**{k: meta["expert"][k] for k in ("kp", "kd", "noise")}, seed=cfg.seed),
-        ),
-        "random": evaluate(task, RandomPolicy(action_dim, seed=cfg.seed)),
-    }
-    for name, r in results.items():
-        log.log(trainer.global_step, {f"eval/{name}_success_rate": r["success_rate"]})
-    log.close()
-    print(f"\n{'policy':<10}{'success':>9}{'return':>9}{'length':>8}")
-    for name, r in results.items():
-        print(
-            f"{name:<10}{r['success_rate']:>9.0%}{r['mean_return']:>9.2f}{r['mean_length']:>8.1f}"
+    with recipe_run(cfg, "offline_rl") as run:
+        store = open_demo_store(cfg.store)
+        meta = store.manifest.metadata
+        task = ReachTask(**meta["task_config"])
+        obs_dim, action_dim = store.column(OBS).shape[0], store.column("action").shape[0]
+        dm = instantiate(cfg.datamodule, store=store)
+        model = TD3BC(cfg.model, obs_dim, action_dim)
+        trainer = instantiate(
+            cfg.trainer,
+            callbacks=[lightning_metrics_callback(run.metrics), run.lightning_callback()],
+            default_root_dir=str(run.folder),
         )
-    print(
-        f"\n{store.num_rows} transitions, {trainer.global_step} gradient steps; "
-        f"metrics: {log.csv_path}\nloss curve: {log.png_path}"
-    )
-    return results["TD3+BC"]["success_rate"]
+        run.policy_tensors = lambda: (policy_tensors(model), trainer.global_step)
+        with run.interrupts_at_checks():
+            trainer.fit(model, datamodule=dm)
+
+        evaluate = instantiate(cfg.eval)
+        run.log.info(f"evaluating over {cfg.eval.episodes} episodes ...")
+        model.eval()
+        expert = ReachExpert(**{k: meta["expert"][k] for k in ("kp", "kd", "noise")}, seed=cfg.seed)
+        results = {
+            POLICY_NAME: evaluate(task, model.act),
+            "expert": evaluate(task, expert),
+            "random": evaluate(task, RandomPolicy(action_dim, seed=cfg.seed)),
+        }
+        for name, r in results.items():
+            run.metrics.log(trainer.global_step, {f"eval/{name}_success_rate": r["success_rate"]})
+        run.log.info(f"\n{RESULT_HEADER}")
+        for name, r in results.items():
+            run.log.info(result_line(name, r))
+        run.log.info(f"\n{store.num_rows} transitions, {trainer.global_step} gradient steps")
+    return results[POLICY_NAME]["success_rate"]
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@
 Pieces: ``torchrl.collectors.Collector`` (torchrl 0.14's name for ``SyncDataCollector``)
 over ``torchrl.envs.GymEnv``; ``torchrl.objectives.SACLoss``; the replay buffer is torchrl's
 ``TensorDictReplayBuffer`` with torchstore's ``StoreReplay`` storage and a torchstore sampler
-(``UniformSampler``, or ``PrioritizedSampler`` fed the loss's ``td_error``). Writes
-``metrics.csv`` and ``loss.png`` into the Hydra run folder.
+(``UniformSampler``, or ``PrioritizedSampler`` fed the loss's ``td_error``).
+
+Outputs (``outputs/sac/<time>/``, printed at the start and the end): ``config.yaml``,
+``metrics.csv``, ``loss.png``, ``policy.safetensors`` (the actor) and ``sac.log``.
+``python recipes/rollout.py outputs/sac/<time>`` rolls the saved actor out again.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import math
 
 import hydra
 import torch
-from _common import MetricsLog, make_sampler, output_dir
+from _common import make_sampler, recipe_run, strip
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 from tensordict.nn import NormalParamExtractor, TensorDictModule
@@ -29,6 +32,8 @@ from torchrl.objectives import SoftUpdate
 from tqdm import tqdm
 
 from torchstore import PrioritizedSampler
+
+EVAL_SEED_OFFSET = 10_000  # the evaluation environment's seed: cfg.seed + this
 
 KEEP = (
     "observation",
@@ -70,99 +75,149 @@ def make_critic(cfg: DictConfig, env) -> ValueOperator:
     return ValueOperator(net, in_keys=["observation", "action"])
 
 
-def evaluate_policy(env, actor, episodes: int, max_steps: int) -> float:
-    """Mean return of the deterministic (mode) policy over ``episodes`` rollouts."""
+def evaluate_policy(env, actor, episodes: int, max_steps: int, check=None) -> float:
+    """Mean return of the deterministic (mode) policy over ``episodes`` rollouts.
+
+    ``check`` is called before each episode (a recipe run's interrupt check).
+    """
     returns = []
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
         for _ in range(episodes):
+            if check is not None:
+                check()
             rollout = env.rollout(max_steps, actor)
             returns.append(rollout["next", "reward"].sum().item())
     return sum(returns) / len(returns)
+
+
+def evaluation_line(mean_return: float, episodes: int) -> str:
+    return (
+        f"evaluation: mean return {mean_return:.1f} over {episodes} episode(s) "
+        f"(random policy on Pendulum-v1: about -1200; solved: about -200)"
+    )
+
+
+def policy_tensors(actor: ProbabilisticActor) -> dict[str, torch.Tensor]:
+    """The actor's weights (the critics and the temperature are not part of the policy)."""
+    return {f"actor.{k}": v for k, v in actor.state_dict().items()}
+
+
+def policy_from_weights(cfg: DictConfig, state: dict[str, torch.Tensor]) -> ProbabilisticActor:
+    """The run's actor, from its config and :func:`policy_tensors` (built against ``cfg.env``)."""
+    env = instantiate(cfg.env)
+    try:
+        actor = make_actor(cfg, env)
+        actor.load_state_dict(strip(state, "actor."))
+    finally:
+        env.close()
+    return actor
+
+
+def rollout_saved(cfg: DictConfig, actor: ProbabilisticActor, episodes: int | None = None) -> str:
+    """Evaluate a saved actor exactly as the run did (same environment seed, same line)."""
+    episodes = episodes or cfg.eval.episodes
+    env = instantiate(cfg.env)
+    try:
+        env.set_seed(cfg.seed + EVAL_SEED_OFFSET)
+        return evaluation_line(evaluate_policy(env, actor, episodes, cfg.eval.max_steps), episodes)
+    finally:
+        env.close()
 
 
 @hydra.main(config_path="../configs", config_name="sac", version_base=None)
 def main(cfg: DictConfig) -> float:
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.threads)
-    out = output_dir()
-    env = instantiate(cfg.env)
-    env.set_seed(cfg.seed)
-    eval_env = instantiate(cfg.env)
-    eval_env.set_seed(cfg.seed + 10_000)
+    with recipe_run(cfg, "sac") as run:
+        env = instantiate(cfg.env)
+        env.set_seed(cfg.seed)
+        eval_env = instantiate(cfg.env)
+        eval_env.set_seed(cfg.seed + EVAL_SEED_OFFSET)
 
-    actor, critic = make_actor(cfg, env), make_critic(cfg, env)
-    with torch.no_grad():  # initialise lazy shapes
-        actor(env.reset())
-    loss = instantiate(cfg.model.loss)(
-        actor_network=actor, qvalue_network=critic, action_spec=env.action_spec
-    )
-    loss.make_value_estimator(gamma=cfg.model.gamma)
-    target_update = SoftUpdate(loss, tau=cfg.model.tau)
-    optim = instantiate(cfg.model.optimizer)(loss.parameters())
-
-    sampler = make_sampler(cfg.sampler, cfg.get("ere"))
-    ere = getattr(sampler, "ere", None)
-    prioritized = isinstance(sampler, PrioritizedSampler)
-    buffer = TensorDictReplayBuffer(
-        storage=instantiate(cfg.store),
-        sampler=sampler,
-        batch_size=cfg.batch_size,
-        priority_key="td_error",
-    )
-    collector = instantiate(cfg.collector)(create_env_fn=env, policy=actor)
-
-    log = MetricsLog(out)
-    total = cfg.collector.total_frames
-    frames, updates, episode_return = 0, 0, 0.0
-    bar = tqdm(total=total, desc="sac", unit="frame", dynamic_ncols=True)
-    for batch in collector:
-        batch = batch.reshape(-1).select(*KEEP)
-        buffer.extend(batch)
-        frames += batch.numel()
-        bar.update(batch.numel())
-        rewards, ends = (
-            batch["next", "reward"].reshape(-1).tolist(),
-            batch["next", "done"].reshape(-1).tolist(),
+        actor, critic = make_actor(cfg, env), make_critic(cfg, env)
+        with torch.no_grad():  # initialise lazy shapes
+            actor(env.reset())
+        loss = instantiate(cfg.model.loss)(
+            actor_network=actor, qvalue_network=critic, action_spec=env.action_spec
         )
-        for reward, end in zip(rewards, ends):  # one env: rows are consecutive steps
-            episode_return += reward
-            if end:
-                log.log(updates, {"train/episode_return": episode_return})
-                episode_return = 0.0
-        if frames < cfg.collector.init_random_frames:
-            continue
-        n_updates = max(1, math.floor(batch.numel() * cfg.updates_per_frame))
-        for k in range(1, n_updates + 1):
-            if ere is not None:
-                ere.set_progress(k, n_updates, frac=min(1.0, frames / total))
-            sample = buffer.sample()
-            losses = loss(sample)
-            total_loss = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
-            optim.zero_grad()
-            total_loss.backward()
-            optim.step()
-            target_update.step()
-            if prioritized:
-                buffer.update_tensordict_priority(sample)
-            updates += 1
-            if updates % cfg.log_every == 0 or updates == 1:
-                log.log(
-                    updates,
-                    {k_: v for k_, v in losses.items() if k_.startswith("loss") or k_ == "alpha"},
-                )
-        bar.set_postfix(updates=updates, loss_q=f"{losses['loss_qvalue'].item():.3f}")
-    bar.close()
-    collector.shutdown()
+        loss.make_value_estimator(gamma=cfg.model.gamma)
+        target_update = SoftUpdate(loss, tau=cfg.model.tau)
+        optim = instantiate(cfg.model.optimizer)(loss.parameters())
 
-    mean_return = evaluate_policy(eval_env, actor, cfg.eval.episodes, cfg.eval.max_steps)
-    log.log(updates, {"eval/return": mean_return})
-    log.close()
-    print(f"frames {frames}, gradient steps {updates}")
-    print(
-        f"evaluation: mean return {mean_return:.1f} over {cfg.eval.episodes} episode(s) "
-        f"(random policy on Pendulum-v1: about -1200; solved: about -200)"
-    )
-    print(f"metrics: {log.csv_path}\nloss curve: {log.png_path}")
+        sampler = make_sampler(cfg.sampler, cfg.get("ere"))
+        ere = getattr(sampler, "ere", None)
+        prioritized = isinstance(sampler, PrioritizedSampler)
+        buffer = TensorDictReplayBuffer(
+            storage=instantiate(cfg.store),
+            sampler=sampler,
+            batch_size=cfg.batch_size,
+            priority_key="td_error",
+        )
+        collector = instantiate(cfg.collector)(create_env_fn=env, policy=actor)
+
+        log = run.metrics
+        total = cfg.collector.total_frames
+        frames, updates, episode_return = 0, 0, 0.0
+        run.policy_tensors = lambda: (policy_tensors(actor), updates)
+        try:
+            with (
+                run.interrupts_at_checks(),
+                tqdm(total=total, desc="sac", unit="frame", dynamic_ncols=True) as bar,
+            ):
+                for batch in collector:
+                    batch = batch.reshape(-1).select(*KEEP)
+                    buffer.extend(batch)
+                    frames += batch.numel()
+                    bar.update(batch.numel())
+                    rewards, ends = (
+                        batch["next", "reward"].reshape(-1).tolist(),
+                        batch["next", "done"].reshape(-1).tolist(),
+                    )
+                    for reward, end in zip(rewards, ends):  # one env: rows are consecutive steps
+                        episode_return += reward
+                        if end:
+                            log.log(updates, {"train/episode_return": episode_return})
+                            episode_return = 0.0
+                    run.check()
+                    if frames < cfg.collector.init_random_frames:
+                        continue
+                    n_updates = max(1, math.floor(batch.numel() * cfg.updates_per_frame))
+                    for k in range(1, n_updates + 1):
+                        if ere is not None:
+                            ere.set_progress(k, n_updates, frac=min(1.0, frames / total))
+                        sample = buffer.sample()
+                        losses = loss(sample)
+                        total_loss = (
+                            losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
+                        )
+                        optim.zero_grad()
+                        total_loss.backward()
+                        optim.step()
+                        target_update.step()
+                        if prioritized:
+                            buffer.update_tensordict_priority(sample)
+                        updates += 1
+                        run.check()
+                        if updates % cfg.log_every == 0 or updates == 1:
+                            log.log(
+                                updates,
+                                {
+                                    k_: v
+                                    for k_, v in losses.items()
+                                    if k_.startswith("loss") or k_ == "alpha"
+                                },
+                            )
+                    bar.set_postfix(updates=updates, loss_q=f"{losses['loss_qvalue'].item():.3f}")
+        finally:
+            collector.shutdown()
+
+        with run.interrupts_at_checks():
+            mean_return = evaluate_policy(
+                eval_env, actor, cfg.eval.episodes, cfg.eval.max_steps, check=run.check
+            )
+        log.log(updates, {"eval/return": mean_return})
+        run.log.info(f"frames {frames}, gradient steps {updates}")
+        run.log.info(evaluation_line(mean_return, cfg.eval.episodes))
     return mean_return
 
 

@@ -33,7 +33,7 @@ OUTSIDE_TARGETS = {
     "torchrl.objectives.TD3BCLoss",
 }
 HYDRA_KEYS = {"_target_", "_partial_", "_recursive_", "_convert_", "_args_"}
-GROUPS = ("store", "sampler", "datamodule", "model", "trainer")
+GROUPS = ("store", "sampler", "datamodule", "model", "trainer", "hydra/job_logging")
 
 #: (top-level config, overrides): together they select every file under configs/.
 COMPOSITIONS = [
