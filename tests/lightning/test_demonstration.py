@@ -216,7 +216,7 @@ def test_statistics_are_cached_next_to_the_store(tmp_path, monkeypatch):
     assert torch.equal(again.normalizer.loc_0, dm.normalizer.loc_0)
     monkeypatch.undo()
 
-    write_demo_store(path, episodes=4, steps=10, seed=1)  # the store changes: recompute
+    write_demo_store(path, episodes=4, steps=10, seed=1, overwrite=True)  # changed: recompute
     fresh = make(path)
     assert not torch.equal(fresh.normalizer.loc_0, dm.normalizer.loc_0)
     assert json.loads(sidecar.read_text())["fingerprint"]["rows"] == 40

@@ -277,7 +277,10 @@ def test_state_dict_round_trip_continues_the_stream(store_path):
         ({"batch_size": 0}, ValueError, r"batch_size \(0\) must be an int >= 1"),
         ({"batch_size": 2.5}, ValueError, "batch_size"),
         ({"steps_per_epoch": 0}, ValueError, r"steps_per_epoch \(0\) must be an int >= 1"),
-        ({"steps_per_epoch": None}, ValueError, "steps_per_epoch"),
+        ({"steps_per_epoch": 1.5}, ValueError, r"steps_per_epoch \(1.5\) must be an int"),
+        ({"window": 0}, ValueError, r"window \(0\) must be an int >= 1"),
+        ({"window": 4, "sampler": "prioritized"}, ValueError, "draws windows uniformly"),
+        ({"ere": 0.99}, TypeError, r"ere \(float\) must be an ERE schedule"),
         ({"val_episodes": EPISODES}, ValueError, "leaves no training episodes"),
         ({"val_episodes": 0.99}, ValueError, "leaves no training episodes"),
         ({"val_episodes": 1.0}, ValueError, r"must lie in \[0, 1\)"),
@@ -347,9 +350,12 @@ def test_load_state_dict_checks_format_and_rank_count(store_path):
         dm.load_state_dict({"format": 99, "seed": 0, "ranks": []})
     # uniform streams stand at one position on every rank: any rank count resumes
     dm.load_state_dict(
-        {"format": 1, "seed": 0, "ranks": [{"rank": r, "position": 64} for r in (0, 1)]}
+        {"format": 2, "seed": 0, "ranks": [{"rank": r, "position": 64} for r in (0, 1)]}
     )
-    assert dm.philox.position == 64
+    assert int(dm.philox.position) == 64
+    # format 1 drew from another counter layout: its positions mean other rows
+    with pytest.raises(ValueError, match=r"state format \(1\) must be 2"):
+        dm.load_state_dict({"format": 1, "seed": 0, "ranks": [{"rank": 0, "position": 64}]})
     prioritized = make(store_path, sampler="prioritized")
     prioritized.setup()
     state = prioritized.state_dict()

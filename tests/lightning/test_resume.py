@@ -22,13 +22,6 @@ from lightning_fixtures import QUIET, Recorder, demo_xy, offline_xy
 
 from torchstore.demo import write_demo_store
 from torchstore.lightning import DemonstrationDataModule, OfflineDataModule
-from torchstore.lightning.batches import DrawStream
-from torchstore.samplers.philox import (
-    counters_from_offset,
-    philox4x32,
-    randint_below,
-    uniform_from_words,
-)
 
 CHECKPOINTING = {k: v for k, v in QUIET.items() if k != "enable_checkpointing"}
 
@@ -57,40 +50,6 @@ CONFIGS = {
         Recorder(demo_xy, 6, 4),
     ),
 }
-
-
-def reference_pairs(seed: int, stream: int, n: int) -> torch.Tensor:
-    """Draws 0..n-1 of a DrawStream, straight from the Philox primitives."""
-    key = torch.tensor([seed & 0xFFFFFFFF, seed >> 32])
-    counters = counters_from_offset(torch.tensor(0), (n + 1) // 2, stream)
-    return philox4x32(counters, key).reshape(-1, 2)[:n]
-
-
-def test_draw_stream_is_the_philox_stream_however_it_is_cut():
-    """Block-computed draws equal the Philox words, across blocks, odd offsets and seeks."""
-    draws = DrawStream(9, 3, "cpu", max_block=10)
-    pairs = reference_pairs(9, 3, 60)
-    at = 0
-    for n, kind in [
-        (4, "int"),
-        (7, "uniform"),
-        (10, "int"),
-        (1, "uniform"),
-        (13, "int"),
-        (3, "int"),
-    ]:
-        if kind == "int":
-            assert torch.equal(draws.randint(n, 1000), randint_below(pairs[at : at + n], 1000))
-        else:
-            want = uniform_from_words(pairs[at : at + n], torch.float32)
-            assert torch.equal(draws.uniform(n, torch.float32), want)
-        at += n
-    assert draws.position == at == 38
-    draws.position = 5  # seek back to an odd draw inside an older block
-    assert torch.equal(draws.randint(6, 77), randint_below(pairs[5:11], 77))
-    assert torch.equal(draws.pairs(2), pairs[11:13])
-    other_rank = DrawStream(9, 4, "cpu").randint(8, 1000)
-    assert not torch.equal(other_rank, DrawStream(9, 3, "cpu").randint(8, 1000))
 
 
 @pytest.fixture(scope="module")

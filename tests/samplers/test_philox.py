@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchstore.samplers.philox import (
+    PhiloxStream,
     _mulhilo32,
     counters_from_offset,
     philox4x32,
@@ -149,3 +150,35 @@ def test_bad_shapes_and_rounds_are_rejected():
         philox4x32(ctr, key, rounds=0)
     with pytest.raises(ValueError, match="dtype must be torch.float64 or torch.float32"):
         uniform_from_words(ctr, torch.float16)
+
+
+def test_block_stream_draws_the_graph_safe_numbers_however_it_is_cut():
+    """Block-computed draws equal one-at-a-time draws, across blocks, bounds and seeks."""
+    blocked = PhiloxStream(9, 3, block=10)
+    plain = PhiloxStream(9, 3)
+    for n, kind in [(4, "int"), (7, "uniform"), (10, "int"), (1, "uniform"), (13, "int")]:
+        if kind == "int":
+            assert torch.equal(blocked.randint(n, 1000), plain.randint(n, torch.tensor(1000)))
+        else:
+            assert torch.equal(blocked.uniform(n, torch.float32), plain.uniform(n, torch.float32))
+    assert int(blocked.position) == int(plain.position) == 35
+    blocked.seek(5)  # back into an older block
+    plain.seek(5)
+    assert torch.equal(blocked.randint(6, 77), plain.randint(6, 77))
+    # a tensor bound is served from the same block
+    assert torch.equal(blocked.randint(2, torch.tensor(50)), plain.randint(2, 50))
+    assert torch.equal(blocked.randint(3, 50), plain.randint(3, 50))
+    other = PhiloxStream(9, 4, block=10).randint(8, 1000)
+    assert not torch.equal(other, PhiloxStream(9, 3, block=10).randint(8, 1000))
+
+
+def test_block_stream_checkpoint_is_the_plain_one():
+    a = PhiloxStream(1, block=16)
+    a.randint(5, 10)
+    b = PhiloxStream(1)
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(a.randint(20, 10), b.randint(20, 10))
+    with pytest.raises(ValueError, match="block must be an int >= 0"):
+        PhiloxStream(1, block=-1)
+    with pytest.raises(ValueError, match="position must be an int >= 0"):
+        a.seek(-3)

@@ -1,14 +1,19 @@
-"""What both DataModules share: the store, the split, the device, the stream and its state.
+"""What both DataModules share: the store, the split, the device, the policy and its state.
 
-A DataModule reads the store's columns and episode count when it is built (to check
-columns and the split at the boundary) and makes the columns it needs resident on the
-training device once in :meth:`setup`. Given a path, it opens the store only for those two
-moments; given an open :class:`~torchstore.data.TrajectoryStore`, it uses it and leaves it
-open. Batches are drawn on that device
-from a Philox4x32-10 stream (:class:`~torchstore.lightning.batches.DrawStream`, the
-numbers of :class:`~torchstore.samplers.PhiloxStream`) keyed by ``seed`` whose sub-stream is
-the DDP rank, so ranks never draw the same numbers and a run is reproducible whatever
-the number of ranks.
+A DataModule is a store + an index policy of the sampling core + a batch layout. It reads
+the store's columns and episode count when it is built (to check columns and the split at
+the boundary) and makes the columns it needs resident on the training device once in
+:meth:`setup`. Given a path, it opens the store only for those two moments; given an open
+:class:`~torchstore.data.TrajectoryStore`, it uses it and leaves it open.
+
+Rows are drawn on that device by the core's policies (:mod:`torchstore.samplers.draws`:
+uniform over the training rows, ERE's newest ``c_k`` of them, or prioritized through a
+:class:`~torchstore.samplers.PrioritizedSampler`) from the core's one Philox4x32-10 stream
+(:class:`~torchstore.samplers.PhiloxStream`) keyed by ``seed`` whose sub-stream is the DDP
+rank, so ranks never draw the same numbers, a run is reproducible whatever the number of
+ranks, and the same seed gives the same rows as ``UniformSampler(seed=...)``,
+``PrioritizedSampler(seed=...)`` and :func:`~torchstore.samplers.sample_into` over the same
+rows.
 
 Checkpoints. :meth:`state_dict` holds every rank's stream position (and sampler state,
 such as priorities) gathered from all ranks, so that rank ``r`` of a resumed run takes
@@ -29,22 +34,36 @@ from typing import Any, TypeVar
 import lightning.pytorch as pl
 import torch
 from tensordict import TensorDict
+from torch import Tensor
 
 from torchstore.data.store import TrajectoryStore
 from torchstore.lightning.batches import (
     Batches,
-    DrawStream,
     EvalBatches,
-    RowSegments,
     gather_rank_states,
     rank_info,
+    to_cpu,
 )
 from torchstore.lightning.split import EpisodeSplit, shard_episodes, split_episodes
+from torchstore.samplers.draws import uniform_rows
+from torchstore.samplers.ere import ERE
+from torchstore.samplers.philox import PhiloxStream
+from torchstore.samplers.prioritized import PrioritizedSampler
+from torchstore.samplers.windows import RowSet
 
-__all__ = ["StoreDataModule", "Output"]
+__all__ = ["StoreDataModule", "Output", "SamplerKind"]
 
-_STATE_FORMAT = 1
+_STATE_FORMAT = 2
+#: draws computed per Philox block (eager Philox costs about the same for 1 or 10^4 counters)
+STREAM_BLOCK = 1 << 14
 E = TypeVar("E", bound=Enum)
+
+
+class SamplerKind(StrEnum):
+    """How training rows are drawn."""
+
+    UNIFORM = "uniform"
+    PRIORITIZED = "prioritized"
 
 
 class Output(StrEnum):
@@ -82,8 +101,8 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
     """Base of the DataModules over a trajectory store (see the module docstring).
 
     Subclasses name the columns they need (:meth:`_required_columns`), build their
-    resident views in :meth:`_load`, and draw batches in :meth:`_draw_train` and
-    :meth:`_make_val`.
+    resident views in :meth:`_load`, and make batches in :meth:`_draw_train` and
+    :meth:`_make_val` from the rows :meth:`_draw_rows` draws.
     """
 
     def __init__(
@@ -97,8 +116,29 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         seed: int,
         shard_episodes: bool,
         output: str | Output,
+        sampler: str | SamplerKind = "uniform",
+        prioritized_alpha: float = 0.6,
+        prioritized_beta: float = 0.4,
+        ere: ERE | None = None,
     ):
         super().__init__()
+        self.sampler = choice(SamplerKind, sampler, "sampler")
+        for name, value in (
+            ("prioritized_alpha", prioritized_alpha),
+            ("prioritized_beta", prioritized_beta),
+        ):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 <= value < float("inf")
+            ):
+                raise ValueError(f"{name} ({value!r}) must be a finite number >= 0")
+        self.prioritized_alpha = float(prioritized_alpha)
+        self.prioritized_beta = float(prioritized_beta)
+        if ere is not None and not isinstance(ere, ERE):
+            raise TypeError(f"ere ({type(ere).__name__}) must be an ERE schedule or None")
+        #: the ERE schedule (``None``: all training rows); call ``ere.set_progress(k, K)``
+        self.ere = ere
         self.batch_size = check_int("batch_size", batch_size, 1)
         if steps_per_epoch is not None:
             check_int("steps_per_epoch", steps_per_epoch, 1)
@@ -153,19 +193,18 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
     def _make_val(self, i: int) -> Any:
         """Implemented by each DataModule."""
 
-    def _extra_state(self) -> dict[str, Any]:
-        return {}
-
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`_extra_state` saved."""
+    def _train_units(self) -> int:
+        """What one training pass covers, in draws (rows here; windows in window mode)."""
+        return len(self.train_rows)
 
     # ------------------------------------------------------------ setup
     @property
     def steps_per_epoch(self) -> int:
+        """Batches per epoch: as given, else one pass over the training rows (>= 1)."""
         if self._steps_per_epoch is not None:
             return self._steps_per_epoch
         self._ensure_ready()
-        return max(1, len(self.train_rows) // self.batch_size)
+        return max(1, self._train_units() // self.batch_size)
 
     def setup(self, stage: str | None = None) -> None:
         """Make the store resident on the training device (once; later calls do nothing).
@@ -192,9 +231,12 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             self._load(store, device)
             episodes = store.episodes.to(device)
         self.device = device
-        self.train_rows = RowSegments(episodes, train)
-        self.val_rows = RowSegments(episodes, self.split.val)
-        self.philox = DrawStream(self.seed, self.rank, device)
+        self.num_rows = episodes.num_rows
+        self.train_rows = RowSet.of_episodes(episodes, train)
+        self.val_rows = RowSet.of_episodes(episodes, self.split.val)
+        #: the core's Philox stream (key ``seed``, sub-stream the rank), computed in blocks
+        self.philox = PhiloxStream(self.seed, self.rank, device, block=STREAM_BLOCK)
+        self._setup_policy()
         self._after_load()
         self._ready = True
         if self._pending_state is not None:
@@ -202,7 +244,107 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             self.load_state_dict(state)
 
     def _after_load(self) -> None:
-        """Called at the end of setup, once rows and the stream exist."""
+        """Called at the end of setup, once rows, the stream and the policy exist."""
+
+    def _setup_policy(self) -> None:
+        self.priorities: PrioritizedSampler | None = None
+        if self.sampler is not SamplerKind.PRIORITIZED:
+            return
+        if self.ere is not None and self.train_rows.first_row is None:
+            raise ValueError(
+                "ere with sampler='prioritized' needs the training rows to be one contiguous "
+                "block; drop shard_episodes or use sampler='uniform'"
+            )
+        rows = self.train_rows.rows(
+            torch.arange(len(self.train_rows), dtype=torch.int64, device=self.device)
+        )
+        self._trainable = torch.zeros(self.num_rows, dtype=torch.bool, device=self.device)
+        self._trainable[rows] = True
+        self.priorities = PrioritizedSampler(
+            max(self.num_rows, 1),
+            alpha=self.prioritized_alpha,
+            beta=self.prioritized_beta,
+            device=self.device,
+            philox=self.philox,
+        )
+        self.priorities.update_priority(rows, 1.0)
+
+    def _draw_rows(
+        self, n: int, *, segments: bool = False
+    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """``n`` training rows by the policy: ``(row, segment or None, weight or None)``.
+
+        ``segment`` (with ``segments=True``) indexes ``train_rows``' episodes; ``weight`` is
+        the prioritized policy's importance weight.
+        """
+        rows = self.train_rows
+        total = len(rows)
+        if self.priorities is None:
+            count = total if self.ere is None else int(self.ere.recent_count(total))
+            g = uniform_rows(self.philox, n, count, start=total - count)
+            if segments:
+                row, seg = rows.locate(g)
+                return row, seg, None
+            return rows.rows(g), None, None
+        if self.ere is None:
+            row, weight = self.priorities.draw(n)
+        else:
+            count = int(self.ere.recent_count(total))
+            start = rows.first_row + total - count
+            row, weight = self.priorities.draw(n, count=count, start=start)
+        return row, rows.segment_of(row) if segments else None, weight
+
+    # ------------------------------------------------------------ priorities
+    def update_priority(self, index: Tensor, priority: Tensor | float) -> None:
+        """Set raw priorities of training rows (``sampler="prioritized"`` only).
+
+        Args:
+            index: store rows, as a batch's ``"index"`` holds them.
+            priority: one value or one per row; finite and ``>= 0`` (a TD error's size).
+
+        Raises:
+            RuntimeError: with ``sampler="uniform"``.
+            ValueError: for rows outside this rank's training rows, or bad priorities.
+        """
+        if self.sampler is not SamplerKind.PRIORITIZED:
+            raise RuntimeError(
+                "update_priority needs sampler='prioritized'; this datamodule samples uniformly"
+            )
+        self._ensure_ready()
+        index = torch.as_tensor(index, dtype=torch.int64, device=self.device).reshape(-1)
+        if index.numel() and (
+            int(index.min()) < 0
+            or int(index.max()) >= self.num_rows
+            or not bool(self._trainable[index].all())
+        ):
+            raise ValueError(
+                "update_priority index holds rows outside this rank's training rows; pass the "
+                "'index' of a training batch"
+            )
+        if isinstance(priority, Tensor):
+            priority = priority.detach().to(self.device)
+        self.priorities.update_priority(index, priority)
+
+    def _extra_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        if self.priorities is not None:
+            priorities = self.priorities.state_dict()
+            priorities.pop("philox", None)  # the stream is saved once, as "position"
+            state["priorities"] = to_cpu(priorities)
+        if self.ere is not None:
+            state["ere"] = self.ere.state_dict()
+        return state
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        if self.ere is not None and "ere" in state:
+            self.ere.load_state_dict(state["ere"])
+        if self.priorities is None:
+            return
+        if "priorities" not in state:
+            raise ValueError(
+                "the checkpoint holds no priorities; it was saved with sampler='uniform'"
+            )
+        self.priorities.load_state_dict(state["priorities"])
 
     def _ensure_ready(self) -> None:
         if not self._ready:
@@ -237,13 +379,17 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
     def val_dataloader(self) -> EvalBatches | list:
         """The validation rows in order, ``batch_size`` at a time (``[]`` without validation)."""
         self._ensure_ready()
-        n = len(self.val_rows)
+        n = self._val_units()
         if n == 0:
             return []
         return EvalBatches(self._make_val, -(-n // self.batch_size))
 
+    def _val_units(self) -> int:
+        """What one validation pass covers (rows here; windows in window mode)."""
+        return len(self.val_rows)
+
     def _val_numbers(self, i: int) -> torch.Tensor:
-        stop = min((i + 1) * self.batch_size, len(self.val_rows))
+        stop = min((i + 1) * self.batch_size, self._val_units())
         return torch.arange(i * self.batch_size, stop, dtype=torch.int64, device=self.device)
 
     def _finish(self, leaves: dict, batch_size: int) -> TensorDict | dict:
@@ -261,7 +407,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         """
         if not self._ready:
             return dict(self._pending_state or {})
-        mine = {"rank": self.rank, "position": self.philox.position, **self._extra_state()}
+        mine = {"rank": self.rank, "position": int(self.philox.position), **self._extra_state()}
         return {
             "format": _STATE_FORMAT,
             "seed": self.seed,
@@ -294,7 +440,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         if len(ranks) == self.world_size:
             mine = ranks[self.rank]
         elif (
-            all(set(r) == {"rank", "position"} for r in ranks)
+            all(set(r) <= {"rank", "position", "ere"} for r in ranks)
             and len({r["position"] for r in ranks}) == 1
         ):
             mine = ranks[0]  # uniform streams stand at one position on every rank
@@ -303,5 +449,5 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
                 f"the checkpoint holds per-rank sampler state for {len(ranks)} ranks, this run "
                 f"has {self.world_size}; resume with the same number of ranks"
             )
-        self.philox.position = int(mine["position"])
+        self.philox.seek(int(mine["position"]))
         self._load_extra_state(mine)

@@ -1,10 +1,11 @@
-"""Batch iteration for the DataModules: row sets, sized resumable iterables, rank state.
+"""Batch iteration for the DataModules: sized resumable iterables and rank state.
 
 Lightning accepts any iterable as a dataloader. A :class:`Batches` has a length (so
 Lightning never prefetches to find the end of an epoch: one ``next`` per training step)
-and draws each batch lazily when it is asked for, from the DataModule's Philox stream.
-The stream's position is therefore exactly "batches consumed x draws per batch", which
-is what makes a resumed run draw the batches an uninterrupted one would have.
+and draws each batch lazily when it is asked for, from the DataModule's Philox stream (the
+sampling core's :class:`~torchstore.samplers.philox.PhiloxStream`). The stream's position
+is therefore exactly "batches consumed x draws per batch", which is what makes a resumed
+run draw the batches an uninterrupted one would have. Nothing here samples.
 """
 
 from __future__ import annotations
@@ -15,139 +16,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchstore.data.episodes import EpisodeIndex
-from torchstore.samplers.philox import (
-    counters_from_offset,
-    philox4x32,
-    randint_below,
-    uniform_from_words,
-)
-
 __all__ = [
-    "DrawStream",
-    "RowSegments",
     "Batches",
     "EvalBatches",
     "rank_info",
     "gather_rank_states",
     "to_cpu",
 ]
-
-MAX_BLOCK_DRAWS = 1 << 16
-
-
-class DrawStream:
-    """Random draws from a Philox4x32-10 stream (key ``seed``, sub-stream ``stream``), in blocks.
-
-    Draw ``i`` is the pair of 32-bit words ``2 * (i % 2)`` and ``2 * (i % 2) + 1`` of the
-    Philox output for counter ``i // 2`` (:func:`~torchstore.samplers.philox.philox4x32`
-    over :func:`~torchstore.samplers.philox.counters_from_offset`). An integer below ``high``
-    is made from a pair by 64-bit multiply-shift
-    (:func:`~torchstore.samplers.philox.randint_below`), a float by
-    :func:`~torchstore.samplers.philox.uniform_from_words`.
-
-    Philox is counter-based, so draw ``i`` is the same however it is computed. An eager
-    Philox call costs a few hundred small tensor operations (about a millisecond on a CPU
-    core for a few thousand counters), so the draws, and the integers or floats made from
-    them, are computed for many batches in one call (a first block of 16 batches, each
-    next one twice as large, up to ``max_block`` draws) and handed out batch by batch.
-    ``position`` is the number of draws handed out: what a checkpoint saves; setting it
-    seeks.
-
-    Examples:
-        >>> a, b = DrawStream(7, 1, "cpu"), DrawStream(7, 1, "cpu")
-        >>> torch.equal(torch.cat([a.randint(3, 10), a.randint(5, 10)]), b.randint(8, 10))
-        True
-    """
-
-    def __init__(
-        self, seed: int, stream: int, device: torch.device | str, max_block: int = MAX_BLOCK_DRAWS
-    ):
-        self.seed, self.stream = seed, stream
-        self.device = torch.device(device)
-        self.max_block = max_block
-        self.position = 0
-        self._key = torch.tensor(
-            [seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF], dtype=torch.int64, device=self.device
-        )
-        self._stream_id = torch.tensor(stream, dtype=torch.int64, device=self.device)
-        self._start = 0  # draw number of self._pairs[0]
-        self._pairs: Tensor | None = None
-        self._derived: dict[Any, Tensor] = {}
-        self._block = 0
-
-    def _span(self, n: int) -> slice:
-        """Compute the block holding draws ``[position, position + n)``; advance; their slice."""
-        lo, hi = self.position - self._start, self.position + n - self._start
-        if self._pairs is None or lo < 0 or hi > len(self._pairs):
-            self._block = min(max(2 * self._block, 16 * n), self.max_block)
-            first, skip = divmod(self.position, 2)  # first counter; draws of it to skip
-            counters = -(-(max(n, self._block) + skip) // 2)
-            offset = torch.tensor(first, dtype=torch.int64, device=self.device)
-            words = philox4x32(counters_from_offset(offset, counters, self._stream_id), self._key)
-            self._pairs = words.reshape(-1, 2)
-            self._start, self._derived = 2 * first, {}
-            lo, hi = skip, skip + n
-        self.position += n
-        return slice(lo, hi)
-
-    def pairs(self, n: int) -> Tensor:
-        """The next ``n`` draws as ``[n, 2]`` words (int64 holding uint32)."""
-        return self._pairs[self._span(n)]
-
-    def randint(self, n: int, high: int) -> Tensor:
-        """The next ``n`` draws as integers in ``[0, high)`` (``high < 2**62``)."""
-        span = self._span(n)
-        key = ("int", high)
-        if key not in self._derived:
-            self._derived[key] = randint_below(self._pairs, high)
-        return self._derived[key][span]
-
-    def uniform(self, n: int, dtype: torch.dtype = torch.float64) -> Tensor:
-        """The next ``n`` draws as floats in ``[0, 1)``."""
-        span = self._span(n)
-        key = ("uniform", dtype)
-        if key not in self._derived:
-            self._derived[key] = uniform_from_words(self._pairs, dtype)
-        return self._derived[key][span]
-
-
-class RowSegments:
-    """The rows of a set of episodes, numbered ``0 .. total - 1`` episode by episode.
-
-    Drawing ``g`` uniformly in ``[0, total)`` and calling :meth:`locate` gives a row
-    uniform over all rows of those episodes (long episodes weigh by their length).
-
-    Args:
-        episodes: the store's episode index, on the device the rows are drawn on.
-        ids: int64 episode numbers (any order; kept as given).
-    """
-
-    def __init__(self, episodes: EpisodeIndex, ids: Tensor):
-        device = episodes.device
-        self.episode = ids.to(device=device, dtype=torch.int64)
-        self.start = episodes.offsets[self.episode]
-        self.length = episodes.lengths[self.episode]
-        self.cum = torch.cumsum(self.length, 0)
-        self.total = int(self.cum[-1]) if len(self.cum) else 0
-        first = int(self.start[0]) if len(self.start) else 0
-        contiguous = bool((self.start[1:] == (self.start + self.length)[:-1]).all())
-        #: first row when the episodes are one contiguous block of rows, else ``None``
-        self.first_row = first if contiguous else None
-
-    def __len__(self) -> int:
-        return self.total
-
-    def locate(self, g: Tensor) -> tuple[Tensor, Tensor]:
-        """``(row, segment)`` of row numbers ``g``; ``segment`` indexes this set's episodes."""
-        seg = torch.searchsorted(self.cum, g, right=True)
-        return self.start[seg] + g - (self.cum[seg] - self.length[seg]), seg
-
-    def rows(self, g: Tensor) -> Tensor:
-        """Store rows of row numbers ``g`` (no episode lookup when the rows are contiguous)."""
-        if self.first_row is not None:
-            return g + self.first_row
-        return self.locate(g)[0]
 
 
 class Batches:

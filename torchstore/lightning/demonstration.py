@@ -1,6 +1,9 @@
 """Behaviour cloning: observation histories and action chunks (ACT, diffusion policy).
 
-Each sample is a step ``t`` drawn uniformly over all rows of the training episodes, with
+Each sample is a step ``t`` drawn by the sampling core's policy over all rows of the
+training episodes (uniform by default; ``sampler="prioritized"`` by priority, with
+``"priority_weight"`` in the batch and :meth:`~StoreDataModule.update_priority`; ``ere``
+restricts draws to the newest ``c_k`` training rows), with
 
 - the observation history: the ``n_obs_steps`` steps ``t - n_obs_steps + 1 .. t``;
 - the action chunk: the ``action_horizon`` steps ``t .. t + action_horizon - 1``;
@@ -17,6 +20,7 @@ nested dicts)::
     "action_mask"               [B, action_horizon]  bool, False where padded
     "index"                     [B] int64, the store row of step t
     "episode"                   [B] int64, its episode
+    "priority_weight"           [B] float32, with sampler="prioritized" only
 
 so with the pendulum demo, ``batch["obs", "obs"]`` is ``[B, n_obs_steps, 3]`` and
 ``batch["action", "action"]`` is ``[B, action_horizon, 1]``. A nested column such as
@@ -42,9 +46,10 @@ from tensordict import TensorDict
 from torchstore.data.columns import column_key, set_nested
 from torchstore.data.resident import ResidentStore
 from torchstore.data.store import TrajectoryStore
-from torchstore.lightning.base import Output, StoreDataModule, check_int, choice
-from torchstore.lightning.batches import RowSegments
+from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
 from torchstore.lightning.normalizer import Normalization, Normalizer, load_or_compute_stats
+from torchstore.samplers.ere import ERE
+from torchstore.samplers.windows import RowSet, context_windows
 
 __all__ = ["DemonstrationDataModule"]
 
@@ -68,10 +73,12 @@ class DemonstrationDataModule(StoreDataModule):
         batch_size: samples per batch (>= 1).
         obs_keys: observation column names (``"obs"``, ``"pixels"``, ``"next/obs"``, ...).
         action_keys: action column names.
-        n_obs_steps: length of the observation history ending at ``t`` (>= 1).
-        action_horizon: length of the action chunk starting at ``t`` (>= 1).
-        steps_per_epoch: batches per epoch; ``None``: training rows // batch_size (at
-            least 1).
+        n_obs_steps: length of the observation history ending at ``t`` (>= 1); 1 (the
+            default) is the current observation only.
+        action_horizon: length of the action chunk starting at ``t`` (>= 1); 1 (the
+            default) is the action at ``t`` only: plain behaviour cloning.
+        steps_per_epoch: batches per epoch; ``None`` (the default): training rows //
+            batch_size (at least 1).
         device: ``"auto"`` (the trainer's root device, else cuda when available, else
             cpu) or a device.
         val_episodes: whole episodes held out, the store's last ones: a fraction in
@@ -86,6 +93,11 @@ class DemonstrationDataModule(StoreDataModule):
         shard_episodes: under DDP, rank ``r`` samples only training episodes
             ``r, r + world_size, ...``.
         output: ``"tensordict"`` or ``"dict"``.
+        sampler: ``"uniform"`` or ``"prioritized"`` (over the rows ``t``; priorities start
+            at 1; call ``update_priority`` with a batch's ``"index"``).
+        prioritized_alpha, prioritized_beta: the prioritized sampler's exponents.
+        ere: an :class:`~torchstore.samplers.ERE` schedule: ``t`` comes from the newest
+            ``c_k`` training rows.
 
     Raises:
         ColumnError: for a column the store does not have.
@@ -106,8 +118,8 @@ class DemonstrationDataModule(StoreDataModule):
         batch_size: int,
         obs_keys: Sequence[str | tuple[str, ...]],
         action_keys: Sequence[str | tuple[str, ...]],
-        n_obs_steps: int,
-        action_horizon: int,
+        n_obs_steps: int = 1,
+        action_horizon: int = 1,
         steps_per_epoch: int | None = None,
         device: str | torch.device = "auto",
         val_episodes: float | int = 0.0,
@@ -117,6 +129,10 @@ class DemonstrationDataModule(StoreDataModule):
         stats_cache: bool = True,
         shard_episodes: bool = False,
         output: str | Output = "tensordict",
+        sampler: str | SamplerKind = "uniform",
+        prioritized_alpha: float = 0.6,
+        prioritized_beta: float = 0.4,
+        ere: ERE | None = None,
     ):
         self.obs_keys = _names(obs_keys, "obs_keys")
         self.action_keys = _names(action_keys, "action_keys")
@@ -135,6 +151,10 @@ class DemonstrationDataModule(StoreDataModule):
             seed=seed,
             shard_episodes=shard_episodes,
             output=output,
+            sampler=sampler,
+            prioritized_alpha=prioritized_alpha,
+            prioritized_beta=prioritized_beta,
+            ere=ere,
         )
 
     def _required_columns(self) -> list[str]:
@@ -144,8 +164,6 @@ class DemonstrationDataModule(StoreDataModule):
     def _load(self, store: TrajectoryStore, device: torch.device) -> None:
         self.obs_resident = store.resident(self.obs_keys, device=device)
         self.action_resident = store.resident(self.action_keys, device=device)
-        self._obs_steps = torch.arange(1 - self.n_obs_steps, 1, device=device)
-        self._action_steps = torch.arange(self.action_horizon, device=device)
         if not self.normalize:
             return
         floating = {s.name for s in store.columns if s.dtype.is_floating_point}
@@ -169,31 +187,33 @@ class DemonstrationDataModule(StoreDataModule):
 
     # ------------------------------------------------------------ batches
     def _draw_train(self) -> TensorDict | dict:
-        g = self.philox.randint(self.batch_size, self.train_rows.total)
-        row, seg = self.train_rows.locate(g)
-        return self._windows(row, seg, self.train_rows)
+        row, seg, weight = self._draw_rows(self.batch_size, segments=True)
+        return self._windows(row, seg, self.train_rows, weight)
 
     def _make_val(self, i: int) -> TensorDict | dict:
         row, seg = self.val_rows.locate(self._val_numbers(i))
-        return self._windows(row, seg, self.val_rows)
+        weight = None
+        if self.priorities is not None:
+            weight = torch.ones(row.shape, dtype=torch.float32, device=self.device)
+        return self._windows(row, seg, self.val_rows, weight)
 
-    def _windows(self, t: torch.Tensor, seg: torch.Tensor, rows: RowSegments) -> TensorDict | dict:
-        first = rows.start[seg].unsqueeze(1)
-        last = first + rows.length[seg].unsqueeze(1) - 1
-        obs_rows = t.unsqueeze(1) + self._obs_steps
-        obs_mask = obs_rows >= first
-        obs_rows = torch.maximum(obs_rows, first)
-        action_rows = t.unsqueeze(1) + self._action_steps
-        action_mask = action_rows <= last
-        action_rows = torch.minimum(action_rows, last)
+    def _windows(
+        self, t: torch.Tensor, seg: torch.Tensor, rows: RowSet, weight: torch.Tensor | None
+    ) -> TensorDict | dict:
+        n_obs = self.n_obs_steps
+        index, mask = context_windows(
+            t, rows.start[seg], rows.length[seg], before=n_obs - 1, after=self.action_horizon - 1
+        )
         leaves = {
-            "obs": self._group(self.obs_resident, obs_rows, self.obs_keys),
-            "action": self._group(self.action_resident, action_rows, self.action_keys),
-            "obs_mask": obs_mask,
-            "action_mask": action_mask,
+            "obs": self._group(self.obs_resident, index[:, :n_obs], self.obs_keys),
+            "action": self._group(self.action_resident, index[:, n_obs - 1 :], self.action_keys),
+            "obs_mask": mask[:, :n_obs],
+            "action_mask": mask[:, n_obs - 1 :],
             "index": t,
             "episode": rows.episode[seg],
         }
+        if weight is not None:
+            leaves["priority_weight"] = weight
         return self._finish(leaves, t.shape[0])
 
     def _group(self, resident: ResidentStore, rows: torch.Tensor, names: list[str]) -> dict:
@@ -213,5 +233,6 @@ class DemonstrationDataModule(StoreDataModule):
             f"DemonstrationDataModule({str(self.store_path)!r}, batch_size={self.batch_size}, "
             f"obs_keys={self.obs_keys}, action_keys={self.action_keys}, "
             f"n_obs_steps={self.n_obs_steps}, action_horizon={self.action_horizon}, "
+            f"sampler={self.sampler.value!r}, "
             f"train_episodes={len(self.split.train)}, val_episodes={len(self.split.val)})"
         )

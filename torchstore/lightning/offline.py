@@ -30,6 +30,14 @@ Every batch also holds ``"index"`` (int64 ``[B]``, the store rows, for
 :meth:`OfflineDataModule.update_priority`), and with ``sampler="prioritized"``
 ``"priority_weight"`` (float32 ``[B]``, importance weights ``(p_i / p_min) ** -beta``;
 all ones in validation batches).
+
+Window mode (``window=T``): each batch is ``B`` windows of ``T`` consecutive rows of one
+episode, drawn uniformly over all valid windows of the training episodes (the core's
+:func:`~torchstore.samplers.windows.choose_windows`: an episode of ``L >= T`` rows holds
+``L - T + 1`` windows; shorter ones hold none). Every leaf is then ``[B, T, *shape]``,
+``"index"`` is ``[B, T]`` and ``"episode"`` ``[B]``. With ``ere`` the draws come from the
+newest ``c_k`` windows. Validation iterates every window of the validation episodes in
+order.
 """
 
 from __future__ import annotations
@@ -44,18 +52,12 @@ from tensordict import TensorDict
 
 from torchstore.data.columns import column_key, set_nested
 from torchstore.data.store import TrajectoryStore
-from torchstore.lightning.base import Output, StoreDataModule, choice
-from torchstore.lightning.batches import to_cpu
-from torchstore.samplers.prioritized import PrioritizedSampler
+from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
+from torchstore.samplers.draws import uniform_rows
+from torchstore.samplers.ere import ERE
+from torchstore.samplers.windows import choose_windows, window_counts
 
 __all__ = ["OfflineDataModule", "SamplerKind", "Layout", "TORCHRL_KEYS"]
-
-
-class SamplerKind(StrEnum):
-    """How training rows are drawn."""
-
-    UNIFORM = "uniform"
-    PRIORITIZED = "prioritized"
 
 
 class Layout(StrEnum):
@@ -88,7 +90,8 @@ class OfflineDataModule(StoreDataModule):
         sampler: ``"uniform"`` over the training rows, or ``"prioritized"`` (proportional,
             priorities start at 1; call :meth:`update_priority` with a batch's ``"index"``).
         steps_per_epoch: batches per epoch (>= 1); ``train_dataloader()`` yields exactly
-            this many.
+            this many. ``None`` (the default): one pass, training rows (or windows) //
+            ``batch_size``, at least 1.
         columns: a sequence of column names to load (a nested one as ``"next/obs"`` or
             ``("next", "obs")``); all when ``None``.
         device: ``"auto"`` (the trainer's root device under a Trainer, else cuda when
@@ -103,6 +106,11 @@ class OfflineDataModule(StoreDataModule):
         shard_episodes: under DDP, rank ``r`` samples only training episodes
             ``r, r + world_size, ...``; otherwise every rank samples all of them (from
             its own stream).
+        ere: an :class:`~torchstore.samplers.ERE` schedule: draws come from the newest
+            ``c_k`` training rows (windows in window mode), in store order; advance it with
+            ``datamodule.ere.set_progress(k, K)``. Checkpointed with the stream.
+        window: draw windows of this many consecutive rows of one episode (see the module
+            docstring); ``None`` draws single rows. Uniform sampling only.
 
     Raises:
         ColumnError: for a column the store does not have.
@@ -123,7 +131,7 @@ class OfflineDataModule(StoreDataModule):
         *,
         batch_size: int,
         sampler: str | SamplerKind = "uniform",
-        steps_per_epoch: int,
+        steps_per_epoch: int | None = None,
         columns: Sequence[str | tuple[str, ...]] | None = None,
         device: str | torch.device = "auto",
         val_episodes: float | int = 0.0,
@@ -133,28 +141,23 @@ class OfflineDataModule(StoreDataModule):
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
         shard_episodes: bool = False,
+        ere: ERE | None = None,
+        window: int | None = None,
     ):
-        self.sampler = choice(SamplerKind, sampler, "sampler")
         self.layout = choice(Layout, layout, "layout")
+        self.window = None if window is None else check_int("window", window, 1)
+        if self.window is not None and choice(SamplerKind, sampler, "sampler") is not (
+            SamplerKind.UNIFORM
+        ):
+            raise ValueError(
+                f"window ({window}) draws windows uniformly; use sampler='uniform', or "
+                "SequenceWindowSampler(priority=...) over a StoreReplay for prioritized windows"
+            )
         if isinstance(columns, str):
             columns = [columns]
         self.columns = (
             None if columns is None else [c if isinstance(c, str) else "/".join(c) for c in columns]
         )
-        for name, value in (
-            ("prioritized_alpha", prioritized_alpha),
-            ("prioritized_beta", prioritized_beta),
-        ):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not 0 <= value < float("inf")
-            ):
-                raise ValueError(f"{name} ({value!r}) must be a finite number >= 0")
-        self.prioritized_alpha = float(prioritized_alpha)
-        self.prioritized_beta = float(prioritized_beta)
-        if steps_per_epoch is None:
-            raise ValueError("steps_per_epoch (None) must be an int >= 1")
         super().__init__(
             store,
             batch_size=batch_size,
@@ -164,6 +167,10 @@ class OfflineDataModule(StoreDataModule):
             seed=seed,
             shard_episodes=shard_episodes,
             output=output,
+            sampler=sampler,
+            prioritized_alpha=prioritized_alpha,
+            prioritized_beta=prioritized_beta,
+            ere=ere,
         )
 
     # ------------------------------------------------------------ boundary
@@ -187,11 +194,12 @@ class OfflineDataModule(StoreDataModule):
                         f"layout {self.layout.value!r} maps two columns onto key {a} / {b}; "
                         "select columns with columns=[...] or use layout='flat'"
                     )
-        reserved = {("index",), ("priority_weight",)}
+        reserved = {("index",), ("priority_weight",), ("episode",)}
         clash = [t for t in targets if t[:1] in reserved]
         if clash:
             raise ValueError(
-                f"column key {clash[0]} clashes with a key batches add ('index', 'priority_weight')"
+                f"column key {clash[0]} clashes with a key batches add ('index', "
+                "'priority_weight', 'episode')"
             )
         self._names = names
 
@@ -218,47 +226,60 @@ class OfflineDataModule(StoreDataModule):
         self._derived = self._derive_terminated(self._names)
 
     def _after_load(self) -> None:
-        self.priorities: PrioritizedSampler | None = None
-        if self.sampler is SamplerKind.PRIORITIZED:
-            rows = self._training_row_index()
-            self._trainable = torch.zeros(
-                self.resident.num_rows, dtype=torch.bool, device=self.device
+        if self.window is None:
+            return
+        train = self.train_rows
+        self._train_windows = int(window_counts(train.length, self.window).sum())
+        if self._train_windows == 0:
+            longest = int(train.length.max()) if len(train.length) else 0
+            raise ValueError(
+                f"window ({self.window}) is longer than every training episode (the longest "
+                f"has {longest} rows); use a shorter window"
             )
-            self._trainable[rows] = True
-            self.priorities = PrioritizedSampler(
-                self.resident.num_rows,
-                alpha=self.prioritized_alpha,
-                beta=self.prioritized_beta,
-                device=self.device,
-            )
-            self.priorities.update_priority(rows, 1.0)
 
-    def _training_row_index(self) -> torch.Tensor:
-        n = len(self.train_rows)
-        return self.train_rows.rows(torch.arange(n, dtype=torch.int64, device=self.device))
+    def _train_units(self) -> int:
+        return len(self.train_rows) if self.window is None else self._train_windows
+
+    def _val_units(self) -> int:
+        if self.window is None:
+            return len(self.val_rows)
+        return int(window_counts(self.val_rows.length, self.window).sum())
 
     # ------------------------------------------------------------ batches
     def _draw_train(self) -> TensorDict | dict:
-        if self.priorities is None:
-            g = self.philox.randint(self.batch_size, self.train_rows.total)
-            return self._assemble(self.train_rows.rows(g), None)
-        tree = self.priorities.tree
-        u = self.philox.uniform(self.batch_size, dtype=tree.dtype)
-        index, value, _ = tree.sample(u)
-        weight = torch.pow(value / tree.min(), -self.prioritized_beta).to(torch.float32)
-        return self._assemble(index, weight)
+        if self.window is None:
+            index, _, weight = self._draw_rows(self.batch_size)
+            return self._assemble(index, weight)
+        total = self._train_windows
+        count = total if self.ere is None else int(self.ere.recent_count(total))
+        g = uniform_rows(self.philox, self.batch_size, count, start=total - count)
+        return self._assemble_windows(self.train_rows, g)
 
     def _make_val(self, i: int) -> TensorDict | dict:
+        if self.window is not None:
+            return self._assemble_windows(self.val_rows, self._val_numbers(i))
         index = self.val_rows.rows(self._val_numbers(i))
         weight = None
         if self.priorities is not None:
             weight = torch.ones(index.shape, dtype=torch.float32, device=self.device)
         return self._assemble(index, weight)
 
-    def _assemble(self, index: torch.Tensor, weight: torch.Tensor | None) -> TensorDict | dict:
+    def _assemble_windows(self, rows: Any, g: torch.Tensor) -> TensorDict | dict:
+        w = choose_windows(
+            rows.start, rows.length, rows.episode, g, capacity=self.num_rows, T=self.window
+        )
+        return self._assemble(w.index, None, episode=w.episode_id)
+
+    def _assemble(
+        self,
+        index: torch.Tensor,
+        weight: torch.Tensor | None,
+        *,
+        episode: torch.Tensor | None = None,
+    ) -> TensorDict | dict:
         packed = self.resident.packed
-        blocks = packed.gather_blocks(index)
-        if self.layout is Layout.FLAT and self.output is Output.TENSORDICT:
+        blocks = packed.gather_blocks(index.reshape(-1))
+        if episode is None and self.layout is Layout.FLAT and self.output is Output.TENSORDICT:
             extra = (
                 {"index": index} if weight is None else {"index": index, "priority_weight": weight}
             )
@@ -266,6 +287,8 @@ class OfflineDataModule(StoreDataModule):
         leaves: dict[Any, Any] = {}
         for name, key, unsqueeze in self._plan:
             leaf = packed.leaf(blocks, name)
+            if index.ndim > 1:
+                leaf = leaf.unflatten(0, index.shape)
             set_nested(leaves, key, leaf.unsqueeze(-1) if unsqueeze else leaf)
         if self._derived:
             nxt = leaves["next"]
@@ -273,56 +296,13 @@ class OfflineDataModule(StoreDataModule):
         leaves["index"] = index
         if weight is not None:
             leaves["priority_weight"] = weight
+        if episode is not None:
+            leaves["episode"] = episode
         return self._finish(leaves, index.shape[0])
-
-    # ------------------------------------------------------------ priorities
-    def update_priority(self, index: torch.Tensor, priority: torch.Tensor | float) -> None:
-        """Set raw priorities of training rows (``sampler="prioritized"`` only).
-
-        Args:
-            index: store rows, as a batch's ``"index"`` holds them.
-            priority: one value or one per row; finite and ``>= 0`` (a TD error's size).
-
-        Raises:
-            RuntimeError: with ``sampler="uniform"``.
-            ValueError: for rows outside this rank's training rows, or bad priorities.
-        """
-        if self.sampler is not SamplerKind.PRIORITIZED:
-            raise RuntimeError(
-                "update_priority needs sampler='prioritized'; this datamodule samples uniformly"
-            )
-        self._ensure_ready()
-        index = torch.as_tensor(index, dtype=torch.int64, device=self.device).reshape(-1)
-        if index.numel() and (
-            int(index.min()) < 0
-            or int(index.max()) >= self.resident.num_rows
-            or not bool(self._trainable[index].all())
-        ):
-            raise ValueError(
-                "update_priority index holds rows outside this rank's training rows; pass the "
-                "'index' of a training batch"
-            )
-        if isinstance(priority, torch.Tensor):
-            priority = priority.detach().to(self.device)
-        self.priorities.update_priority(index, priority)
-
-    def _extra_state(self) -> dict[str, Any]:
-        if self.priorities is None:
-            return {}
-        return {"priorities": to_cpu(self.priorities.state_dict())}
-
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        if self.priorities is None:
-            return
-        if "priorities" not in state:
-            raise ValueError(
-                "the checkpoint holds no priorities; it was saved with sampler='uniform'"
-            )
-        self.priorities.load_state_dict(state["priorities"])
 
     def __repr__(self) -> str:
         return (
             f"OfflineDataModule({str(self.store_path)!r}, batch_size={self.batch_size}, "
-            f"sampler={self.sampler.value!r}, layout={self.layout.value!r}, "
+            f"sampler={self.sampler.value!r}, layout={self.layout.value!r}, window={self.window}, "
             f"train_episodes={len(self.split.train)}, val_episodes={len(self.split.val)})"
         )

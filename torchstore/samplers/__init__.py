@@ -86,4 +86,9 @@ __all__ = [
     "recent_range",
     "sample_windows",
     "uniform_from_words",
+    "importance_weight",
+    "prioritized_rows",
+    "uniform_rows",
+    "RowSet",
+    "context_windows",
 ]

@@ -12,7 +12,6 @@ draws new indices, and rows added between replays are sampleable without recaptu
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -21,14 +20,12 @@ from torch import Tensor
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchstore.data.packed import PackedColumns
-from torchstore.errors import EmptyStorageError
-from torchstore.samplers.philox import PhiloxStream
+from torchstore.samplers.draws import uniform_rows
+from torchstore.samplers.ere import ERE
 from torchstore.samplers.prioritized import PrioritizedSampler
-from torchstore.samplers.uniform import storage_device
+from torchstore.samplers.uniform import UniformSampler
 
 __all__ = ["PhiloxSampler", "sample_into", "empty_batch", "update_priority_"]
-
-_STATE_FILE = "philox_sampler.pt"
 
 
 def _fill_level(storage: Any) -> Tensor:
@@ -41,19 +38,21 @@ def _fill_level(storage: Any) -> Tensor:
     return level
 
 
-class PhiloxSampler(Sampler):
-    """Uniform sampling from a counter-based Philox stream on the storage's device.
+class PhiloxSampler(UniformSampler):
+    """Uniform sampling from the core's Philox stream: ``UniformSampler(seed=...)``.
 
     A torchrl ``Sampler``: ``ReplayBuffer(storage=StoreReplay(...), sampler=PhiloxSampler())``
     works as is. Its key (from ``seed``) and position live in device tensors, and each draw
-    advances the position in place, so the same seed gives the same indices on CPU and CUDA
-    and :func:`sample_into` with it is graph-safe. Indices are uniform on ``[0, fill level)``
-    by 64-bit multiply-shift (bias below ``n / 2**64``).
+    advances the position in place, so the same seed gives the same indices on CPU and CUDA,
+    the same rows as every other face of the core with that seed, and :func:`sample_into`
+    with it is graph-safe. Indices are uniform on ``[0, fill level)`` by 64-bit
+    multiply-shift (bias below ``n / 2**64``).
 
     Args:
         seed: the stream's key.
         stream: an independent sub-stream (rank, worker); streams never overlap.
         device: where the state lives; ``None`` follows the storage.
+        ere: an :class:`~torchstore.samplers.ERE` schedule (the newest ``c_k`` rows).
 
     Examples:
         >>> from torchrl.data import ReplayBuffer
@@ -61,69 +60,52 @@ class PhiloxSampler(Sampler):
         >>> rb = ReplayBuffer(storage=StoreReplay(100), sampler=PhiloxSampler(seed=1))
     """
 
-    def __init__(self, *, seed: int = 0, stream: int = 0, device: torch.device | str | None = None):
-        self.philox = PhiloxStream(seed, stream, "cpu" if device is None else device)
-        self._follow_device = device is None
-
-    def _follow(self, storage: Any) -> None:
-        if self._follow_device:
-            device = storage_device(storage)
-            if device != self.philox.device:
-                self.philox.to(device)
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        stream: int = 0,
+        device: torch.device | str | None = None,
+        ere: ERE | None = None,
+    ):
+        super().__init__(seed=seed, stream=stream, device=device, ere=ere)
 
     def draw(self, storage: Any, batch_size: int) -> Tensor:
-        """``batch_size`` indices in ``[0, storage.fill_level)``: graph-safe, no checks."""
-        return self.philox.randint(batch_size, _fill_level(storage))
-
-    def sample(self, storage: Any, batch_size: int) -> tuple[Tensor, dict]:
-        if len(storage) == 0:
-            raise EmptyStorageError("Cannot sample from an empty storage: PhiloxSampler needs rows")
-        self._follow(storage)
-        level = getattr(storage, "fill_level", None)
-        high = level if level is not None else torch.tensor(len(storage), device=self.philox.device)
-        return self.philox.randint(batch_size, high), {}
+        """``batch_size`` indices in the sampleable rows: graph-safe, no checks."""
+        return _draw_uniform(self, storage, batch_size)
 
     def _empty(self) -> None:
         """Emptying the buffer keeps the stream's position (no index is ever reused)."""
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"philox": self.philox.state_dict()}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.philox.load_state_dict(state_dict["philox"])
-
-    def dumps(self, path: str | Path) -> None:
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save(self.state_dict(), path / _STATE_FILE)
-
-    def loads(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(Path(path) / _STATE_FILE, weights_only=True))
-
     def __repr__(self) -> str:
-        return f"PhiloxSampler(seed={self.philox.seed}, stream={self.philox.stream}, device={self.philox.device})"
+        p = self.philox
+        return f"PhiloxSampler(seed={p.seed}, stream={p.stream}, device={p.device}, ere={self.ere})"
 
 
-def _draw_prioritized(sampler: PrioritizedSampler, storage: Any, batch_size: int) -> tuple[Tensor, Tensor]:
-    philox = getattr(sampler, "philox", None)
-    if philox is None:
-        raise TypeError(
-            "the device path draws a PrioritizedSampler's uniforms from a Philox stream: "
-            "build it with PrioritizedSampler(capacity, philox=PhiloxStream(seed, device=...))"
-        )
+def _draw_uniform(sampler: UniformSampler, storage: Any, batch_size: int) -> Tensor:
     count = _fill_level(storage)
-    tree = sampler.tree
-    u = philox.uniform(batch_size, dtype=tree.dtype)
+    ere = sampler.ere
+    if ere is None:
+        return uniform_rows(sampler.philox, batch_size, count)
+    recent = ere.recent_count(count)
+    capacity = storage.capacity
+    start = (storage.cursor_tensor - recent) % capacity
+    return uniform_rows(sampler.philox, batch_size, recent, start=start, capacity=capacity)
+
+
+def _draw_prioritized(
+    sampler: PrioritizedSampler, storage: Any, batch_size: int
+) -> tuple[Tensor, Tensor]:
+    count = _fill_level(storage)
+    if sampler.ere is not None:
+        recent = sampler.ere.recent_count(count)
+        start = (storage.cursor_tensor - recent) % storage.capacity
+        return sampler.draw(batch_size, count=recent, start=start)
     # Priorities are only ever set for written rows (torchrl marks each write), so no leaf
     # past the fill level holds mass and the whole tree can be descended; the clamp keeps
     # an index valid even if that assumption is broken.
-    index, value, _ = tree.sample_whole(u)
-    index = torch.minimum(index, (count - 1).clamp(min=0))
-    p_min = tree.min_whole()
-    # beta is read at trace time: under torch.compile a new beta recompiles; a captured
-    # graph keeps the beta it was captured with.
-    weight = torch.pow(value / p_min, -sampler.beta).to(torch.float32)
-    return index, weight
+    index, weight = sampler.draw(batch_size)
+    return torch.minimum(index, (count - 1).clamp(min=0)), weight
 
 
 @torch.no_grad()
@@ -155,7 +137,9 @@ def sample_into(storage: Any, sampler: Sampler, out: TensorDictBase) -> TensorDi
 
     ``storage`` is a :class:`~torchstore.data.replay.StoreReplay` or a
     :class:`~torchstore.data.resident.ResidentStore`; ``sampler`` a :class:`PhiloxSampler`
-    or a :class:`PrioritizedSampler` built with ``philox=``. ``out`` is a TensorDict with
+    (or any ``UniformSampler(seed=...)``) or a :class:`PrioritizedSampler` built with
+    ``seed=`` or ``philox=``; with an ERE schedule the draws come from the ring's newest
+    ``c_k`` rows. The rows are those eager ``rb.sample`` draws from the same stream state. ``out`` is a TensorDict with
     batch size ``[B]`` holding the storage's columns (from :func:`empty_batch`, or any
     TensorDict of the right shapes; quantised columns are dequantised into float leaves or
     copied as codes into uint8 leaves), and optionally ``index`` and ``priority_weight``.
@@ -165,13 +149,14 @@ def sample_into(storage: Any, sampler: Sampler, out: TensorDictBase) -> TensorDi
     """
     batch_size = out.batch_size[0]
     weight = None
-    if isinstance(sampler, PhiloxSampler):
-        index = sampler.draw(storage, batch_size)
+    if isinstance(sampler, UniformSampler) and sampler.philox is not None:
+        index = _draw_uniform(sampler, storage, batch_size)
     elif isinstance(sampler, PrioritizedSampler):
         index, weight = _draw_prioritized(sampler, storage, batch_size)
     else:
         raise TypeError(
-            f"sample_into takes a PhiloxSampler or a PrioritizedSampler, got {type(sampler).__name__}"
+            "sample_into takes a PhiloxSampler (a UniformSampler with seed=) or a "
+            f"PrioritizedSampler, got {type(sampler).__name__}"
         )
     _gather_into(storage.packed, index, out)
     if "index" in out.keys():

@@ -20,6 +20,8 @@ Examples:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -191,31 +193,67 @@ def randint_below(words: Tensor, n: Tensor | int) -> Tensor:
 
 
 class PhiloxStream:
-    """A Philox4x32-10 stream whose key and position live in device tensors.
+    """The one Philox4x32-10 stream: key ``seed``, sub-stream ``stream``, a device position.
 
-    The key is the 64-bit ``seed``; counter words 2-3 hold ``stream`` (a rank or worker
-    number: streams never overlap); words 0-1 hold the position, a 0-d int64 tensor that
-    every draw advances in place. No host state changes between draws, so the same code
-    runs eagerly, under ``torch.compile(fullgraph=True)`` and inside a captured CUDA graph,
-    and each replay of a graph draws fresh numbers (it reads and bumps the device position).
+    Draw ``i`` is the Philox output for counter ``(lo32(i), hi32(i), lo32(stream),
+    hi32(stream))`` (:func:`counters_from_offset`) under key ``(lo32(seed), hi32(seed))``;
+    an integer below ``high`` is made from its words 0-1 by :func:`randint_below`, a float by
+    :func:`uniform_from_words`. Every face of the sampling core (the torchrl samplers,
+    :func:`~torchstore.samplers.sample_into`, the Lightning DataModules) draws this way, so
+    one seed gives the same rows on all of them. ``stream`` (a rank or worker number)
+    selects counters no other sub-stream ever uses.
+
+    Two ways to compute the same draws:
+
+    - ``block=0`` (the default): graph-safe. The position is a 0-d int64 device tensor that
+      each draw advances in place; no host state changes between draws, so the same code
+      runs eagerly, under ``torch.compile(fullgraph=True)`` and inside a captured CUDA graph,
+      and each replay of a graph draws fresh numbers.
+    - ``block=k`` (eager loops on the host's schedule): draws are computed ``k`` counters at
+      a time (an eager Philox call is a few hundred small tensor operations, about a
+      millisecond for any size up to a few thousand) and handed out in order; integers and
+      floats made from a block are cached per bound. The position tensor is still updated
+      after every draw, and a checkpoint holds the same numbers in both modes.
 
     Examples:
         >>> s = PhiloxStream(seed=7)
         >>> a = s.randint(4, torch.tensor(10))
         >>> int(s.position)
         4
+        >>> b = PhiloxStream(seed=7, block=64)
+        >>> torch.equal(b.randint(4, 10), a)
+        True
     """
 
-    def __init__(self, seed: int = 0, stream: int = 0, device: torch.device | str = "cpu"):
+    def __init__(
+        self,
+        seed: int = 0,
+        stream: int = 0,
+        device: torch.device | str = "cpu",
+        *,
+        block: int = 0,
+    ):
         for name, value in (("seed", seed), ("stream", stream)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
                 raise ValueError(f"{name} must be an int in [0, 2**63), got {value!r}")
+        if isinstance(block, bool) or not isinstance(block, int) or block < 0:
+            raise ValueError(f"block must be an int >= 0, got {block!r}")
         device = torch.device(device)
         self.seed = seed
         self.stream = stream
-        self.key = torch.tensor([seed & _MASK32, (seed >> 32) & _MASK32], dtype=torch.int64, device=device)
+        self.block = block
+        self.key = torch.tensor(
+            [seed & _MASK32, (seed >> 32) & _MASK32], dtype=torch.int64, device=device
+        )
         self.stream_id = torch.tensor(stream, dtype=torch.int64, device=device)
         self.position = torch.zeros((), dtype=torch.int64, device=device)
+        self._forget_block()
+
+    def _forget_block(self) -> None:
+        self._host_position: int | None = 0 if self.block else None
+        self._block_start = 0
+        self._block_words: Tensor | None = None
+        self._derived: dict[Any, Tensor] = {}
 
     @property
     def device(self) -> torch.device:
@@ -226,20 +264,61 @@ class PhiloxStream:
         self.key = self.key.to(device)
         self.stream_id = self.stream_id.to(device)
         self.position = self.position.to(device)
+        self._block_words, self._derived = None, {}
         return self
 
+    def seek(self, position: int) -> None:
+        """Continue from draw ``position`` (``>= 0``)."""
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ValueError(f"position must be an int >= 0, got {position!r}")
+        self.position.fill_(position)
+        if self.block:
+            self._host_position = position
+
+    def _span(self, n: int) -> slice:
+        """Block mode: make sure draws ``[position, position + n)`` are computed; advance."""
+        if self._host_position is None:  # a graph-safe draw moved the position: sync once
+            self._host_position = int(self.position)
+        pos = self._host_position
+        lo = pos - self._block_start
+        words = self._block_words
+        if words is None or lo < 0 or lo + n > words.shape[0]:
+            size = max(n, self.block)
+            offset = torch.tensor(pos, dtype=torch.int64, device=self.device)
+            self._block_words = philox4x32(
+                counters_from_offset(offset, size, self.stream_id), self.key
+            )
+            self._block_start, self._derived, lo = pos, {}, 0
+        self._host_position = pos + n
+        self.position.fill_(pos + n)
+        return slice(lo, lo + n)
+
     def words(self, n: int) -> Tensor:
-        """``[n, 4]`` fresh words; advances the position by ``n`` in place."""
+        """``[n, 4]`` fresh words; advances the position by ``n``."""
+        if self.block:
+            return self._block_words[self._span(n)]
         out = philox4x32(counters_from_offset(self.position, n, self.stream_id), self.key)
         self.position.add_(n)
         return out
 
     def uniform(self, n: int, dtype: torch.dtype = torch.float64) -> Tensor:
         """``n`` floats in ``[0, 1)`` (see :func:`uniform_from_words`)."""
+        if self.block:
+            span = self._span(n)
+            key = ("uniform", dtype)
+            if key not in self._derived:
+                self._derived[key] = uniform_from_words(self._block_words, dtype)
+            return self._derived[key][span]
         return uniform_from_words(self.words(n), dtype)
 
     def randint(self, n: int, high: Tensor | int) -> Tensor:
         """``n`` integers in ``[0, high)``; ``high`` may be a device tensor (see :func:`randint_below`)."""
+        if self.block and isinstance(high, int):
+            span = self._span(n)
+            key = ("int", high)
+            if key not in self._derived:
+                self._derived[key] = randint_below(self._block_words, high)
+            return self._derived[key][span]
         return randint_below(self.words(n), high)
 
     def state_dict(self) -> dict:
@@ -251,4 +330,10 @@ class PhiloxStream:
                 f"Philox stream (seed {state['seed']}, stream {state['stream']}) does not match "
                 f"this one (seed {self.seed}, stream {self.stream})"
             )
-        self.position.copy_(torch.as_tensor(state["position"]))
+        self.seek(int(torch.as_tensor(state["position"])))
+
+    def __repr__(self) -> str:
+        return (
+            f"PhiloxStream(seed={self.seed}, stream={self.stream}, device={self.device}, "
+            f"block={self.block})"
+        )

@@ -36,10 +36,17 @@ from torch import Tensor
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchrlPrioritizedSampler
 
 from torchstore.errors import EmptyStorageError
+from torchstore.samplers.draws import importance_weight, prioritized_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.philox import PhiloxStream
 from torchstore.samplers.sumtree import SumTree, last_write_wins
-from torchstore.samplers.uniform import _SamplerCommon, ring_geometry, storage_device
+from torchstore.samplers.uniform import (
+    _is_compiling,
+    _SamplerCommon,
+    check_seed,
+    ring_geometry,
+    storage_device,
+)
 
 __all__ = ["PrioritizedSampler"]
 
@@ -67,8 +74,12 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
             or ``"sum"``.
         dtype: tree dtype; float64 by default.
         generator: a ``torch.Generator`` or an int seed (the buffer's generator wins).
-        philox: a :class:`~torchstore.samplers.philox.PhiloxStream` for the graph-safe
-            device path (:func:`torchstore.sample_into`); eager ``sample`` ignores it.
+        philox: a :class:`~torchstore.samplers.philox.PhiloxStream` to draw from (the
+            graph-safe device path, :func:`torchstore.sample_into`, needs one); eager
+            ``sample`` draws from it too, so both give the same rows.
+        seed: build the Philox stream here (key ``seed``, sub-stream ``stream``, on the
+            tree's device, following the storage when ``device`` is ``None``).
+        stream: the Philox sub-stream, with ``seed``.
 
     Examples:
         >>> import torch
@@ -95,6 +106,8 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         dtype: torch.dtype = torch.float64,
         generator: torch.Generator | int | None = None,
         philox: PhiloxStream | None = None,
+        seed: int | None = None,
+        stream: int = 0,
     ) -> None:
         # torchrl's __init__ is skipped on purpose: it builds the C++ trees (see module doc).
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -123,8 +136,13 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         self._high_water = -1
         if philox is not None and not isinstance(philox, PhiloxStream):
             raise TypeError(f"philox must be a PhiloxStream or None, got {type(philox).__name__}")
-        #: the Philox stream the graph-safe device path (``sample_into``) draws from
+        if philox is not None and check_seed(seed) is not None:
+            raise ValueError("pass either philox= or seed=, not both")
+        #: the Philox stream draws come from (``None``: a torch generator)
         self.philox = philox
+        self._follow_stream_device = False
+        if philox is None:
+            self._init_stream(seed, stream, None if device is None else tree_device)
 
     # ------------------------------------------------------------ properties
     @property
@@ -195,6 +213,8 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         if not self._follow_device or storage is None:
             return
         device = storage_device(storage)
+        if self.philox is not None and self._follow_stream_device and device != self.philox.device:
+            self.philox.to(device)
         if device != self._tree.device:
             self._tree.to(device)
             self._raw = self._raw.to(device)
@@ -317,36 +337,81 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
                     f"storage capacity ({ring_capacity})"
                 )
         start, count, _ = self._recent_range(storage)
-        device = self._tree.device
-        u = torch.rand(
-            batch_size,
-            dtype=torch.float64,
-            generator=self.generator,
-            device=self._draw_device(device),
-        ).to(device)
-        if self._ere is None and self._high_water < n:
-            index, value, total = self._tree.sample_whole(u)
-            p_min = self._tree.min_whole()
+        whole = self._ere is None and self._high_water < n
+        beta = self._next_beta()
+        if self.philox is not None:
+            index, weight, total = prioritized_rows(
+                self._tree,
+                self.philox,
+                batch_size,
+                beta,
+                count=None if whole else count,
+                start=None if whole else start,
+            )
         else:
-            index, value, total = self._tree.sample(u, count, start=start)
-            p_min = self._tree.min(count, start=start)
-        if not torch.compiler.is_compiling() and not bool(total > 0):
+            index, weight, total = self._sample_generator(batch_size, beta, whole, start, count)
+        if not _is_compiling() and not bool(total > 0):
             raise EmptyStorageError(
                 f"all {count} sampleable rows have priority 0 (with eps={self._eps}); "
                 "give some row a positive priority or use eps > 0"
             )
-        weight = self._weights(value, p_min)
         out_device = storage_device(storage)
         index = index.to(out_device)
         if getattr(storage, "ndim", 1) > 1:
             index = torch.unravel_index(index, tuple(storage.shape))
         return index, {"priority_weight": weight.to(out_device)}
 
-    def _weights(self, value: Tensor, p_min: Tensor) -> Tensor:
-        """float32 ``(value / p_min) ** -beta``; advances the beta schedule by one call."""
+    def _sample_generator(
+        self, n: int, beta: float, whole: bool, start: int, count: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        device = self._tree.device
+        u = torch.rand(
+            n, dtype=torch.float64, generator=self.generator, device=self._draw_device(device)
+        ).to(device)
+        if whole:
+            index, value, total = self._tree.sample_whole(u)
+            p_min = self._tree.min_whole()
+        else:
+            index, value, total = self._tree.sample(u, count, start=start)
+            p_min = self._tree.min(count, start=start)
+        return index, importance_weight(value, p_min, beta), total
+
+    def draw(
+        self,
+        batch_size: int,
+        *,
+        count: Tensor | int | None = None,
+        start: Tensor | int | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """``batch_size`` rows and their importance weights from the Philox stream.
+
+        Graph-safe (no host sync, no validation): the whole tree with ``count=None``, else
+        the ring range of ``count`` rows from ``start``. ``beta`` is the current one and the
+        beta schedule does not advance (eager :meth:`sample` advances it).
+
+        Raises:
+            TypeError: if the sampler has no Philox stream.
+        """
+        if self.philox is None:
+            raise TypeError(
+                "the device path draws a PrioritizedSampler's uniforms from a Philox stream: "
+                "build it with PrioritizedSampler(capacity, seed=...) or "
+                "PrioritizedSampler(capacity, philox=PhiloxStream(seed, device=...))"
+            )
+        index, weight, _ = prioritized_rows(
+            self._tree, self.philox, batch_size, self.beta, count=count, start=start
+        )
+        return index, weight
+
+    def _next_beta(self) -> float:
+        """The beta of this ``sample`` call; advances the beta schedule by one call."""
         beta = self._beta_at(self._sample_calls)
         self._sample_calls += 1
-        return torch.pow(value / p_min, -beta).to(torch.float32)
+        return beta
+
+    def _weights(self, value: Tensor, p_min: Tensor) -> Tensor:
+        """float32 importance weights at this call's beta; advances the beta schedule."""
+        return importance_weight(value, p_min, self._next_beta())
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

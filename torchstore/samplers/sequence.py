@@ -95,6 +95,8 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
         ere: ERE | None = None,
         generator: torch.Generator | int | None = None,
         priority: PrioritizedSampler | None = None,
+        seed: int | None = None,
+        stream: int = 0,
     ) -> None:
         if priority is not None and not isinstance(priority, PrioritizedSampler):
             raise TypeError(
@@ -108,6 +110,7 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
         ):
             raise ValueError(f"num_windows must be an int >= 1 or None, got {num_windows!r}")
         self._init_common(generator, ere)
+        self._init_stream(seed, stream)
         self.length = length
         self.num_windows = num_windows
         self.pad = bool(pad)
@@ -178,6 +181,7 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
                 n=num_windows,
                 pad=self.pad,
                 generator=self.generator,
+                stream=None if self.philox is None else self._follow_stream(storage),
             )
         else:
             windows, weight = self._sample_prioritized(
@@ -219,9 +223,16 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             raise EmptyStorageError(
                 "all window start rows have priority 0; give some row a positive priority"
             )
-        u = torch.rand(
-            n, 2, dtype=torch.float64, generator=self.generator, device=self._draw_device(device)
-        ).to(device)
+        if self.philox is not None:
+            u = self.philox.uniform(2 * n).to(device).reshape(2, n).T
+        else:
+            u = torch.rand(
+                n,
+                2,
+                dtype=torch.float64,
+                generator=self.generator,
+                device=self._draw_device(device),
+            ).to(device)
         cum = seg_mass.cumsum(0)
         seg = torch.searchsorted(cum, u[:, 0] * cum[-1], right=True)
         seg = seg.clamp(max=int(positive.max()))  # rounding never lands on a massless segment

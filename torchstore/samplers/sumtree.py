@@ -140,7 +140,12 @@ class SumTree:
 
     # ------------------------------------------------------------------ update
     def update(
-        self, index: Tensor | int, value: Tensor | float, *, check: bool = True, resolved: bool = False
+        self,
+        index: Tensor | int,
+        value: Tensor | float,
+        *,
+        check: bool = True,
+        resolved: bool = False,
     ) -> None:
         """Write ``value`` at leaves ``index`` and refresh their ancestors.
 
@@ -178,16 +183,22 @@ class SumTree:
         # index_select / index_copy_ rather than advanced indexing: same values, about
         # half the time per level (duplicate parents all write the same sum).
         self._sum.index_copy_(0, node, winner)
-        self._min.index_copy_(0, node, torch.where(winner > 0, winner, torch.full_like(winner, float("inf"))))
+        self._min.index_copy_(
+            0, node, torch.where(winner > 0, winner, torch.full_like(winner, float("inf")))
+        )
         for _ in range(self.depth):
             node = node >> 1
             left = node << 1
             right = left + 1
             # two gathers and an add beat one gather of the child pairs and a .sum(1)
             # (34 vs 96 us a level for 4096 nodes here)
-            self._sum.index_copy_(0, node, self._sum.index_select(0, left) + self._sum.index_select(0, right))
+            self._sum.index_copy_(
+                0, node, self._sum.index_select(0, left) + self._sum.index_select(0, right)
+            )
             self._min.index_copy_(
-                0, node, torch.minimum(self._min.index_select(0, left), self._min.index_select(0, right))
+                0,
+                node,
+                torch.minimum(self._min.index_select(0, left), self._min.index_select(0, right)),
             )
 
     def _check(self, idx: Tensor, val: Tensor) -> None:

@@ -10,10 +10,18 @@ What the samplers read from a storage (the lead's ``StoreReplay`` ring and the r
 - ``storage.device`` (``None`` or ``"auto"`` means CPU);
 - ``storage.episode_segments()`` for windows (see :mod:`torchstore.samplers.sequence`).
 
-Randomness: a sampler draws from the generator the replay buffer set (``_rng``, which the
-buffer checkpoints itself), else from its own ``generator`` (an int seeds a new one), else
-from torch's global generator. The sampler's own generator state is part of its
-``state_dict``, so sampling continues identically after a load.
+Randomness: a sampler built with ``seed=`` draws from the sampling core's one Philox stream
+(:class:`~torchstore.samplers.philox.PhiloxStream`; the same seed gives the same rows as
+:func:`~torchstore.samplers.sample_into` and the Lightning DataModules). Otherwise it draws
+from the generator the replay buffer set (``_rng``, which the buffer checkpoints itself),
+else from its own ``generator`` (an int seeds a new one), else from torch's global
+generator. The sampler's own stream or generator state is part of its ``state_dict``, so
+sampling continues identically after a load.
+
+Under ``torch.compile`` a sampler never recompiles as the buffer fills: a seeded draw reads
+the fill level from the storage's device scalar (``fill_level``, when it has one), and a
+draw from a torch generator runs outside the graph (``torch.compiler.disable``, as
+torchrl's own samplers do).
 """
 
 from __future__ import annotations
@@ -26,9 +34,11 @@ from torch import Tensor
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchstore.errors import EmptyStorageError
+from torchstore.samplers.draws import uniform_rows
 from torchstore.samplers.ere import ERE
+from torchstore.samplers.philox import PhiloxStream
 
-__all__ = ["UniformSampler", "ring_geometry"]
+__all__ = ["UniformSampler", "ring_geometry", "storage_device", "fill_count"]
 
 _STATE_FILE = "sampler_state.pt"
 
@@ -57,12 +67,53 @@ def storage_device(storage: Any) -> torch.device:
     return torch.device(device)
 
 
+def fill_count(storage: Any) -> Tensor | int:
+    """The storage's row count: its device scalar ``fill_level`` when it has one, else ``len``.
+
+    A tensor count keeps a compiled draw free of the host value (no guard, no recompile).
+    """
+    level = getattr(storage, "fill_level", None)
+    return level if isinstance(level, Tensor) else len(storage)
+
+
+def _is_compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+def check_seed(seed: Any) -> int | None:
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be None or an int in [0, 2**63), got {seed!r}")
+    return seed
+
+
 class _SamplerCommon:
     """Generator, ERE and checkpoint plumbing shared by the torchstore samplers."""
 
     _rng: torch.Generator | None = None
     _generator: torch.Generator | None
     _ere: ERE | None
+    #: the core's Philox stream when the sampler was built with ``seed=`` (else ``None``)
+    philox: PhiloxStream | None = None
+    _follow_stream_device = True
+
+    def _init_stream(
+        self, seed: int | None, stream: int = 0, device: torch.device | str | None = None
+    ) -> None:
+        seed = check_seed(seed)
+        if seed is None:
+            return
+        self.philox = PhiloxStream(seed, stream, "cpu" if device is None else device)
+        self._follow_stream_device = device is None
+
+    def _follow_stream(self, storage: Any) -> PhiloxStream:
+        philox = self.philox
+        if self._follow_stream_device and not _is_compiling():
+            device = storage_device(storage)
+            if device != philox.device:
+                philox.to(device)
+        return philox
 
     def _init_common(self, generator: torch.Generator | int | None, ere: ERE | None) -> None:
         if isinstance(generator, bool) or not (
@@ -104,12 +155,21 @@ class _SamplerCommon:
     def _common_state(self) -> dict[str, Any]:
         gen = self._generator
         return {
+            "philox": None if self.philox is None else self.philox.state_dict(),
             "ere": None if self._ere is None else self._ere.state_dict(),
             "generator": None if gen is None else gen.get_state().clone(),
             "generator_device": None if gen is None else str(gen.device),
         }
 
     def _load_common_state(self, state: dict[str, Any]) -> None:
+        philox = state.get("philox")
+        if philox is not None:
+            if self.philox is None:
+                raise ValueError(
+                    f"the checkpoint was drawn from a Philox stream (seed {philox['seed']}); "
+                    f"build the sampler with seed={philox['seed']} before loading it"
+                )
+            self.philox.load_state_dict(philox)
         ere = state.get("ere")
         if ere is None:
             self._ere = None
@@ -167,6 +227,14 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
             set one, takes precedence.
         ere: an :class:`~torchstore.samplers.ERE` schedule restricting draws to the newest
             rows of the ring.
+        seed: draw from the core's Philox stream with this key (same rows as
+            ``sample_into`` and the DataModules with this seed); needs
+            ``with_replacement=True``. The buffer's generator is then not used.
+        stream: the Philox sub-stream (a rank or worker number), with ``seed``.
+        device: where the Philox state lives; ``None`` follows the storage.
+
+    Raises:
+        ValueError: for ``seed`` without replacement, or a bad ``seed``/``stream``.
 
     Examples:
         >>> import torch
@@ -183,9 +251,18 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
         with_replacement: bool = True,
         generator: torch.Generator | int | None = None,
         ere: ERE | None = None,
+        seed: int | None = None,
+        stream: int = 0,
+        device: torch.device | str | None = None,
     ) -> None:
         self._init_common(generator, ere)
         self.with_replacement = bool(with_replacement)
+        if seed is not None and not self.with_replacement:
+            raise ValueError(
+                "seed= draws rows with replacement from a Philox stream; sampling without "
+                "replacement takes a generator= instead"
+            )
+        self._init_stream(seed, stream, device)
 
     def _sampleable_count(self, storage: Any, batch_size: int) -> int:
         return self._recent_range(storage)[1] if len(storage) else 0
@@ -197,10 +274,23 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
             EmptyStorageError: if the storage holds no rows.
             ValueError: without replacement, if ``batch_size`` exceeds the sampleable rows.
         """
-        if len(storage) == 0:
+        if not _is_compiling() and len(storage) == 0:
             raise EmptyStorageError(
                 "Cannot sample from an empty storage: UniformSampler needs at least one row"
             )
+        if self.philox is not None:
+            return self._sample_seeded(storage, batch_size), {}
+        return self._sample_generator(storage, batch_size), {}
+
+    def _sample_seeded(self, storage: Any, batch_size: int) -> Tensor:
+        philox = self._follow_stream(storage)
+        if self._ere is None:
+            return uniform_rows(philox, batch_size, fill_count(storage))
+        start, count, capacity = self._recent_range(storage)
+        return uniform_rows(philox, batch_size, count, start=start, capacity=capacity)
+
+    @torch.compiler.disable
+    def _sample_generator(self, storage: Any, batch_size: int) -> Tensor:
         start, count, capacity = self._recent_range(storage)
         device = storage_device(storage)
         draw_device = self._draw_device(device)
@@ -217,7 +307,7 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
             perm = torch.randperm(count, generator=self.generator, device=draw_device)
             offset = perm[:batch_size]
         index = offset if start == 0 else (offset + start) % capacity
-        return index.to(device), {}
+        return index.to(device)
 
     def state_dict(self) -> dict[str, Any]:
         """Replacement flag, ERE schedule and own generator state."""
@@ -225,11 +315,14 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` output."""
-        self.with_replacement = bool(state_dict["with_replacement"])
+        self.with_replacement = bool(state_dict.get("with_replacement", True))
         self._load_common_state(state_dict)
 
     def _empty(self) -> None:
         return
 
     def __repr__(self) -> str:
-        return f"UniformSampler(with_replacement={self.with_replacement}, ere={self._ere})"
+        return (
+            f"UniformSampler(with_replacement={self.with_replacement}, ere={self._ere}, "
+            f"philox={self.philox})"
+        )

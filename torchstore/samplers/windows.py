@@ -26,7 +26,7 @@ Examples:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -34,6 +34,8 @@ from torch import Tensor
 from torchstore.errors import EmptyStorageError
 
 __all__ = [
+    "RowSet",
+    "context_windows",
     "Windows",
     "window_counts",
     "choose_windows",
@@ -148,6 +150,7 @@ def sample_windows(
     n: int,
     pad: bool = False,
     generator: torch.Generator | None = None,
+    stream: Any = None,
 ) -> Windows:
     """Draw ``n`` windows uniformly over all valid windows (see the module docstring).
 
@@ -159,6 +162,8 @@ def sample_windows(
         n: number of windows (>= 0).
         pad: allow padded windows in segments shorter than ``T``.
         generator: torch generator for the draws (the global one when ``None``).
+        stream: a :class:`~torchstore.samplers.philox.PhiloxStream` to draw from instead
+            (window number ``g`` is ``stream.randint(n, total)``).
 
     Returns:
         The :class:`Windows`, on the device of ``start``.
@@ -186,8 +191,11 @@ def sample_windows(
             f"no episode holds a window of length T={T}: the longest episode has {longest} "
             "rows; pass pad=True or use a shorter window"
         )
-    draw_device = generator.device if generator is not None else start.device
-    draws = torch.randint(total, (n,), generator=generator, device=draw_device)
+    if stream is not None:
+        draws = stream.randint(n, total)
+    else:
+        draw_device = generator.device if generator is not None else start.device
+        draws = torch.randint(total, (n,), generator=generator, device=draw_device)
     return choose_windows(
         start, length, episode_id, draws.to(start.device), capacity=capacity, T=T, pad=pad
     )
@@ -217,3 +225,93 @@ def clip_segments(
     new_pos = torch.maximum(pos, torch.as_tensor(keep_from, device=pos.device))
     new_len = (pos + length - new_pos).clamp(min=0)
     return (new_pos + cursor) % capacity, new_len
+
+
+class RowSet:
+    """The rows of a set of episode segments, numbered ``0 .. total - 1`` segment by segment.
+
+    The row set of the uniform policy over episodes (a DataModule's training or validation
+    episodes): drawing ``g`` uniformly in ``[0, total)`` and calling :meth:`locate` gives a
+    row uniform over all rows of the segments (a long episode weighs by its length). It is
+    :func:`choose_windows` with ``T = 1``, kept as a class so the cumulative lengths are
+    computed once.
+
+    Args:
+        start, length, episode_id: ``[S]`` int64 segment tensors (rows ``start ..
+            start + length - 1``, not wrapping), on the device rows are drawn on.
+
+    Examples:
+        >>> rows = RowSet(torch.tensor([0, 10]), torch.tensor([3, 2]), torch.tensor([4, 5]))
+        >>> row, seg = rows.locate(torch.tensor([0, 2, 3, 4]))
+        >>> row.tolist(), seg.tolist(), len(rows)
+        ([0, 2, 10, 11], [0, 0, 1, 1], 5)
+    """
+
+    def __init__(self, start: Tensor, length: Tensor, episode_id: Tensor):
+        self.start = start.to(torch.int64)
+        self.length = length.to(device=self.start.device, dtype=torch.int64)
+        self.episode = episode_id.to(device=self.start.device, dtype=torch.int64)
+        self.cum = torch.cumsum(self.length, 0)
+        self.total = int(self.cum[-1]) if len(self.cum) else 0
+        first = int(self.start[0]) if len(self.start) else 0
+        contiguous = bool((self.start[1:] == (self.start + self.length)[:-1]).all())
+        #: first row when the segments are one contiguous block of rows, else ``None``
+        self.first_row = first if contiguous else None
+
+    @classmethod
+    def of_episodes(cls, episodes: Any, ids: Tensor) -> RowSet:
+        """The rows of episodes ``ids`` of an episode index (``offsets``/``lengths`` tensors)."""
+        ids = ids.to(device=episodes.offsets.device, dtype=torch.int64)
+        return cls(episodes.offsets[ids], episodes.lengths[ids], ids)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def locate(self, g: Tensor) -> tuple[Tensor, Tensor]:
+        """``(row, segment)`` of row numbers ``g``; ``segment`` indexes this set's segments."""
+        seg = torch.searchsorted(self.cum, g, right=True)
+        return self.start[seg] + g - (self.cum[seg] - self.length[seg]), seg
+
+    def rows(self, g: Tensor) -> Tensor:
+        """Rows of row numbers ``g`` (no segment lookup when the rows are contiguous)."""
+        if self.first_row is not None:
+            return g + self.first_row
+        return self.locate(g)[0]
+
+    def segment_of(self, row: Tensor) -> Tensor:
+        """The segment holding each of ``row`` (rows must belong to the set)."""
+        order = torch.argsort(self.start)
+        pos = torch.searchsorted(self.start[order], row, right=True) - 1
+        return order[pos.clamp(min=0)]
+
+
+def context_windows(
+    row: Tensor, first: Tensor, length: Tensor, *, before: int, after: int
+) -> tuple[Tensor, Tensor]:
+    """Rows ``row - before .. row + after`` clamped to each row's episode, with a mask.
+
+    The window of history and chunk padding: an observation history of ``before + 1``
+    steps ends at ``row`` and an action chunk of ``after + 1`` steps starts there. Steps
+    before the episode's first row repeat the first row, steps after its last row repeat
+    the last row, and the mask is ``False`` on them.
+
+    Args:
+        row: ``[n]`` int64 rows.
+        first, length: ``[n]`` first row and length of each row's episode.
+        before, after: steps of context before and after ``row`` (>= 0).
+
+    Returns:
+        ``(index, mask)``, both ``[n, before + after + 1]``; column ``before`` is ``row``.
+
+    Examples:
+        >>> index, mask = context_windows(torch.tensor([5]), torch.tensor([4]),
+        ...                               torch.tensor([3]), before=2, after=2)
+        >>> index.tolist(), mask.tolist()
+        ([[4, 4, 5, 6, 6]], [[False, True, True, True, False]])
+    """
+    steps = torch.arange(-before, after + 1, device=row.device)
+    lo = first.unsqueeze(1)
+    hi = lo + length.unsqueeze(1) - 1
+    index = row.unsqueeze(1) + steps
+    mask = (index >= lo) & (index <= hi)
+    return torch.minimum(torch.maximum(index, lo), hi), mask
