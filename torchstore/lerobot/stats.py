@@ -2,8 +2,7 @@
 
 LeRobot stores ``min, max, mean, std, count, q01, q10, q50, q90, q99`` for every non-string
 feature: per episode as ``stats/<feature>/<stat>`` columns of the episodes table, and
-aggregated over the dataset in ``meta/stats.json`` (shared/specs/lerobot-v3.md sections 5
-and 7). This module computes both, and converts them to and from JSON.
+aggregated over the dataset in ``meta/stats.json``. This module computes both, and converts them to and from JSON.
 
 What matches lerobot 0.6 (``lerobot/datasets/compute_stats.py``), so a dataset extended by
 either library aggregates the same:
@@ -119,6 +118,44 @@ def _column_quantiles(column: np.ndarray, lo: float, hi: float, *, weights: np.n
     return histogram_quantiles(hist, edges, len(column) if count is None else count)
 
 
+def _columns_quantiles(x: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
+    """:func:`_column_quantiles` of every column of ``x`` ``[rows, K]`` at once: ``[5, K]``.
+
+    The same histogram ``np.histogram`` builds from explicit edges (a value falls in the
+    bin whose left edge is the last one at or below it; the last bin includes its right
+    edge), by one ``searchsorted`` and one ``bincount`` per column instead of a sort.
+    """
+    rows, k = x.shape
+    out = np.full((len(_Q), k), np.nan)
+    finite = np.isfinite(lows) & np.isfinite(highs)
+    edges = np.linspace(lows - _PAD, highs + _PAD, _BINS + 1, axis=-1)  # [K, bins + 1]
+    regular = finite & (np.diff(edges, axis=-1) > 0).all(axis=-1)
+    hist = np.zeros((k, _BINS), dtype=np.int64)
+    for c in np.flatnonzero(regular):
+        bins = np.searchsorted(edges[c], x[:, c], side="right") - 1
+        np.minimum(bins, _BINS - 1, out=bins)  # the last edge belongs to the last bin
+        hist[c] = np.bincount(bins, minlength=_BINS)
+    cumulative = np.cumsum(hist, axis=-1)  # [K, bins]
+    target = _Q * rows
+    idx = (cumulative[:, None, :] < target[None, :, None]).sum(axis=-1)  # [K, 5]: searchsorted left
+    for c in range(k):
+        if not regular[c]:
+            if finite[c]:
+                out[:, c] = _column_quantiles(x[:, c], lows[c], highs[c])
+            continue
+        e, cum = edges[c], cumulative[c]
+        for i, (j, t) in enumerate(zip(idx[c].tolist(), target.tolist(), strict=True)):
+            if j == 0:
+                out[i, c] = e[0]
+            elif j >= _BINS:
+                out[i, c] = e[-1]
+            else:
+                before = cum[j - 1]
+                inside = cum[j] - before
+                out[i, c] = e[j] if inside == 0 else e[j] + (t - before) / inside * (e[j + 1] - e[j])
+    return out
+
+
 def numeric_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     """Stats of one episode's values ``[n, *shape]``, as lerobot 0.6 computes them.
 
@@ -152,10 +189,7 @@ def numeric_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     if n < 2:
         quantiles = np.repeat(mean[None], len(_Q), axis=0)
     else:
-        lows, highs = mins.astype(np.float64), maxes.astype(np.float64)
-        quantiles = np.stack(
-            [_column_quantiles(xf[:, k], lows[k], highs[k]) for k in range(xf.shape[1])], axis=1
-        )
+        quantiles = _columns_quantiles(xf, mins.astype(np.float64), maxes.astype(np.float64))
     for i, name in enumerate(QUANTILES):
         stats[name] = quantiles[i]
     return stats
