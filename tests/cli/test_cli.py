@@ -4,7 +4,10 @@ import json
 import subprocess
 import sys
 
+import torch
+
 from torchstore.cli import main
+from torchstore.data.store import TrajectoryStore
 
 
 def test_demo_then_info_as_a_user_types_it(tmp_path):
@@ -48,3 +51,118 @@ def test_import_lafan_command(tmp_path, capsys):
     assert main(["info", str(tmp_path / "g1.h5")]) == 0
     out = capsys.readouterr().out
     assert "left_hip_pitch_joint" in out and "lafan1/g1" in out
+
+
+def _cli(*args, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "torchstore.cli", *args], capture_output=True, text=True, **kw
+    )
+
+
+def test_version_and_help_show_defaults():
+    from torchstore import __version__
+
+    run = _cli("--version")
+    assert run.returncode == 0 and run.stdout.strip() == f"torchstore {__version__}"
+    text = " ".join(_cli("demo", "--help").stdout.split())
+    assert "--episodes EPISODES episodes to write (default: 20)" in text
+    assert "--seed SEED random seed (same seed, same rows) (default: 0)" in text
+    remote = _cli("remote", "--help").stdout
+    assert "index.json" in remote and "remote index DIR" in remote
+
+
+def test_demo_refuses_an_existing_store_unless_overwrite(tmp_path):
+    path = tmp_path / "runs.h5"
+    assert _cli("demo", str(path), "--episodes", "3", "--steps", "100").returncode == 0
+    before = path.read_bytes()
+    run = _cli("demo", str(path), "--episodes", "2")
+    assert run.returncode == 1 and "--overwrite" in run.stderr and len(run.stderr.splitlines()) == 1
+    assert path.read_bytes() == before
+    assert _cli("demo", str(path), "--episodes", "2", "--steps", "5", "--overwrite").returncode == 0
+    with TrajectoryStore(path) as store:
+        assert store.num_rows == 10
+
+
+def test_demo_data_is_byte_reproducible_and_never_replaces_a_foreign_file(tmp_path):
+    import time
+
+    first, second = tmp_path / "a" / "reach.h5", tmp_path / "b" / "reach.h5"
+    assert _cli("demo-data", str(first), "--episodes", "3").returncode == 0
+    time.sleep(1.1)  # a timestamp anywhere in the file would now differ
+    assert _cli("demo-data", str(second), "--episodes", "3").returncode == 0
+    assert first.read_bytes() == second.read_bytes()
+    assert sorted(p.name for p in first.parent.iterdir()) == ["reach.h5"]  # no leftovers
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    for extra in ([], ["--overwrite"]):
+        run = _cli("demo-data", str(notes), "--episodes", "2", *extra)
+        assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert notes.read_text() == "my notes\n"
+    run = _cli("demo-data", str(first), "--episodes", "2")
+    assert run.returncode == 1 and "--overwrite" in run.stderr
+
+
+def test_info_median_of_an_even_count_and_a_store_with_no_episodes(tmp_path, capsys):
+    from torchstore.data.columns import ColumnSpec
+    from torchstore.data.writer import TrajectoryStoreWriter
+
+    path = tmp_path / "two.h5"
+    with TrajectoryStoreWriter(path, [ColumnSpec("obs", "float32", (2,))]) as w:
+        w.add_episode({"obs": torch.zeros(20, 2)})
+        w.add_episode({"obs": torch.zeros(30, 2)})
+    assert main(["info", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["episode_length"] == {"min": 20, "median": 25.0, "max": 30}
+    assert main(["info", str(path)]) == 0
+    assert "length min 20, median 25, max 30" in capsys.readouterr().out
+    empty = tmp_path / "empty.h5"
+    TrajectoryStoreWriter(empty, [ColumnSpec("obs", "float32", (2,))]).close()
+    assert main(["info", str(empty), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["episodes"] == 0 and info["episode_length"] is None
+    assert main(["info", str(empty)]) == 0
+    assert "episodes   0  (no episodes)" in capsys.readouterr().out
+
+
+def test_info_on_folders_that_are_not_stores(tmp_path, capsys):
+    minari = tmp_path / "minari"
+    (minari / "data").mkdir(parents=True)
+    (minari / "data" / "metadata.json").write_text("{}")
+    assert main(["info", str(minari)]) == 1
+    err = capsys.readouterr().err
+    assert "Minari folders are not supported by info yet" in err and len(err.splitlines()) == 1
+    assert main(["info", str(tmp_path)]) == 1
+    assert "not a LeRobot dataset (no meta/info.json)" in capsys.readouterr().err
+
+
+def test_progress_bars_written_to_a_log_redraw_rarely(tmp_path):
+    import numpy as np
+
+    src = tmp_path / "g1"
+    src.mkdir()
+    frames = np.zeros((400, 36))
+    frames[:, 6] = 1.0
+    for i in range(60):
+        np.savetxt(src / f"m{i:02d}.csv", frames, delimiter=",", fmt="%.3f")
+    run = _cli("import-lafan", str(src), str(tmp_path / "g1.h5"))  # stderr is a pipe, not a tty
+    assert run.returncode == 0, run.stderr
+    redraws = run.stderr.count("\r") + run.stderr.count("\n")
+    assert "import-lafan" in run.stderr and "120/120" in run.stderr  # a bar, and it finished
+    assert redraws <= 6, run.stderr  # tqdm's default would redraw on most of the 120 steps
+
+
+def test_one_redraw_rule_for_every_bar():
+    import io
+
+    from torchstore.io.progress import LOG_INTERVAL_S, bar_options
+
+    assert bar_options(file=io.StringIO())["mininterval"] == LOG_INTERVAL_S
+    assert "mininterval" not in bar_options(file=_Tty())
+    assert bar_options(file=io.StringIO(), mininterval=1.0)["mininterval"] == 1.0
+
+
+class _Tty:
+    def isatty(self):
+        return True
+
+    def write(self, text):
+        return len(text)

@@ -192,7 +192,7 @@ def folder_path(text: str) -> Path:
     return path
 
 
-folder_path = _named(folder_path, "folder")
+folder_path = _named(folder_path, "cache folder")
 
 
 def cli_words(message: str, flags: Iterable[tuple[str, str]]) -> str:

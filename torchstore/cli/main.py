@@ -149,9 +149,19 @@ def _export_lerobot(args: argparse.Namespace) -> None:
 
 
 # ---------------------------------------------------------------- parser
-def _writes(p: argparse.ArgumentParser, dest: str, resume: Callable[[argparse.Namespace], str] | None = None) -> None:
-    """Record which argument a command writes, for the one-line Ctrl-C report."""
-    p.set_defaults(output=dest, resume_hint=resume)
+def _writes(
+    p: argparse.ArgumentParser,
+    dest: str,
+    resume: Callable[[argparse.Namespace], str] | None = None,
+    *,
+    episodes: bool = True,
+) -> None:
+    """Record which argument a command writes: for the Ctrl-C report and failure clean-up.
+
+    ``episodes``: the output is a store or a LeRobot folder whose committed episodes the
+    Ctrl-C line counts.
+    """
+    p.set_defaults(output=dest, resume_hint=resume, counts_episodes=episodes)
 
 
 def _demo_resume(a: argparse.Namespace) -> str:
@@ -244,6 +254,7 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
         help="episodes to draw traces and frames of",
     )
     p.set_defaults(func=_viz)
+    _writes(p, "out", episodes=False)
 
     p = sub.add_parser(
         "import-lerobot",
@@ -366,7 +377,7 @@ def _committed(path: Path) -> int | None:
 
 def _interrupted(args: argparse.Namespace, before: tuple[int, int] | None) -> str:
     dest = getattr(args, "output", None)
-    if dest is None:
+    if dest is None or not getattr(args, "counts_episodes", False):
         return "interrupted"
     path = Path(getattr(args, dest))
     if _state(path) == before:
@@ -377,6 +388,27 @@ def _interrupted(args: argparse.Namespace, before: tuple[int, int] | None) -> st
     hint = getattr(args, "resume_hint", None)
     tail = f", resume with: {hint(args)}" if hint else ", run again with --overwrite to start over"
     return f"interrupted; {n} episodes committed to {path}{tail}"
+
+
+def _missing_folders(path: object) -> list[Path]:
+    """The folders above ``path`` that do not exist yet, deepest first."""
+    if path is None:
+        return []
+    missing = []
+    folder = Path(path).parent  # type: ignore[arg-type]
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_if_empty(folders: list[Path]) -> None:
+    """Undo the parent folders a failed command created for its output (empty ones only)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _quiet_stdout() -> None:
@@ -399,13 +431,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    before = _state(getattr(args, getattr(args, "output", "") or "", None))
+    output = getattr(args, getattr(args, "output", "") or "", None)
+    before, created = _state(output), _missing_folders(output)
     try:
         args.func(args)
         sys.stdout.flush()
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the report
         try:
+            _remove_if_empty(created)
             print(_interrupted(args, before), file=sys.stderr)
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -414,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE
     except (TorchstoreError, OSError, ValueError, ImportError) as exc:
+        _remove_if_empty(created)
         words = types.cli_words(str(exc) or type(exc).__name__, _flags(_command_parser(parser, args)))
         print(f"torchstore {args.command}: {words}", file=sys.stderr)
         return 1

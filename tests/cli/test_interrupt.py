@@ -1,0 +1,150 @@
+"""Ctrl-C (a real SIGINT to a real ``torchstore`` process) and a closed stdout pipe."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from torchstore.data.store import TrajectoryStore
+
+ENV = {**os.environ, "TORCHSTORE_DISABLE_PROGRESS": "1"}
+
+
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "torchstore.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+
+
+def _committed(path: Path) -> int:
+    try:
+        with TrajectoryStore(path) as store:
+            return store.num_episodes
+    except Exception:  # noqa: BLE001 - not created yet, or mid-creation
+        return 0
+
+
+def _interrupt_after(proc: subprocess.Popen, path: Path, episodes: int) -> tuple[int, str]:
+    """SIGINT ``proc`` once ``path`` holds ``episodes`` committed episodes."""
+    deadline = time.monotonic() + 180
+    while _committed(path) < episodes:
+        assert proc.poll() is None, f"finished before it could be interrupted: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "no episode committed in time"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def _rows(path: Path, columns: list[str]) -> dict[str, np.ndarray]:
+    with TrajectoryStore(path) as store:
+        slab = store.read_slab(0, store.num_rows, columns)
+        return {c: slab.get(c).numpy() for c in columns}
+
+
+def test_ctrl_c_during_demo_reports_committed_episodes_and_resumes_to_the_same_rows(tmp_path):
+    from torchstore.demo import write_demo_store
+
+    path = tmp_path / "runs.h5"
+    proc = _start("demo", str(path), "--episodes", "600", "--steps", "5", "--seed", "3")
+    code, err = _interrupt_after(proc, path, 3)
+    assert code == 130
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    match = re.fullmatch(r"interrupted; (\d+) episodes committed to (\S+), resume with: (.+)", err.strip())
+    assert match, err
+    n = int(match.group(1))
+    assert 3 <= n < 600 and match.group(2) == str(path) and _committed(path) == n
+    resume = shlex.split(match.group(3))
+    assert resume[:2] == ["torchstore", "demo"] and "--resume" in resume
+    done = subprocess.run(
+        [sys.executable, "-m", "torchstore.cli", *resume[1:]],
+        capture_output=True, text=True, env=ENV, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    whole = write_demo_store(tmp_path / "whole.h5", episodes=600, steps=5, seed=3)
+    columns = ["obs", "action", "reward", "done"]
+    got, want = _rows(path, columns), _rows(whole, columns)
+    for c in columns:
+        np.testing.assert_array_equal(got[c], want[c])
+    with TrajectoryStore(path) as store:
+        assert [store.episode_metadata(i)["episode"] for i in (0, n, 599)] == [0, n, 599]
+
+
+def _lafan_folder(root: Path, files: int, frames: int) -> Path:
+    root.mkdir()
+    t = np.linspace(0.0, 1.0, frames)
+    for i in range(files):
+        data = np.zeros((frames, 36))
+        data[:, 0] = t * (i + 1)
+        data[:, 6] = 1.0  # identity orientation, scalar last
+        data[:, 7:] = np.sin(t[:, None] * (i + 1))
+        np.savetxt(root / f"clip{i:03d}.csv", data, delimiter=",", fmt="%.6f")
+    return root
+
+
+def test_ctrl_c_during_import_lafan_then_the_printed_resume_command_finishes_it(tmp_path):
+    from torchstore.motion import import_lafan
+
+    source = _lafan_folder(tmp_path / "g1", files=150, frames=300)
+    dest = tmp_path / "out" / "lafan.h5"
+    proc = _start("import-lafan", str(source), str(dest), "--fps", "60")
+    code, err = _interrupt_after(proc, dest, 2)
+    assert code == 130 and "Traceback" not in err, err
+    line = err.strip()
+    assert len(line.splitlines()) == 1 and line.startswith("interrupted; "), err
+    resume = shlex.split(line.split("resume with: ", 1)[1])
+    assert resume[1] == "import-lafan" and "--resume" in resume and "--fps" in resume
+    done = subprocess.run(
+        [sys.executable, "-m", "torchstore.cli", *resume[1:]],
+        capture_output=True, text=True, env=ENV, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    whole = import_lafan(source, tmp_path / "whole.h5", fps=60)
+    got, want = _rows(dest, ["root_pos", "joint_pos"]), _rows(whole, ["root_pos", "joint_pos"])
+    for c in got:
+        np.testing.assert_array_equal(got[c], want[c])
+
+
+def test_ctrl_c_before_anything_is_written_says_so(tmp_path):
+    """An interrupted import-lafan still validating its files leaves no store."""
+    source = _lafan_folder(tmp_path / "g1", files=400, frames=300)
+    dest = tmp_path / "new" / "lafan.h5"
+    proc = _start("import-lafan", str(source), str(dest))
+    time.sleep(4.0)  # torch imported, files being validated (400 of them take far longer)
+    if proc.poll() is not None:
+        pytest.skip("the import finished before the signal; nothing to check")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip() in (f"interrupted; nothing written to {dest}", "interrupted"), err
+    assert not dest.exists() and not dest.parent.exists()
+
+
+def test_info_json_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
+    from torchstore.data.columns import ColumnSpec
+    from torchstore.data.writer import TrajectoryStoreWriter
+
+    path = tmp_path / "big_meta.h5"
+    notes = {f"note_{i}": "x" * 200 for i in range(2000)}  # ~400 KB of JSON: more than a pipe holds
+    with TrajectoryStoreWriter(path, [ColumnSpec("obs", "float32", (2,))], metadata=notes) as w:
+        w.add_episode({"obs": np.zeros((3, 2), dtype=np.float32)})
+    run = subprocess.run(
+        f"{shlex.quote(sys.executable)} -m torchstore.cli info {shlex.quote(str(path))} --json | head -1",
+        shell=True, capture_output=True, text=True, env=ENV, timeout=300,
+    )
+    assert run.stdout == "{\n"
+    assert "Traceback" not in run.stderr and "BrokenPipeError" not in run.stderr, run.stderr
+    assert run.stderr == ""
