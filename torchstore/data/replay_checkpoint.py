@@ -16,7 +16,7 @@ import torch
 from torchstore.data.ring_episodes import age_rows
 from torchstore.data.store import TrajectoryStore
 from torchstore.data.writer import TrajectoryStoreWriter
-from torchstore.errors import StoreFormatError
+from torchstore.errors import DestinationError, StoreFormatError
 
 if TYPE_CHECKING:
     from torchstore.data.replay import StoreReplay
@@ -32,9 +32,17 @@ _SLAB_ROWS = 65536
 
 
 def dump_replay(replay: StoreReplay, path: Path) -> None:
-    """Write the ring to ``path/replay.h5`` as a trajectory store, oldest rows first."""
+    """Write the ring to ``path/replay.h5`` as a trajectory store, oldest rows first.
+
+    The previous checkpoint is never destroyed: the new one is written aside and renamed
+    over it only once complete (a kill or an error before that leaves the old one
+    loadable). A ``replay.h5`` that is not a torchstore store, or that another live process
+    is writing, is refused.
+    """
     if not replay.initialized:
         raise RuntimeError("Cannot save a non-initialized storage.")
+    if path.exists() and not path.is_dir():
+        raise DestinationError(f"{path} is a file; a replay checkpoint is written into a folder")
     path.mkdir(parents=True, exist_ok=True)
     index = replay._episodes
     start, length, ids = index.segments()

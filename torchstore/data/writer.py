@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import torch
 from tensordict import TensorDictBase
@@ -24,9 +25,18 @@ from tensordict import TensorDictBase
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.layout import StoreDatasets, build_store_file, read_manifest
 from torchstore.data.manifest import Manifest
-from torchstore.errors import ColumnError, EpisodeError, StorageFullError
+from torchstore.errors import (
+    ColumnError,
+    DestinationExistsError,
+    EpisodeError,
+    StorageFullError,
+    StoreFormatError,
+    TorchstoreError,
+)
 from torchstore.io.checksummed import STAGE_BYTES
-from torchstore.io.hdf5 import create_atomically, fsync_file, open_for_append
+from torchstore.io.destination import check_destination
+from torchstore.io.hdf5 import create_atomically, fsync_file, open_for_append, require_hdf5
+from torchstore.io.writer_lock import WriterLock
 
 __all__ = ["TrajectoryStoreWriter", "flatten_rows"]
 
@@ -47,6 +57,16 @@ def _disk_full_errno(exc: BaseException) -> int | None:
                 return code
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable (best effort: some filesystems refuse it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def flatten_rows(rows: Mapping[str, Any] | TensorDictBase) -> dict[str, Any]:
@@ -78,7 +98,17 @@ class TrajectoryStoreWriter:
         env_id: the environment the data comes from.
         seed: the seed it was generated with.
         metadata: free-form JSON-serialisable metadata kept in the manifest.
-        overwrite: replace an existing file instead of refusing.
+        overwrite: replace an existing store instead of refusing. The new store is
+            written aside and renamed over the old one by :meth:`close`; until then, and
+            if the writer is killed or its ``with`` block raises, the old store stays.
+            A file that is not a torchstore store, or a store another live process is
+            writing, is never replaced.
+
+    One writer per store: a writer holds an OS lock on the hidden ``.NAME.lock`` next to
+    the file for its lifetime, and a second writer (new, ``resume`` or ``overwrite``) of the
+    same file is refused with :class:`~torchstore.errors.StoreLockedError` naming the
+    holder. The kernel drops the lock when its process dies, so a killed writer's store
+    can be resumed at once.
         durable: ``fsync`` at every commit, so committed episodes survive power loss too
             (SIGKILL safety needs no fsync).
         created: the creation time the manifest records (ISO 8601); None records now.
@@ -104,10 +134,26 @@ class TrajectoryStoreWriter:
         manifest = Manifest.new(
             columns, env_id=env_id, seed=seed, metadata=metadata, created=created
         )
-        if path.exists() and not overwrite:
-            raise FileExistsError(f"{path} exists; pass overwrite=True to replace it, or use resume()")
-        create_atomically(path, lambda f: build_store_file(f, manifest))
-        self._attach(path, manifest, durable)
+        if path.exists() and not overwrite and not path.is_dir():
+            raise DestinationExistsError(
+                f"{path} exists; pass overwrite=True to replace it, or use resume()"
+            )
+        check_destination(path, overwrite=overwrite, what="store")
+        lock = WriterLock.acquire(path)
+        try:
+            aside = None
+            if path.exists():
+                # Write the new store aside; the old one stays whole until close() renames.
+                aside = path.with_name(f".{path.name}.partial")
+                aside.unlink(missing_ok=True)  # a killed overwrite's leftover (we hold the lock)
+            create_atomically(aside or path, lambda f: build_store_file(f, manifest))
+            file = open_for_append(aside or path, lock=lock)
+        except BaseException:
+            if aside is not None:
+                aside.unlink(missing_ok=True)
+            lock.release()
+            raise
+        self._attach(path, manifest, durable, file=file, lock=lock, aside=aside)
 
     @classmethod
     def resume(cls, path: str | os.PathLike, *, durable: bool = False) -> TrajectoryStoreWriter:
@@ -116,24 +162,42 @@ class TrajectoryStoreWriter:
         Works on a store whose writer was killed: uncommitted rows are dropped and the
         committed ones are verified before appending resumes.
         """
-        path = Path(path)
+        path = require_hdf5(path)
         writer = cls.__new__(cls)
-        f = open_for_append(path)
+        lock = WriterLock.acquire(path)
+        try:
+            f = open_for_append(path, lock=lock)
+        except BaseException:
+            lock.release()
+            raise
         try:
             manifest = read_manifest(f, str(path))
         except BaseException:
             f.close()
+            lock.release()
             raise
-        writer._attach(path, manifest, durable, file=f)
+        writer._attach(path, manifest, durable, file=f, lock=lock)
         return writer
 
-    def _attach(self, path: Path, manifest: Manifest, durable: bool, file=None) -> None:
+    def _attach(
+        self,
+        path: Path,
+        manifest: Manifest,
+        durable: bool,
+        *,
+        file: h5py.File,
+        lock: WriterLock,
+        aside: Path | None = None,
+    ) -> None:
         self.path = path
         self.manifest = manifest
         self.columns: tuple[ColumnSpec, ...] = manifest.columns
         self._specs = {c.name: c for c in self.columns}
         self._durable = durable
-        self._file = file if file is not None else open_for_append(path)
+        self._file = file
+        self._lock = lock
+        self._aside = aside  # the file written when replacing an existing store
+        self._written = aside or path
         self._closed = False
         try:
             self._ds = StoreDatasets.open(self._file, manifest)
@@ -143,8 +207,17 @@ class TrajectoryStoreWriter:
             self._ds.ep_index.start_writing(episodes)
             self._ds.ep_meta.start_writing(meta)
             self._file.flush()
-        except BaseException:
+        except BaseException as exc:
             self._file.close()
+            if aside is not None:
+                aside.unlink(missing_ok=True)
+            lock.release()
+            if isinstance(exc, (KeyError, OSError, RuntimeError)) and not isinstance(
+                exc, TorchstoreError
+            ):
+                raise StoreFormatError(
+                    f"{path} cannot be opened for appending (damaged?): {exc}"
+                ) from exc
             raise
         self._rows, self._episodes, self._meta_bytes = rows, episodes, meta
         self._pending = 0
@@ -272,7 +345,7 @@ class TrajectoryStoreWriter:
             if st.f_bavail * st.f_frsize < need:
                 code = errno.ENOSPC
             limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-            if code is None and limit != resource.RLIM_INFINITY and self.path.stat().st_size + need > limit:
+            if code is None and limit != resource.RLIM_INFINITY and self._written.stat().st_size + need > limit:
                 code = errno.EFBIG
         except OSError:
             return
@@ -316,17 +389,44 @@ class TrajectoryStoreWriter:
             raise StorageFullError(errno.ENOSPC, f"this writer stopped after a refused write: {self._failed}")
 
     def close(self) -> None:
-        """Close the file. Rows appended after the last commit are discarded."""
+        """Close the file. Rows appended after the last commit are discarded.
+
+        A writer that replaces an existing store (``overwrite=True``) wrote its store
+        aside; closing puts it in place (renamed over the old one, after an ``fsync``).
+        """
+        self._finish(replace=True)
+
+    def abort(self) -> None:
+        """Close without putting a replacement in place: the store that was there stays.
+
+        For a writer that replaces an existing store (``overwrite=True``) the new store is
+        deleted; for any other writer this is :meth:`close` (committed episodes stay).
+        Leaving a ``with`` block by an exception aborts.
+        """
+        self._finish(replace=False)
+
+    def _finish(self, *, replace: bool) -> None:
         if self._closed:
             return
         self._closed = True
-        self._file.close()
+        try:
+            self._file.close()
+            if self._aside is not None:
+                if replace:
+                    with open(self._aside, "rb") as done:
+                        os.fsync(done.fileno())
+                    os.replace(self._aside, self.path)
+                    _fsync_folder(self.path.parent)
+                else:
+                    self._aside.unlink(missing_ok=True)
+        finally:
+            self._lock.release()
 
     def __enter__(self) -> TrajectoryStoreWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close()
+        self._finish(replace=exc_type is None)
 
     def __repr__(self) -> str:
         return f"TrajectoryStoreWriter({str(self.path)!r}, rows={self._rows}, episodes={self._episodes})"

@@ -19,6 +19,7 @@ from pathlib import Path
 import h5py
 
 from torchstore.errors import StoreFormatError
+from torchstore.io.writer_lock import WriterLock
 
 __all__ = [
     "create_atomically",
@@ -192,17 +193,25 @@ def _recover_after_kill(path: Path) -> None:
     records, and a reopened writer allocates over it). Clearing the flag, raising the EOA
     to the end of the file and skipping the EOF check fixed all of them. h5py has no API
     for this; the library's own properties and ``H5Fincrement_filesize`` do it.
+
+    The recovery open is itself a SWMR-write open: it marks the file "open for SWMR
+    writing", the state the killed writer left and the one SWMR readers accept, so a kill
+    at any point of the recovery leaves a file readers open and the next resume recovers.
+    (A plain read-write open marks it "open for writing", which readers refuse.)
     """
     lib = _lib()
-    fapl = _fapl()
+    fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
     on = ctypes.c_bool(True)
     for prop in (b"clear_status_flags", b"skip_eof_check"):
         if lib.H5Pset(fapl.id, prop, ctypes.byref(on)) < 0:
             raise OSError(f"this HDF5 build lacks the '{prop.decode()}' property; run h5clear -s --increment=0 {path}")
-    fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR, fapl=fapl)
+    try:
+        fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=fapl)
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        raise StoreFormatError(f"{path} cannot be recovered for appending (damaged?): {exc}") from exc
     try:
         if lib.H5Fincrement_filesize(fid.id, 0) < 0:
-            raise OSError(f"H5Fincrement_filesize failed on {path}")
+            raise StoreFormatError(f"{path} cannot be recovered for appending: H5Fincrement_filesize failed")
     finally:
         fid.close()
 
@@ -210,25 +219,73 @@ def _recover_after_kill(path: Path) -> None:
 def _open_swmr_writer(path: Path) -> h5py.File:
     # Opened straight into SWMR-write mode: a file opened plainly for writing and switched
     # to SWMR afterwards is unreadable (status flag set) if the writer dies in between.
-    return h5py.File(_open_waiting_for_lock(path, h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, _fapl()))
+    # Metadata read attempts are capped as for readers: HDF5's default retries a damaged
+    # object header for minutes before it gives up.
+    fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
+    return h5py.File(_open_waiting_for_lock(path, h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl))
 
 
-def open_for_append(path: str | os.PathLike) -> h5py.File:
-    """Open an existing store as its single SWMR writer, recovering it if its writer was killed."""
-    path = require_hdf5(path)
+class _WriterFile(h5py.File):
+    """A SWMR writer's file that releases the writer lock it owns when it closes."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            lock, self._torchstore_lock = getattr(self, "_torchstore_lock", None), None
+            if lock is not None:
+                lock.release()
+
+
+def _open_locked(path: Path) -> h5py.File:
     try:
         return _open_swmr_writer(path)
     except OSError as exc:
         text = str(exc)
         if "unable to lock file" in text or "errno = 11" in text:
             raise OSError(
-                f"{path} is open in another process: a writer, or a reader that opened it before "
-                "any writer did (live readers must open after the writer)"
+                f"{path} is open in another process: a writer that takes no torchstore lock, or "
+                "a reader that opened it before any writer did (live readers must open after "
+                "the writer)"
             ) from exc
         if "already open for" not in text and "truncated file" not in text:
             raise StoreFormatError(f"{path} cannot be opened for appending: {exc}") from exc
+    except (RuntimeError, KeyError, ValueError) as exc:
+        raise StoreFormatError(f"{path} cannot be opened for appending (damaged?): {exc}") from exc
+    # The caller holds the writer lock, so no live torchstore writer has this file open:
+    # "already open for writing" is the mark of a killed one.
     _recover_after_kill(path)
-    return _open_swmr_writer(path)
+    try:
+        return _open_swmr_writer(path)
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        raise StoreFormatError(f"{path} cannot be opened for appending (damaged?): {exc}") from exc
+
+
+def open_for_append(path: str | os.PathLike, *, lock: WriterLock | None = None) -> h5py.File:
+    """Open an existing store as its single SWMR writer, recovering it if its writer was killed.
+
+    Args:
+        path: the store file.
+        lock: the writer lock the caller already holds for this file (the caller releases
+            it). Without one, the lock is taken here and released when the returned file
+            closes.
+
+    Raises:
+        StoreLockedError: another live process is writing ``path``.
+        StoreFormatError: ``path`` is damaged or not a store file.
+    """
+    path = require_hdf5(path)
+    if lock is not None:
+        return _open_locked(path)
+    own = WriterLock.acquire(path)
+    try:
+        fid = _open_locked(path).id
+    except BaseException:
+        own.release()
+        raise
+    f = _WriterFile(fid)
+    f._torchstore_lock = own
+    return f
 
 
 def fsync_file(f: h5py.File) -> None:

@@ -28,7 +28,7 @@ __all__ = ["lock_path", "live_writer", "WriterLock"]
 #: How long an acquire retries a lock that is busy. A lock held by a writer stays busy for
 #: the writer's lifetime; this only rides out :func:`live_writer` probes, which hold a
 #: shared lock for microseconds.
-_PROBE_GRACE_S = 0.5
+_PROBE_GRACE_S = 0.05
 
 
 def lock_path(path: str | os.PathLike) -> Path:
@@ -146,7 +146,7 @@ class WriterLock:
                         if time.monotonic() > deadline:
                             info = _holder_or_unknown(fd)
                             raise StoreLockedError(locked_message(path, info, what)) from None
-                        time.sleep(0.01)
+                        time.sleep(0.002)
                 # The previous holder may have unlinked the sidecar between our open and our
                 # lock: then we hold a lock on a dead inode, so start over on the path.
                 try:
