@@ -1,6 +1,6 @@
 """LeRobot v3.0 datasets on the Hugging Face Hub: push a folder, resolve its version, download it.
 
-What lerobot expects on the Hub (shared/specs/lerobot-v3.md section 12): the dataset files
+What lerobot expects on the Hub: the dataset files
 without the writer's scratch, a ``README.md`` dataset card, and a ``v3.0`` git tag on the
 pushed commit, because lerobot loads the ref named by its codebase version (else the
 highest ``v3.x`` below it) and refuses a repo with no version tag at all.

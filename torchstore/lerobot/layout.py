@@ -1,6 +1,6 @@
 """Where things live in a LeRobot dataset folder, and the writer's lock on it.
 
-Paths follow shared/specs/lerobot-v3.md section 1 (v3.0) and section 13 (v2.1). Every
+Paths follow LeRobot's v3.0 layout (and v2.1's, which is read too). Every
 file the writer replaces is written under a temporary name and renamed into place, so
 a consistent snapshot of the folder is a set of hard links taken while holding
 :func:`writer_lock`.

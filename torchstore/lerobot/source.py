@@ -1,7 +1,7 @@
 """Read a LeRobot dataset folder, v3.0 or v2.1, one episode at a time.
 
 :class:`LeRobotSource` checks the folder against the invariants LeRobot's own loader
-relies on (shared/specs/lerobot-v3.md section 14) and fails loudly, naming the file:
+relies on and fails loudly, naming the file:
 episodes ``0..N-1`` in order, frame ranges that tile ``0..total_frames``, info.json
 totals that agree with the tables, Parquet files with footers, video files present.
 Episodes are located through the episodes table, never through file names, and read

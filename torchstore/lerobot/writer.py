@@ -1,7 +1,7 @@
 """Record LeRobot v3.0 datasets with a checkpoint after every episode.
 
 LeRobot's recorder keeps its Parquet files open (no footer) and buffers episode metadata,
-so a hard kill loses every episode of the session (shared/specs/lerobot-v3.md section 10).
+so a hard kill loses every episode of the session.
 :class:`LeRobotWriter` instead makes the folder a complete dataset each time
 :meth:`~LeRobotWriter.save_episode` returns:
 
