@@ -152,8 +152,13 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
         _, length, _, _ = self._segments(storage)
         return int(window_counts(length, self.length, pad=self.pad).sum())
 
+    @torch.compiler.disable
     def sample_windows(self, storage: Any, num_windows: int) -> tuple[Tensor, dict[str, Tensor]]:
         """Draw ``num_windows`` windows as a ``[num_windows, length]`` index.
+
+        Runs outside ``torch.compile`` graphs: the episode segments have a data-dependent
+        count, so the draw is host bookkeeping that a graph would recompile for as the
+        buffer fills (torchrl's samplers draw outside the graph the same way).
 
         Returns:
             ``(index, info)``: ``index`` ``[n, T]`` int64 physical rows on the storage's

@@ -46,10 +46,7 @@ _STATE_FILE = "sampler_state.pt"
 def ring_geometry(storage: Any) -> tuple[int, int, int]:
     """``(rows, capacity, cursor)`` of a storage, with fallbacks for torchrl storages."""
     n = len(storage)
-    capacity = getattr(storage, "capacity", None)
-    if capacity is None:
-        capacity = storage.max_size
-    capacity = int(capacity)
+    capacity = ring_geometry_capacity(storage)
     cursor = getattr(storage, "cursor", None)
     if cursor is None:
         last = getattr(storage, "_last_cursor_index", None) if n >= capacity else None
@@ -57,6 +54,12 @@ def ring_geometry(storage: Any) -> tuple[int, int, int]:
         # is taken to have wrapped exactly: cursor 0.
         cursor = n if n < capacity else (0 if last is None else int(last) + 1)
     return n, capacity, int(cursor) % capacity
+
+
+def ring_geometry_capacity(storage: Any) -> int:
+    """The ring's capacity (``storage.capacity``, else torchrl's ``max_size``)."""
+    capacity = getattr(storage, "capacity", None)
+    return int(storage.max_size if capacity is None else capacity)
 
 
 def storage_device(storage: Any) -> torch.device:
@@ -70,10 +73,34 @@ def storage_device(storage: Any) -> torch.device:
 def fill_count(storage: Any) -> Tensor | int:
     """The storage's row count: its device scalar ``fill_level`` when it has one, else ``len``.
 
-    A tensor count keeps a compiled draw free of the host value (no guard, no recompile).
+    Under ``torch.compile`` the count is always a tensor (for a storage without a device
+    scalar, made outside the graph), so the graph never holds the host value: no guard on
+    it, no recompile as the buffer fills.
     """
     level = getattr(storage, "fill_level", None)
-    return level if isinstance(level, Tensor) else len(storage)
+    if isinstance(level, Tensor):
+        return level
+    return _host_tensor(len(storage)) if _is_compiling() else len(storage)
+
+
+def ring_tensors(storage: Any) -> tuple[Tensor, Tensor]:
+    """``(rows, cursor)`` as 0-d int64 tensors (device scalars when the storage has them)."""
+    level = getattr(storage, "fill_level", None)
+    cursor = getattr(storage, "cursor_tensor", None)
+    if isinstance(level, Tensor) and isinstance(cursor, Tensor):
+        return level, cursor
+    return _ring_host_tensors(storage)
+
+
+@torch.compiler.disable
+def _host_tensor(value: int) -> Tensor:
+    return torch.tensor(value, dtype=torch.int64)
+
+
+@torch.compiler.disable
+def _ring_host_tensors(storage: Any) -> tuple[Tensor, Tensor]:
+    n, _, cursor = ring_geometry(storage)
+    return torch.tensor(n, dtype=torch.int64), torch.tensor(cursor, dtype=torch.int64)
 
 
 def _is_compiling() -> bool:
@@ -286,6 +313,12 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
         philox = self._follow_stream(storage)
         if self._ere is None:
             return uniform_rows(philox, batch_size, fill_count(storage))
+        if _is_compiling():  # tensors only, so a growing ring never recompiles
+            rows, cursor = ring_tensors(storage)
+            count = self._ere.recent_count(rows.to(philox.device))
+            capacity = ring_geometry_capacity(storage)
+            start = (cursor.to(philox.device) - count) % capacity
+            return uniform_rows(philox, batch_size, count, start=start, capacity=capacity)
         start, count, capacity = self._recent_range(storage)
         return uniform_rows(philox, batch_size, count, start=start, capacity=capacity)
 
