@@ -166,3 +166,21 @@ class _Tty:
 
     def write(self, text):
         return len(text)
+
+
+def test_write_demo_store_refuses_to_replace_and_resumes_only_its_own_run(tmp_path):
+    import pytest
+
+    from torchstore.demo import write_demo_store
+    from torchstore.errors import StoreFormatError
+
+    path = write_demo_store(tmp_path / "d.h5", episodes=2, steps=5)
+    with pytest.raises(FileExistsError, match="already exists"):
+        write_demo_store(path, episodes=2, steps=5)
+    with pytest.raises(StoreFormatError, match="not written by an interrupted demo"):
+        write_demo_store(path, episodes=4, steps=5, resume=True)  # another run's arguments
+    with pytest.raises(ValueError, match="steps"):
+        write_demo_store(tmp_path / "e.h5", steps=0)
+    assert write_demo_store(path, episodes=2, steps=5, resume=True) == path  # complete: no-op
+    with TrajectoryStore(path) as store:
+        assert store.num_episodes == 2

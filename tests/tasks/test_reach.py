@@ -8,6 +8,7 @@ import torch
 
 from torchstore import TrajectoryStore
 from torchstore.cli import main
+from torchstore.errors import DestinationError
 from torchstore.tasks import (
     TASK_ID,
     RandomPolicy,
@@ -152,6 +153,26 @@ def test_write_demo_data_columns_metadata_and_determinism(tmp_path):
     assert torch.equal(done, rows_a["terminated"] | rows_a["truncated"])
     assert int(done.sum()) == 4 and bool(done[first - 1])
     assert rows_a["pixels"].dtype == torch.uint8  # stored quantised
+    assert a.read_bytes() == b.read_bytes()  # byte-reproducible: no timestamps anywhere
+    assert manifest.created == ""
+
+
+def test_write_demo_data_replaces_only_its_own_stores(tmp_path):
+    path = write_demo_data(tmp_path / "sub" / "reach.h5", episodes=2)
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError, match="already exists"):
+        write_demo_data(path, episodes=3)
+    assert path.read_bytes() == before
+    assert write_demo_data(path, episodes=3, overwrite=True) == path
+    assert _contents(path)[1].numel() == 3
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    with pytest.raises(DestinationError, match="not a torchstore store"):
+        write_demo_data(notes, episodes=2, overwrite=True)
+    assert notes.read_text() == "keep me"
+    with pytest.raises(ValueError, match="seed"):
+        write_demo_data(tmp_path / "x.h5", episodes=2, seed=-1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "sub"]
 
 
 def test_shipped_demo_file_matches_what_demo_data_regenerates(tmp_path):
