@@ -133,3 +133,109 @@ def test_sigkilled_writer_keeps_every_committed_episode(tmp_path):
             status, text = run_forked(_check, path, have + 2)
             assert status == "ok", f"trial {trial} after resume: {status}\n{text}"
     assert sum(1 for r in outcomes if r > 0) > TRIALS // 2  # most kills landed mid-stream
+
+
+# ----------------------------------------------------------------- kills inside resume()
+def _crashed_store(tmp_path) -> tuple[str, int]:
+    """A store whose writer was SIGKILLed mid-stream, and how many episodes it holds."""
+    path = str(tmp_path / "crashed.h5")
+    for delay in (0.3, 0.6, 1.2, 2.4):
+        if os.path.exists(path):
+            os.unlink(path)
+        _kill_writer(path, 0, delay)
+        if os.path.exists(path) and _episodes_in(path) > 0:
+            return path, _episodes_in(path)
+    raise AssertionError("the writer committed nothing before it was killed")
+
+
+def _resume_dying_at(path: str, step: str) -> None:
+    """Resume ``path`` in this (forked) process and SIGKILL it at ``step`` of the resume."""
+    import torchstore.data.writer as writer_module
+    import torchstore.io.hdf5 as hdf5
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    real_lib = hdf5._lib()
+
+    class _Lib:  # libhdf5 with a kill around H5Fincrement_filesize
+        def __getattr__(self, name):
+            return getattr(real_lib, name)
+
+        def H5Fincrement_filesize(self, fid, extra):  # noqa: N802 - the C name
+            if step == "recovery-opened":
+                die()
+            result = real_lib.H5Fincrement_filesize(fid, extra)
+            if step == "eoa-raised":
+                die()
+            return result
+
+    hdf5._lib = lambda: _Lib()
+    recover = hdf5._recover_after_kill
+
+    def recover_then_maybe_die(p):
+        recover(p)
+        if step == "recovered":
+            die()
+
+    hdf5._recover_after_kill = recover_then_maybe_die
+    read_manifest = writer_module.read_manifest
+
+    def reopened(f, source):
+        if step == "reopened":
+            die()
+        return read_manifest(f, source)
+
+    writer_module.read_manifest = reopened
+    writer = TrajectoryStoreWriter.resume(path)
+    if step == "attached":
+        die()
+    writer.close()
+    raise AssertionError(f"the resume never reached step {step!r}")
+
+
+RESUME_STEPS = ("recovery-opened", "eoa-raised", "recovered", "reopened", "attached")
+
+
+@pytest.mark.parametrize("step", RESUME_STEPS)
+def test_a_kill_at_any_step_of_resume_leaves_a_store_readers_open(tmp_path, step):
+    path, have = _crashed_store(tmp_path)
+    status, text = run_forked(_resume_dying_at, path, step, timeout=120)
+    assert status == "crashed", f"{status}: {text}"
+    status, text = run_forked(_check, path, have)  # readers open it as it was left
+    assert status == "ok", f"after a kill at {step}: {status}\n{text}"
+    status, text = run_forked(_resume_and_extend, path, have, timeout=120)
+    assert status == "ok", f"resume after a kill at {step}: {status}\n{text}"
+    status, text = run_forked(_check, path, have + 2)
+    assert status == "ok", f"after resuming a kill at {step}: {status}\n{text}"
+
+
+def _resume_once(path: str) -> None:
+    TrajectoryStoreWriter.resume(path).close()
+
+
+@pytest.mark.slow
+def test_kills_at_random_moments_of_resume_leave_a_store_readers_open(tmp_path):
+    template, have = _crashed_store(tmp_path)
+    data = open(template, "rb").read()
+    rng = random.Random(77)
+    start = time.monotonic()  # how long a whole resume takes here, fork included
+    assert run_forked(_resume_once, template, timeout=120)[0] == "ok"
+    span = max(time.monotonic() - start, 0.005)
+    for trial in range(max(TRIALS // 2, 10)):
+        path = str(tmp_path / f"kill{trial}.h5")
+        with open(path, "wb") as f:
+            f.write(data)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _resume_once(path)
+            finally:
+                os._exit(0)
+        time.sleep(rng.uniform(0.0, span))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        status, text = run_forked(_check, path, have)
+        assert status == "ok", f"trial {trial}: {status}\n{text}"
+        status, text = run_forked(_resume_and_extend, path, have, timeout=120)
+        assert status == "ok", f"trial {trial} resume: {status}\n{text}"
