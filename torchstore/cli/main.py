@@ -108,11 +108,8 @@ def _viz(args: argparse.Namespace) -> None:
 
 
 def _import_lerobot(args: argparse.Namespace) -> None:
-    from torchstore.io.destination import check_destination
-    from torchstore.lerobot import import_lerobot
+    from torchstore.lerobot import import_lerobot  # checks the destination (check_destination)
 
-    local = Path(args.source)
-    check_destination(args.dest, sources=[local] if local.exists() else [], overwrite=args.overwrite)
     summary = import_lerobot(
         args.source,
         args.dest,
@@ -127,11 +124,9 @@ def _import_lerobot(args: argparse.Namespace) -> None:
 
 
 def _export_lerobot(args: argparse.Namespace) -> None:
-    from torchstore.io.destination import check_destination
     from torchstore.io.video import EncoderSettings
-    from torchstore.lerobot import export_lerobot
+    from torchstore.lerobot import export_lerobot  # checks the destination (check_destination)
 
-    check_destination(args.dir, sources=[args.store], overwrite=args.overwrite, what="folder")
     encoder = EncoderSettings.h264() if args.codec == "h264" else None
     summary = export_lerobot(
         args.store,
