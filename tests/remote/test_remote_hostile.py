@@ -85,7 +85,7 @@ def test_hostile_file_lists_are_refused(file_server, tmp_path, files, error, mat
         ),
         (
             {"format": "torchstore-index", "version": 99, "entries": []},
-            "has version 99; this torchstore reads up to 1: upgrade",
+            "has version 99; this torchstore reads up to 2: upgrade",
         ),
         ({"format": "torchstore-index", "version": 1, "entries": {}}, "entries must be a list"),
         (

@@ -63,8 +63,9 @@ def test_second_push_uploads_only_changes_and_index_is_last(file_server, pushed)
     local, _ = pushed
     puts = len(file_server.puts)
     (local / "meta" / "info.json").write_text('{"episodes": 3, "changed": true}')
-    push(local, file_server.url, "ds", progress=False)
-    assert file_server.puts[puts:] == ["ds/meta/info.json", "index.json"]
+    entry = push(local, file_server.url, "ds", replace=True, progress=False)
+    # the replaced revision still points at ds/meta/info.json: the new bytes go beside it
+    assert file_server.puts[puts:] == [f"ds/.blobs/{entry.file('meta/info.json').sha256}", "index.json"]
     assert file_server.puts[0] != "index.json" and file_server.puts[puts - 1] == "index.json"
 
 
@@ -145,9 +146,9 @@ def test_offline_without_cache_fails_clearly(file_server, tmp_path):
 
 
 def test_missing_entry_and_revision(file_server, pushed, tmp_path):
-    with pytest.raises(RemoteNotFoundError, match=r"has no entry 'nope'; it has \['ds'\]"):
+    with pytest.raises(RemoteNotFoundError, match=r"has no entry 'nope' \(its entries: ds\)"):
         pull(file_server.url, "nope", cache_dir=tmp_path / "c", progress=False)
-    with pytest.raises(RemoteNotFoundError, match="serves only the latest revision"):
+    with pytest.raises(RemoteNotFoundError, match="has no revision '0000000' of 'ds'"):
         pull(file_server.url, "ds", cache_dir=tmp_path / "c", revision="0000000", progress=False)
     with pytest.raises(RemoteNotFoundError, match="has no entry 'nope'"):
         RemoteCatalog(file_server.url)["nope"]
@@ -214,9 +215,10 @@ def test_files_dropped_from_an_entry_leave_the_cache(file_server, pushed, tmp_pa
     local, _ = pushed
     got = pull(file_server.url, "ds", cache_dir=tmp_path / "c", progress=False)
     (local / "meta" / "info.json").unlink()
-    push(local, file_server.url, "ds", progress=False)
+    push(local, file_server.url, "ds", replace=True, progress=False)
     got = pull(file_server.url, "ds", cache_dir=tmp_path / "c", progress=False)
     assert not (got / "meta" / "info.json").exists()
+    assert not (got / "meta").exists()  # the folder it leaves empty goes too
     assert tree_bytes(got) == tree_bytes(local)
 
 

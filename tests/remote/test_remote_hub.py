@@ -46,7 +46,7 @@ def test_push_again_commits_only_changes_and_deletes_removed_files(hub, tmp_path
     assert again.commit == first.commit  # nothing changed: no commit
     (local / "meta" / "info.json").unlink()
     (local / "new.txt").write_text("new\n")
-    third = push(local, hub.location, "ds", progress=False)
+    third = push(local, hub.location, "ds", replace=True, progress=False)
     files = HfApi(endpoint=hub.endpoint).list_repo_files(f"{hub.namespace}/ds", repo_type="dataset")
     assert "meta/info.json" not in files and "new.txt" in files and "torchstore.json" in files
     got = pull(hub.location, "ds", cache_dir=tmp_path / "c", revision=third.commit, progress=False)
@@ -61,9 +61,10 @@ def test_pull_a_tag(hub, tmp_path):
     HfApi(endpoint=hub.endpoint).create_tag(f"{hub.namespace}/ds", tag="v1", repo_type="dataset")
     old = tree_bytes(local)
     (local / "meta" / "info.json").write_text('{"episodes": 4}')
-    push(local, hub.location, "ds", progress=False)
+    push(local, hub.location, "ds", replace=True, progress=False)
     got = pull(hub.location, "ds", cache_dir=tmp_path / "c", revision="v1", progress=False)
     assert tree_bytes(got) == old
+    assert pull(hub.location, "ds@v1", cache_dir=tmp_path / "c", progress=False) == got
     got = pull(hub.location, "ds", cache_dir=tmp_path / "c", progress=False)
     assert tree_bytes(got) == tree_bytes(local)
     with pytest.raises(RemoteNotFoundError, match="RevisionNotFoundError"):

@@ -42,9 +42,10 @@ def test_a_busy_cache_entry_times_out(file_server, tmp_path, monkeypatch):
     (tmp_path / "local").mkdir()
     (tmp_path / "local" / "x.txt").write_text("x")
     push(tmp_path / "local", file_server.url, "ds", progress=False)
-    pull(file_server.url, "ds", cache_dir=tmp_path / "c", progress=False)
+    got = pull(file_server.url, "ds", cache_dir=tmp_path / "c", progress=False)
+    (got / "x.txt").write_text("tampered")  # so the next pull has something to fetch
     monkeypatch.setattr(pull_mod, "LOCK_TIMEOUT_S", 0.2)
-    lock = next((tmp_path / "c").iterdir()) / ".partial" / "ds.lock"
+    lock = next((tmp_path / "c").iterdir()) / ".locks" / "ds"
     fd = os.open(lock, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another puller holds the entry (flock: per open file)

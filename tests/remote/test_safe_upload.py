@@ -13,7 +13,7 @@ import torch
 from tests.remote.remote_fixtures import COLUMNS, episode, mp4_box, mp4_bytes, parquet_bytes
 from torchstore.data import TrajectoryStoreWriter
 from torchstore.remote import is_safe_to_upload
-from torchstore.remote.safe_upload import LIVE_STORE, upload_refusal
+from torchstore.remote.safe_upload import DEAD_WRITER_STORE, LIVE_STORE, upload_refusal
 
 
 def _write(path, data: bytes):
@@ -158,5 +158,5 @@ def test_killed_writer_leaves_the_store_unsafe(tmp_path):
         os._exit(0)  # no close: flags stay set, as after SIGKILL
 
     assert run_forked(write_then_die)[0] == "ok"
-    assert upload_refusal(path) == LIVE_STORE
+    assert upload_refusal(path) == DEAD_WRITER_STORE  # its writer lock is no longer held
     json.dumps(upload_refusal(path))  # a plain string reason

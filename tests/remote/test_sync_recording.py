@@ -141,7 +141,7 @@ def test_sync_while_a_writer_appends(file_server, tmp_path):
     assert_store_matches(got / "store.h5", EPISODES)
     puts = len(file_server.puts)
     again = sync_recording(root, file_server.url, "rec")
-    assert again.uploaded == () and len(file_server.puts) == puts + 1  # only the index is rewritten
+    assert again.uploaded == () and len(file_server.puts) == puts  # up to date: nothing is written
     assert set(again.unchanged) == files
 
 

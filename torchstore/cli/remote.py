@@ -1,4 +1,4 @@
-"""The ``torchstore catalog|pull|push|sync|remote index`` subcommands (argparse only).
+"""The ``torchstore catalog|pull|push|sync|prune|remote index`` subcommands (argparse only).
 
 ``torchstore/cli/main.py`` wires them in with ``add_commands(sub)``; every handler parses
 nothing itself and calls one library function. Plain ``ValueError``s (a malformed
@@ -58,6 +58,8 @@ def _pull(args: argparse.Namespace) -> None:
             revision=args.revision,
             offline=offline,
             progress=not args.no_progress,
+            timeout=args.timeout,
+            deadline_s=args.deadline,
         )
     )
 
@@ -67,17 +69,38 @@ def _push(args: argparse.Namespace) -> None:
     if args.name is None:
         _push_lerobot(args)
         return
-    from torchstore.remote import push
+    from torchstore.remote.upload import push_folder
 
-    entry = push(args.dir, args.location, args.name, kind=args.kind, progress=not args.no_progress)
+    done = push_folder(
+        args.dir,
+        args.location,
+        args.name,
+        kind=args.kind,
+        replace=args.replace,
+        progress=not args.no_progress,
+    )
+    entry = done.entry
+    if done.up_to_date:
+        print(
+            f"{entry.name} is up to date at {args.location} (revision "
+            f"{(entry.commit or entry.revision)[:12]}): nothing sent"
+        )
+        return
     print(
-        f"pushed {entry.name} ({entry.kind}, {len(entry.files)} files, {entry.size} bytes) to {args.location}"
+        f"pushed {entry.name} ({entry.kind}, {len(entry.files)} files, {entry.size} bytes) to "
+        f"{args.location} (revision {(entry.commit or entry.revision)[:12]})"
     )
 
 
 def _push_lerobot(args: argparse.Namespace) -> None:
     from torchstore.lerobot import is_lerobot_dataset, push_to_hub
+    from torchstore.remote.location import OfflineError, is_offline
 
+    if is_offline():
+        raise OfflineError(
+            f"offline mode: pushing to the Hub repo {args.location} needs the network "
+            "(HF_HUB_OFFLINE or TORCHSTORE_OFFLINE is set)"
+        )
     if not is_lerobot_dataset(args.dir):
         raise TorchstoreError(
             f"{args.dir} is not a LeRobot dataset (no meta/info.json); to push a folder as an "
@@ -111,6 +134,30 @@ def _sync(args: argparse.Namespace) -> None:
     )
     for rel, reason in result.skipped:
         print(f"  waiting: {rel} ({reason})")
+    for note in result.notes:
+        print(f"  note: {note}")
+
+
+@_one_line_errors
+def _prune(args: argparse.Namespace) -> None:
+    from torchstore.remote.upload import prune
+
+    done = prune(args.location, args.name, keep=args.keep)
+    if not done.dropped:
+        print(
+            f"{args.name} has {len(done.entry.revisions)} revision(s) at {args.location}: "
+            "nothing to prune"
+        )
+        return
+    print(
+        f"pruned {len(done.dropped)} revision(s) of {args.name} at {args.location}: kept "
+        f"{len(done.entry.revisions)}, deleted {len(done.deleted)} file(s) no kept revision uses"
+    )
+    if done.left:
+        print(
+            f"  {len(done.left)} such file(s) are left in place (this location cannot delete): "
+            + ", ".join(done.left[:5])
+        )
 
 
 @_one_line_errors
@@ -127,7 +174,7 @@ def _remote_index(args: argparse.Namespace) -> None:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add ``catalog``, ``pull``, ``push``, ``sync`` and ``remote index`` to a subparser set."""
+    """Add ``catalog``, ``pull``, ``push``, ``sync``, ``prune`` and ``remote index`` to a subparser set."""
     p = sub.add_parser(
         "catalog", help="list what a location holds: name, kind, files, size, sha256"
     )
@@ -141,7 +188,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("pull", help="download an entry into the cache (resumable, sha256-verified)")
     p.add_argument("location", help="where the entry is (see torchstore catalog --help)")
-    p.add_argument("name", help="the entry's name (torchstore catalog LOCATION lists them)")
+    p.add_argument(
+        "name",
+        help="the entry's name (torchstore catalog LOCATION lists them); NAME@REVISION pulls "
+        "an earlier revision",
+    )
     p.add_argument(
         "--cache-dir",
         type=types.folder_path,
@@ -151,7 +202,26 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--revision", default=None, help="Hub branch/tag/commit, or an index entry revision prefix"
     )
-    p.add_argument("--offline", action="store_true", help="answer from the cache only")
+    p.add_argument(
+        "--offline",
+        action="store_true",
+        help="answer network locations from the cache only (local folders are read as usual)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=types.finite_float(0.0, 24 * 3600.0),
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for the server each time",
+    )
+    p.add_argument(
+        "--deadline",
+        type=types.finite_float(0.0, 365 * 24 * 3600.0),
+        default=None,
+        metavar="SECONDS",
+        help="give up once the whole pull has taken this long (what it fetched is kept, a "
+        "later pull resumes); default: no deadline",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_pull)
 
@@ -168,7 +238,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--kind",
         default="dataset",
         choices=("dataset", "recording", "assets", "policy"),
-        help="what the entry holds",
+        help="what the entry holds (policy: safetensors weights, checked before upload)",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="publish over an existing entry of other content, as its new revision (the "
+        "replaced one stays pullable as NAME@REVISION until pruned)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_push)
@@ -192,6 +268,19 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_sync)
+
+    p = sub.add_parser(
+        "prune", help="drop an entry's earlier revisions at an index location (and their bytes)"
+    )
+    p.add_argument("location", help="an HTTP, folder or fsspec location")
+    p.add_argument("name", help="the entry's name at LOCATION")
+    p.add_argument(
+        "--keep",
+        type=types.positive_int,
+        default=1,
+        help="revisions to keep, newest first, the latest included",
+    )
+    p.set_defaults(func=_prune)
 
     p = sub.add_parser(
         "remote",

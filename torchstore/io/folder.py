@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 from torchstore.errors import IntegrityError
 from torchstore.io.http import RemoteChangedError
-from torchstore.io.paths import check_relpath
+from torchstore.io.paths import check_relpath, resolve_inside
 from torchstore.io.transfer import Progress, RemoteNotFoundError, TransferError
 
 __all__ = ["LocalFolderClient", "FsspecClient", "folder_client"]
@@ -127,6 +127,18 @@ class LocalFolderClient:
         _check_unchanged(self, rel, if_match, if_absent, where=str(self._path(rel)))
         self._replace(rel, lambda f: f.write(data))
 
+    def delete(self, rel: str) -> None:
+        """Remove ``rel`` (gone already is fine), then the folders that leaves empty."""
+        path = resolve_inside(self.root, rel, subject="file to delete")
+        path.unlink(missing_ok=True)
+        parent = path.parent
+        while parent != self.root and self.root in parent.parents:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent
+
 
 class FsspecClient:
     """Byte transport relative to an fsspec URL (needs ``pip install fsspec`` and its backend)."""
@@ -186,6 +198,12 @@ class FsspecClient:
         path = self._path(rel)
         self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         self._fs.pipe_file(path, data)
+
+    def delete(self, rel: str) -> None:
+        """Remove ``rel`` (gone already is fine)."""
+        path = self._path(rel)
+        if self._fs.exists(path):
+            self._fs.rm_file(path)
 
 
 def folder_client(location: str) -> LocalFolderClient | FsspecClient:

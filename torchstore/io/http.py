@@ -11,6 +11,11 @@
   the base URL's origin only.
 - Token: ``token=`` or the ``TORCHSTORE_HTTP_TOKEN`` environment variable, sent as
   ``Authorization: Bearer ...``. It never appears in a message, a log line or a ``repr``.
+- ``timeout`` bounds each wait for the server; ``deadline`` (a ``time.monotonic()``
+  instant, set by a caller such as ``pull(deadline_s=...)``) bounds a whole download,
+  checked before each attempt and after each read, so a server dripping bytes just
+  inside ``timeout`` cannot hold it for ever (:class:`DeadlineError`; it may overrun by
+  up to one ``timeout``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,13 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from torchstore.errors import IntegrityError
 from torchstore.io.paths import check_relpath
-from torchstore.io.transfer import Progress, RemoteNotFoundError, TransferError, redact
+from torchstore.io.transfer import (
+    DeadlineError,
+    Progress,
+    RemoteNotFoundError,
+    TransferError,
+    redact,
+)
 
 __all__ = ["HttpClient", "RemoteChangedError", "TOKEN_ENV"]
 
@@ -87,6 +98,7 @@ class HttpClient:
         self.base = base.rstrip("/")
         self.timeout = float(timeout)
         self.retries = int(retries)
+        self.deadline: float | None = None  # time.monotonic() past which downloads stop
         self._token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
 
     def __repr__(self) -> str:
@@ -168,6 +180,7 @@ class HttpClient:
         """Run ``fn`` until it succeeds, retrying :class:`_Retry` failures with backoff."""
         last = ""
         for attempt in range(self.retries + 1):
+            self._check_deadline(what)
             try:
                 return fn()
             except _Retry as exc:
@@ -182,6 +195,15 @@ class HttpClient:
                 if attempt < self.retries:
                     time.sleep(min(0.05 * 2**attempt, 2.0))
         raise TransferError(self._message(f"{last} (gave up after {self.retries + 1} attempts)"))
+
+    def _check_deadline(self, what: str) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise DeadlineError(
+                self._message(
+                    f"{what}: past the overall deadline; the partial download is kept, a later "
+                    "pull resumes it"
+                )
+            )
 
     # ----------------------------------------------------------------- reading
     def read_bytes(self, rel: str, *, limit: int) -> tuple[bytes, str | None] | None:
@@ -229,6 +251,7 @@ class HttpClient:
             partial.unlink()
             have = 0
         if have == size:
+            partial.touch()  # a 0-byte file has nothing to fetch, but must exist
             return
         resp = self._open("GET", url, headers={"Range": f"bytes={have}-"} if have else None)
         try:
@@ -268,17 +291,22 @@ class HttpClient:
         with open(partial, mode) as f:
             try:
                 while remaining > 0:
-                    chunk = resp.read(min(_CHUNK, remaining))
+                    # read1: what has arrived, so the deadline is checked while bytes drip in
+                    chunk = resp.read1(min(_CHUNK, remaining))
                     if not chunk:
                         break
                     f.write(chunk)
                     remaining -= len(chunk)
                     if progress is not None:
                         progress(len(chunk))
+                    if remaining:
+                        self._check_deadline(f"GET {_shown(url)}")
                 if remaining == 0 and resp.read(1):
                     raise IntegrityError(
                         f"{_shown(url)}: the server sent more bytes than the {size} declared"
                     )
+            except DeadlineError:
+                raise
             except TimeoutError as exc:
                 raise _Retry(
                     f"GET {_shown(url)}: timed out after {self.timeout:g} s mid-body"

@@ -13,10 +13,15 @@ from torchstore._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from torchstore.io.transfer import (
+        DeadlineError,
+        NoSuchEntryError,
+        NoSuchLocationError,
         RemoteNotFoundError,
         TransferError,
     )
+    from torchstore.remote.backend import EntryExistsError, EntryKindError
     from torchstore.remote.cache import (
+        CacheNotWritableError,
         default_cache_dir,
         pull,
     )
@@ -29,6 +34,7 @@ if TYPE_CHECKING:
         RemoteEntry,
         RemoteFile,
     )
+    from torchstore.remote.location import OfflineError
     from torchstore.remote.recording import (
         SyncResult,
         sync_recording,
@@ -36,14 +42,25 @@ if TYPE_CHECKING:
     from torchstore.remote.safe_upload import is_safe_to_upload
     from torchstore.remote.upload import (
         IncompleteFileError,
+        prune,
         push,
         write_index,
     )
-    from torchstore.remote.weights import fetch_policy_weights
+    from torchstore.remote.weights import DeviceError, check_safetensors, fetch_policy_weights
 
 _EXPORTS = {
     "RemoteNotFoundError": "torchstore.io.transfer",
     "TransferError": "torchstore.io.transfer",
+    "NoSuchLocationError": "torchstore.io.transfer",
+    "NoSuchEntryError": "torchstore.io.transfer",
+    "DeadlineError": "torchstore.io.transfer",
+    "EntryExistsError": "torchstore.remote.backend",
+    "EntryKindError": "torchstore.remote.backend",
+    "CacheNotWritableError": "torchstore.remote.cache",
+    "OfflineError": "torchstore.remote.location",
+    "prune": "torchstore.remote.upload",
+    "DeviceError": "torchstore.remote.weights",
+    "check_safetensors": "torchstore.remote.weights",
     "default_cache_dir": "torchstore.remote.cache",
     "pull": "torchstore.remote.cache",
     "RemoteCatalog": "torchstore.remote.catalog",
@@ -79,4 +96,14 @@ __all__ = [
     "TransferError",
     "RemoteNotFoundError",
     "IncompleteFileError",
+    "NoSuchLocationError",
+    "NoSuchEntryError",
+    "DeadlineError",
+    "EntryExistsError",
+    "EntryKindError",
+    "CacheNotWritableError",
+    "OfflineError",
+    "prune",
+    "DeviceError",
+    "check_safetensors",
 ]

@@ -4,13 +4,18 @@ Both answer the same questions (which entries, which files, fetch one file, publ
 entry); ``pull``, ``push``, ``sync_recording`` and ``RemoteCatalog`` are written once
 against this interface.
 
-Publishing keeps readers safe:
+Publishing keeps readers safe and replaces nothing silently:
 
+- an entry that exists is only changed on purpose: a push of different content needs
+  ``replace=True`` (the same content is "up to date" and sends nothing), a sync merges
+  only into a recording, and an entry never changes kind;
 - index locations upload every new file first and write ``index.json`` last (a
   conditional write: ``If-Match`` on the ETag read, retried on a conflict), so the index
-  never lists a file that is not there yet;
+  never lists a file that is not there yet; no upload overwrites bytes a listed revision
+  points at (see ``torchstore.remote.index``), and the replaced revision stays listed in
+  the entry's ``history`` (pullable as ``NAME@REVISION``) until :meth:`Backend.prune`;
 - the Hub gets one commit holding the files and the repo's ``torchstore.json``, which is
-  atomic by construction.
+  atomic by construction; the Hub keeps earlier revisions as commits.
 """
 
 from __future__ import annotations
@@ -23,13 +28,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from torchstore.errors import StoreFormatError
-from torchstore.io.folder import folder_client
+from torchstore.errors import StoreFormatError, TorchstoreError
+from torchstore.io.folder import FsspecClient, LocalFolderClient, folder_client
 from torchstore.io.http import HttpClient, RemoteChangedError
 from torchstore.io.hub import HubClient
 from torchstore.io.paths import make_dirs_inside
-from torchstore.io.transfer import FileClient, Progress, RemoteNotFoundError, TransferError
+from torchstore.io.transfer import (
+    FileClient,
+    NoSuchEntryError,
+    NoSuchLocationError,
+    Progress,
+    RemoteNotFoundError,
+    TransferError,
+)
 from torchstore.remote.index import (
+    BLOBS,
     ENTRY_NAME,
     INDEX_NAME,
     MAX_INDEX_BYTES,
@@ -40,20 +53,52 @@ from torchstore.remote.index import (
     parse_entry,
     parse_index,
 )
-from torchstore.remote.location import Location
+from torchstore.remote.location import Location, check_online
 
-__all__ = ["Backend", "IndexBackend", "HubBackend", "open_backend", "Published"]
+__all__ = [
+    "Backend",
+    "IndexBackend",
+    "HubBackend",
+    "open_backend",
+    "Published",
+    "Pruned",
+    "EntryExistsError",
+    "EntryKindError",
+]
 
 log = logging.getLogger(__name__)
 _INDEX_WRITE_ATTEMPTS = 5
 
 
+class EntryExistsError(TorchstoreError, FileExistsError):
+    """A push would replace an existing entry's different content without ``replace=True``."""
+
+
+class EntryKindError(TorchstoreError, ValueError):
+    """A push or sync would change an existing entry's kind (a dataset into a recording...)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Published:
-    """What a publish did: the entry now visible, and the paths whose bytes were sent."""
+    """What a publish did: the entry now visible, and the paths whose bytes were sent.
+
+    ``up_to_date`` is True when the location already held exactly this content (nothing
+    was sent or written).
+    """
 
     entry: RemoteEntry
     uploaded: tuple[str, ...]
+    up_to_date: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What a prune did: revisions dropped, storage paths deleted, and those left in place."""
+
+    entry: RemoteEntry
+    dropped: tuple[str, ...]
+    deleted: tuple[str, ...]
+    left: tuple[str, ...]
 
 
 def _now() -> str:
@@ -72,17 +117,88 @@ def _changed(
     return out
 
 
-def _merged(
+def _short(entry: RemoteEntry) -> str:
+    return (entry.commit or entry.revision)[:12]
+
+
+def _plan(
+    location: Location,
     name: str,
     kind: str,
     local: Sequence[tuple[RemoteFile, Path]],
     current: RemoteEntry | None,
+    *,
     replace: bool,
-) -> RemoteEntry:
+    merge: bool,
+) -> RemoteEntry | None:
+    """The entry to publish (its files without storage paths), or None if up to date.
+
+    ``merge`` (sync): the local files are added to the current ones. Otherwise (push) the
+    local files are the entry, and different content needs ``replace``.
+    """
     files = {f.path: f for f, _ in local}
-    if not replace and current is not None:
+    if current is None:
+        return RemoteEntry(name, kind, tuple(files.values()), updated=_now())
+    verb = "syncing" if merge else "pushing"
+    if current.kind != kind:
+        raise EntryKindError(
+            f"{location} has entry {name!r} as a {current.kind}; {verb} a {kind} onto it is "
+            f"refused (an entry never changes kind): choose another name"
+        )
+    if merge:
         files = {**{f.path: f for f in current.files}, **files}
-    return RemoteEntry(name, kind, tuple(files.values()), updated=_now())
+    entry = RemoteEntry(name, kind, tuple(files.values()), updated=_now())
+    if entry.revision == current.revision:
+        return None
+    if not merge and not replace:
+        raise EntryExistsError(
+            f"{location} already has entry {name!r} ({current.kind}, revision {_short(current)}, "
+            f"{len(current.files)} files) with other content; pass --replace (replace=True) to "
+            f"publish this as its new revision (the old one stays pullable as "
+            f"{name}@{_short(current)} until pruned)"
+        )
+    return entry
+
+
+def _slot_free(slot: str, used: set[str]) -> bool:
+    """True if ``slot`` is neither used nor a file/folder of a used storage path."""
+    if slot in used:
+        return False
+    if any(u.startswith(slot + "/") for u in used):
+        return False
+    parts = slot.split("/")
+    return not any("/".join(parts[:i]) in used for i in range(1, len(parts)))
+
+
+def _place(
+    entry: RemoteEntry, current: RemoteEntry | None
+) -> tuple[RemoteEntry, list[RemoteFile]]:
+    """``entry`` with storage paths, keeping ``current``'s revisions; and the files to upload.
+
+    Bytes any listed revision already stores are reused; new bytes go to the file's own
+    path when no listed revision uses that place, else to ``.blobs/<sha256>``.
+    """
+    listed = current.revisions if current is not None else ()
+    stored: dict[tuple[str | None, int], str] = {}
+    used: set[str] = set()
+    for old in listed:
+        for f in old.files:
+            stored.setdefault((f.sha256, f.size), f.stored_at)
+            used.add(f.stored_at)
+    placed, todo = [], []
+    for f in entry.files:
+        at = stored.get((f.sha256, f.size))
+        if at is None:
+            at = f.path if _slot_free(f.path, used) else f"{BLOBS}/{f.sha256}"
+            stored[(f.sha256, f.size)] = at
+            used.add(at)
+            todo.append(RemoteFile(f.path, f.size, f.sha256, f.blob_sha1, f.source, at))
+        placed.append(RemoteFile(f.path, f.size, f.sha256, f.blob_sha1, f.source, at))
+    history = (current.without_history(), *current.history) if current is not None else ()
+    published = RemoteEntry(
+        entry.name, entry.kind, tuple(placed), updated=entry.updated, history=history
+    )
+    return published, todo
 
 
 class Backend(abc.ABC):
@@ -92,18 +208,15 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def entries(self) -> dict[str, RemoteEntry]:
-        """Implemented by each backend."""
+        """Every entry by name (raises :class:`NoSuchLocationError` for a location that is not one)."""
 
     @abc.abstractmethod
     def entry(self, name: str, revision: str | None = None) -> RemoteEntry:
-        """Implemented by each backend."""
+        """One entry at ``revision`` (default: its latest); :class:`NoSuchEntryError` if absent."""
 
+    @abc.abstractmethod
     def find(self, name: str) -> RemoteEntry | None:
-        """The entry, or ``None`` if the location does not have it."""
-        try:
-            return self.entry(name)
-        except RemoteNotFoundError:
-            return None
+        """The entry (latest revision, with its history), or ``None``; for publishing."""
 
     @abc.abstractmethod
     def fetch(
@@ -114,7 +227,7 @@ class Backend(abc.ABC):
         *,
         progress: Progress | None = None,
     ) -> Path:
-        """Implemented by each backend."""
+        """Download one file of ``entry`` into ``staging``; returns where it is."""
 
     @abc.abstractmethod
     def publish(
@@ -123,14 +236,29 @@ class Backend(abc.ABC):
         kind: str,
         local: Sequence[tuple[RemoteFile, Path]],
         *,
-        replace: bool,
+        replace: bool = False,
+        merge: bool = False,
         progress: Progress | None = None,
     ) -> Published:
-        """Implemented by each backend."""
+        """Make ``local`` entry ``name`` (see the module docstring for the rules)."""
+
+    def prune(self, name: str, keep: int) -> Pruned:
+        """Drop all but the newest ``keep`` revisions of ``name`` (index locations only)."""
+        raise TorchstoreError(
+            f"{self.location} keeps every revision as a commit; prune works on index locations "
+            "(HTTP, folders, fsspec)"
+        )
+
+
+def _no_entry(location: Location, name: str, entries: dict[str, RemoteEntry]) -> NoSuchEntryError:
+    have = ", ".join(sorted(entries)[:20]) or "none"
+    return NoSuchEntryError(
+        f"{location} has no entry {name!r} (its entries: {have}{', ...' if len(entries) > 20 else ''})"
+    )
 
 
 class IndexBackend(Backend):
-    """Entries listed in ``<base>/index.json``; files at ``<base>/<name>/<path>``."""
+    """Entries listed in ``<base>/index.json``; files at ``<base>/<name>/<storage path>``."""
 
     def __init__(self, location: Location, client: FileClient):
         self.location = location
@@ -139,29 +267,55 @@ class IndexBackend(Backend):
     def __repr__(self) -> str:
         return f"IndexBackend({self.location.raw!r})"
 
-    def _read_index(self) -> tuple[dict[str, RemoteEntry], str | None, bool]:
+    def _missing_location(self) -> NoSuchLocationError:
+        client = self.client
+        if isinstance(client, LocalFolderClient):
+            root = client.root
+            if not root.exists():
+                why = "no such folder"
+            elif not root.is_dir():
+                why = "a file, not a folder"
+            else:
+                why = f"a folder without {INDEX_NAME}"
+        elif isinstance(client, FsspecClient):
+            why = f"no {INDEX_NAME} there"
+        else:
+            why = f"{INDEX_NAME} is not there (HTTP 404)"
+        return NoSuchLocationError(
+            f"no such location: {self.location} ({why}); a location is made by pushing an "
+            f"entry to it, or by `torchstore remote index DIR` on a folder of entries"
+        )
+
+    def _read_index(self, *, must_exist: bool) -> tuple[dict[str, RemoteEntry], str | None, bool]:
         got = self.client.read_bytes(INDEX_NAME, limit=MAX_INDEX_BYTES)
         if got is None:
+            if must_exist:
+                raise self._missing_location()
             return {}, None, False
         data, etag = got
         return parse_index(data, source=f"{self.location}/{INDEX_NAME}"), etag, True
 
     def entries(self) -> dict[str, RemoteEntry]:
-        return self._read_index()[0]
+        return self._read_index(must_exist=True)[0]
+
+    def find(self, name: str) -> RemoteEntry | None:
+        return self._read_index(must_exist=False)[0].get(name)
 
     def entry(self, name: str, revision: str | None = None) -> RemoteEntry:
         entries = self.entries()
         if name not in entries:
-            raise RemoteNotFoundError(
-                f"{self.location} has no entry {name!r}; it has {sorted(entries)}"
-            )
+            raise _no_entry(self.location, name, entries)
         entry = entries[name]
-        if revision is not None and (len(revision) < 7 or not entry.revision.startswith(revision)):
-            raise RemoteNotFoundError(
-                f"{self.location} has revision {entry.revision[:12]} of {name!r}, not {revision!r}; "
-                "an index location serves only the latest revision of an entry"
+        if revision is None:
+            return entry
+        found = entry.at_revision(revision)
+        if found is None:
+            listed = ", ".join(e.revision[:12] for e in entry.revisions)
+            raise NoSuchEntryError(
+                f"{self.location} has no revision {revision!r} of {name!r} (a prefix of at least "
+                f"7 characters of one of: {listed})"
             )
-        return entry
+        return found
 
     def fetch(
         self,
@@ -173,9 +327,20 @@ class IndexBackend(Backend):
     ) -> Path:
         partial = staging / (file.sha256 or file.blob_sha1 or "")
         self.client.download(
-            f"{entry.name}/{file.path}", partial, size=file.size, progress=progress
+            f"{entry.name}/{file.stored_at}", partial, size=file.size, progress=progress
         )
         return partial
+
+    def _write_index(self, entries: dict[str, RemoteEntry], etag: str | None, exists: bool) -> bool:
+        """Write the index if unchanged since read; False if someone else wrote it meanwhile."""
+        try:
+            self.client.write_bytes(
+                INDEX_NAME, dump_index(entries.values()), if_match=etag, if_absent=not exists
+            )
+        except RemoteChangedError:
+            log.info("%s/%s changed while writing it; reading it again", self.location, INDEX_NAME)
+            return False
+        return True
 
     def publish(
         self,
@@ -183,34 +348,73 @@ class IndexBackend(Backend):
         kind: str,
         local: Sequence[tuple[RemoteFile, Path]],
         *,
-        replace: bool,
+        replace: bool = False,
+        merge: bool = False,
         progress: Progress | None = None,
     ) -> Published:
-        entries, _, _ = self._read_index()
-        todo = _changed(local, entries.get(name))
-        for f, path in todo:
-            log.info("uploading %s/%s (%d bytes)", name, f.path, f.size)
-            self.client.upload(path, f"{name}/{f.path}", progress=progress)
+        sources = {f.path: path for f, path in local}
+        sent: dict[str, str | None] = {}  # storage path -> sha256 of what this call uploaded
         for _attempt in range(_INDEX_WRITE_ATTEMPTS):
-            entries, etag, exists = self._read_index()  # re-read: another pusher may have written
-            entry = _merged(name, kind, local, entries.get(name), replace)
-            entries[name] = entry
-            try:
-                self.client.write_bytes(
-                    INDEX_NAME, dump_index(entries.values()), if_match=etag, if_absent=not exists
+            entries, etag, exists = self._read_index(must_exist=False)
+            current = entries.get(name)
+            entry = _plan(
+                self.location, name, kind, local, current, replace=replace, merge=merge
+            )
+            if entry is None:
+                return Published(current, tuple(sent), up_to_date=not sent)
+            published, todo = _place(entry, current)
+            for f in todo:
+                if sent.get(f.stored_at) == f.sha256:
+                    continue
+                log.info("uploading %s/%s (%d bytes)", name, f.path, f.size)
+                self.client.upload(sources[f.path], f"{name}/{f.stored_at}", progress=progress)
+                sent[f.stored_at] = f.sha256
+            entries[name] = published
+            if self._write_index(entries, etag, exists):
+                uploaded = {f.stored_at for f in todo}
+                return Published(
+                    published, tuple(f.path for f in published.files if f.stored_at in uploaded)
                 )
-            except RemoteChangedError:
-                log.info(
-                    "%s/%s changed while publishing %r; merging again",
-                    self.location,
-                    INDEX_NAME,
-                    name,
-                )
-                continue
-            return Published(entry, tuple(f.path for f, _ in todo))
         raise TransferError(
             f"{self.location}/{INDEX_NAME} kept changing; gave up after {_INDEX_WRITE_ATTEMPTS} attempts"
         )
+
+    def prune(self, name: str, keep: int) -> Pruned:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"keep ({keep!r}) must be an int >= 1 (the latest revision is always kept)")
+        for _attempt in range(_INDEX_WRITE_ATTEMPTS):
+            entries, etag, exists = self._read_index(must_exist=True)
+            if name not in entries:
+                raise _no_entry(self.location, name, entries)
+            entry = entries[name]
+            kept, dropped = entry.revisions[:keep], entry.revisions[keep:]
+            if not dropped:
+                return Pruned(entry, (), (), ())
+            pruned = RemoteEntry(
+                name, entry.kind, entry.files, entry.revision, entry.updated, history=kept[1:]
+            )
+            entries[name] = pruned
+            if self._write_index(entries, etag, exists):  # the index first: readers stay safe
+                break
+        else:
+            raise TransferError(
+                f"{self.location}/{INDEX_NAME} kept changing; gave up after {_INDEX_WRITE_ATTEMPTS} attempts"
+            )
+        still = {f.stored_at for e in kept for f in e.files}
+        unused = sorted({f.stored_at for e in dropped for f in e.files} - still)
+        deleted, left = [], []
+        delete = getattr(self.client, "delete", None)
+        for at in unused:
+            if delete is None:
+                left.append(at)
+                continue
+            try:
+                delete(f"{name}/{at}")
+                deleted.append(at)
+            except OSError as exc:
+                log.warning("prune %s: could not delete %s/%s: %s", self.location, name, at, exc)
+                left.append(at)
+        return Pruned(pruned, tuple(e.revision for e in dropped), tuple(deleted), tuple(left))
 
 
 class HubBackend(Backend):
@@ -231,6 +435,12 @@ class HubBackend(Backend):
     def entries(self) -> dict[str, RemoteEntry]:
         return {name: self.entry(name) for name in self.client.list_repos()}
 
+    def find(self, name: str) -> RemoteEntry | None:
+        try:
+            return self.entry(name)
+        except RemoteNotFoundError:
+            return None
+
     def _read_manifest(self, name: str, commit: str) -> RemoteEntry:
         with tempfile.TemporaryDirectory(prefix="torchstore-hub-") as tmp:
             path = self.client.download(name, ENTRY_NAME, commit, Path(tmp))
@@ -243,7 +453,10 @@ class HubBackend(Backend):
             )
 
     def entry(self, name: str, revision: str | None = None) -> RemoteEntry:
-        commit = self.client.resolve(name, revision)
+        try:
+            commit = self.client.resolve(name, revision)
+        except RemoteNotFoundError as exc:
+            raise NoSuchEntryError(str(exc)) from None
         listed = {f.path: f for f in self.client.list_files(name, commit)}
         default_kind = "dataset" if self.client.repo_type == "dataset" else "policy"
         kind, files = default_kind, {}
@@ -287,26 +500,20 @@ class HubBackend(Backend):
         kind: str,
         local: Sequence[tuple[RemoteFile, Path]],
         *,
-        replace: bool,
+        replace: bool = False,
+        merge: bool = False,
         progress: Progress | None = None,
     ) -> Published:
-        try:
-            current = self.entry(name)
-        except RemoteNotFoundError:
-            current = None
+        current = self.find(name)
+        entry = _plan(self.location, name, kind, local, current, replace=replace, merge=merge)
+        if entry is None:
+            return Published(current, (), up_to_date=True)
         todo = _changed(local, current)
-        entry = _merged(name, kind, local, current, replace)
+        if merge:
+            todo = [(f, p) for f, p in todo if entry.file(f.path) == f]
         deletes = []
-        if replace and current is not None:
+        if current is not None:
             deletes = [f.path for f in current.files if entry.file(f.path) is None]
-        if (
-            not todo
-            and not deletes
-            and current is not None
-            and current.kind == kind
-            and current.revision == entry.revision
-        ):
-            return Published(current, ())
         adds: dict[str, Path | bytes] = {f.path: path for f, path in todo}
         adds[ENTRY_NAME] = dump_entry(entry)
         commit = self.client.commit(
@@ -320,8 +527,16 @@ class HubBackend(Backend):
         )
 
 
-def open_backend(location: Location, *, timeout: float = 30.0, retries: int = 5) -> Backend:
-    """The backend for a parsed location."""
+def open_backend(
+    location: Location,
+    *,
+    timeout: float = 30.0,
+    retries: int = 5,
+    offline: bool | None = None,
+    doing: str = "reaching",
+) -> Backend:
+    """The backend for a parsed location; refuses a network location in offline mode."""
+    check_online(location, doing, offline)
     if location.scheme == "hub":
         return HubBackend(
             location, HubClient(location.namespace or "", repo_type=location.repo_type)

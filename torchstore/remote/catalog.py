@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from torchstore.io.transfer import RemoteNotFoundError, TransferError
+from torchstore.io.transfer import NoSuchEntryError
 from torchstore.remote.backend import Backend, open_backend
-from torchstore.remote.cache import is_offline
 from torchstore.remote.index import RemoteEntry
-from torchstore.remote.location import Location, parse_location
+from torchstore.remote.location import Location, check_online, parse_location
 
 __all__ = ["RemoteCatalog", "format_catalog"]
 
@@ -22,8 +21,15 @@ class RemoteCatalog:
     Args:
         location: ``hf://datasets/NS``, ``hf://models/NS``, ``http(s)://...``, a folder or
             an fsspec URL (see ``torchstore.remote.location``).
-        offline: refuse to list (a catalog needs the network); default from
-            ``HF_HUB_OFFLINE``/``TORCHSTORE_OFFLINE``.
+        offline: refuse to list a network location; default from
+            ``HF_HUB_OFFLINE``/``TORCHSTORE_OFFLINE``. Local folders list offline too.
+
+    Raises (on first use):
+        NoSuchLocationError: nothing was ever published there (a mistyped location).
+        OfflineError: offline mode and a network location.
+
+    ``catalog[name]`` raises :class:`~torchstore.io.transfer.NoSuchEntryError`, which is
+    also a ``KeyError``.
 
     Examples:
         >>> catalog = RemoteCatalog("http://127.0.0.1:8000/data")  # doctest: +SKIP
@@ -41,18 +47,16 @@ class RemoteCatalog:
     ):
         self.location: Location = parse_location(location)
         self._offline = offline
-        self._backend: Backend = open_backend(self.location, timeout=timeout, retries=retries)
+        self._backend: Backend = open_backend(
+            self.location, timeout=timeout, retries=retries, offline=False
+        )
         self._entries: dict[str, RemoteEntry] | None = None
 
     def __repr__(self) -> str:
         return f"RemoteCatalog({self.location.raw!r})"
 
     def refresh(self) -> dict[str, RemoteEntry]:
-        if is_offline(self._offline):
-            raise TransferError(
-                f"offline mode: listing {self.location} needs the network; pull entries by name instead "
-                "(they are answered from the cache)"
-            )
+        check_online(self.location, "listing", self._offline)
         self._entries = self._backend.entries()
         return self._entries
 
@@ -75,9 +79,8 @@ class RemoteCatalog:
     def __getitem__(self, name: str) -> RemoteEntry:
         entries = self.entries()
         if name not in entries:
-            raise RemoteNotFoundError(
-                f"{self.location} has no entry {name!r}; it has {sorted(entries)}"
-            )
+            have = ", ".join(sorted(entries)[:20]) or "none"
+            raise NoSuchEntryError(f"{self.location} has no entry {name!r} (its entries: {have})")
         return entries[name]
 
 

@@ -15,6 +15,12 @@ location                           meaning
 The Hub endpoint is ``HF_ENDPOINT`` (huggingface.co by default). Credentials never go in
 a location: ``http://user:pass@host`` is refused (use ``TORCHSTORE_HTTP_TOKEN``, or
 ``HF_TOKEN`` for the Hub).
+
+Offline mode (``offline=True``, or ``HF_HUB_OFFLINE``/``TORCHSTORE_OFFLINE`` set) forbids
+network locations (the Hub, HTTP(S), fsspec remotes such as ``s3://``) for every
+operation: pull answers from the cache, and catalog, push, sync and prune refuse with an
+:class:`OfflineError` before any request. Local folders, ``file://`` and ``memory://``
+are not network and work the same offline.
 """
 
 from __future__ import annotations
@@ -27,10 +33,33 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from torchstore.io.paths import check_name
+from torchstore.io.transfer import TransferError, env_flag
 
-__all__ = ["Location", "parse_location"]
+__all__ = ["Location", "parse_location", "is_offline", "check_online", "OfflineError"]
 
 _SLUG_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+#: fsspec protocols that never touch the network
+_LOCAL_PROTOCOLS = frozenset({"file", "local", "memory"})
+
+
+class OfflineError(TransferError):
+    """Offline mode is on and an operation needed a network location."""
+
+
+def is_offline(offline: bool | None = None) -> bool:
+    """``offline`` if given, else whether ``HF_HUB_OFFLINE`` or ``TORCHSTORE_OFFLINE`` is set."""
+    if offline is not None:
+        return bool(offline)
+    return env_flag("HF_HUB_OFFLINE") or env_flag("TORCHSTORE_OFFLINE")
+
+
+def _offline_reason(offline: bool | None) -> str:
+    if offline:
+        return "offline=True"
+    for var in ("TORCHSTORE_OFFLINE", "HF_HUB_OFFLINE"):
+        if env_flag(var):
+            return f"{var} is set"
+    return "offline"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +73,14 @@ class Location:
 
     def __str__(self) -> str:
         return self.raw
+
+    @property
+    def is_network(self) -> bool:
+        """True for the Hub, HTTP(S) and fsspec remotes; False for local folders (and memory://)."""
+        if self.scheme in ("hub", "http"):
+            return True
+        protocol, sep, _ = self.raw.partition("://")
+        return bool(sep) and protocol.lower() not in _LOCAL_PROTOCOLS
 
     @property
     def slug(self) -> str:
@@ -85,3 +122,15 @@ def parse_location(location: str | os.PathLike) -> Location:
         path = parts.path if parts.scheme == "file" else location
         return Location(str(Path(path).absolute()), "folder")
     return Location(location.rstrip("/"), "folder")
+
+
+def check_online(location: Location, doing: str, offline: bool | None = None) -> None:
+    """Raise :class:`OfflineError` if offline mode is on and ``location`` needs the network.
+
+    ``doing`` completes the message: ``"listing"``, ``"pushing to"``, ...
+    """
+    if location.is_network and is_offline(offline):
+        raise OfflineError(
+            f"offline mode: {doing} {location} needs the network ({_offline_reason(offline)}); "
+            "local folders and file:// work offline"
+        )

@@ -15,7 +15,14 @@ Each run:
    exactly the bytes sent), uploads the copies, then updates the entry (``index.json``
    last, or one Hub commit). Remote files missing locally are kept.
 
-Once the writer closes the store, its real file is safe and replaces the snapshot.
+Once the writer closes the store, its real file is safe and replaces the snapshot. A store
+whose writer died (it left its writer lock unheld, see ``torchstore.io.writer_lock``) is
+snapshotted the same way, and ``SyncResult.notes`` says so and how to finish it.
+
+Sync only ever adds to an entry of kind ``recording``: onto another kind it is refused
+(:class:`~torchstore.remote.backend.EntryKindError`), before anything is read or sent.
+Each sync that changes the entry makes a new revision; the earlier ones stay pullable as
+``NAME@REVISION`` until ``torchstore prune``.
 """
 
 from __future__ import annotations
@@ -30,10 +37,10 @@ from pathlib import Path
 from torchstore.io.checksum import sha256_file
 from torchstore.io.paths import check_name
 from torchstore.io.transfer import progress_bar
-from torchstore.remote.backend import open_backend
+from torchstore.remote.backend import EntryKindError, open_backend
 from torchstore.remote.index import RemoteEntry, RemoteFile
 from torchstore.remote.location import parse_location
-from torchstore.remote.safe_upload import LIVE_STORE, upload_refusal
+from torchstore.remote.safe_upload import DEAD_WRITER_STORE, LIVE_STORE, upload_refusal
 from torchstore.remote.upload import scan_folder
 
 __all__ = ["sync_recording", "SyncResult", "snapshot_store"]
@@ -45,12 +52,22 @@ SNAPSHOT_PREFIX = "torchstore-snapshot"
 
 @dataclass(frozen=True, slots=True)
 class SyncResult:
-    """What one sync did."""
+    """What one sync did; ``notes`` are things the user must know (a writer that died)."""
 
     entry: RemoteEntry | None
     uploaded: tuple[str, ...]
     unchanged: tuple[str, ...]
     skipped: tuple[tuple[str, str], ...]
+    notes: tuple[str, ...] = ()
+
+
+def dead_writer_note(path: Path, episodes: int | None = None) -> str:
+    """What to tell a user about a store whose writer died."""
+    committed = f"its {episodes} committed episodes" if episodes is not None else "its committed episodes"
+    return (
+        f"{path}: its writer died before closing it; {committed} are safe (uploaded as a "
+        f"snapshot); finish it with TrajectoryStoreWriter.resume({str(path)!r}) and close it"
+    )
 
 
 def _committed(path: Path) -> tuple[int, int]:
@@ -91,6 +108,7 @@ def sync_recording(
     *,
     snapshot_live_stores: bool = True,
     min_age_s: float = 0.0,
+    offline: bool | None = None,
     progress: bool = False,
     timeout: float = 30.0,
     retries: int = 5,
@@ -104,7 +122,12 @@ def sync_recording(
         snapshot_live_stores: upload a snapshot of the committed episodes of an HDF5 store
             a writer holds (otherwise it is skipped until the writer closes it).
         min_age_s: passed to :func:`~torchstore.remote.is_safe_to_upload`.
+        offline: refuse a network location (default: ``HF_HUB_OFFLINE``/``TORCHSTORE_OFFLINE``).
         progress: show a progress bar.
+
+    Raises:
+        EntryKindError: ``name`` exists and is not a recording.
+        OfflineError: offline mode and a network location.
 
     Examples:
         >>> sync_recording("runs/today", "http://127.0.0.1:8000/data", "today")  # doctest: +SKIP
@@ -113,10 +136,17 @@ def sync_recording(
     root = Path(local_recording)
     if not root.is_dir():
         raise FileNotFoundError(f"no recording folder at {root}")
-    backend = open_backend(parse_location(location), timeout=timeout, retries=retries)
+    loc = parse_location(location)
+    backend = open_backend(loc, timeout=timeout, retries=retries, offline=offline, doing="syncing to")
     current = backend.find(name)
+    if current is not None and current.kind != "recording":
+        raise EntryKindError(
+            f"{loc} has entry {name!r} as a {current.kind}; syncing a recording onto it is "
+            "refused (an entry never changes kind): choose another name"
+        )
     found, refused = scan_folder(root, min_age_s=min_age_s)
     skipped: list[tuple[str, str]] = []
+    notes: list[str] = []
     local: list[tuple[RemoteFile, Path]] = []
     with tempfile.TemporaryDirectory(prefix="torchstore-sync-") as scratch:
         for rel, path in found:
@@ -126,20 +156,20 @@ def sync_recording(
             else:
                 local.append(got)
         for rel, reason in refused:
-            if reason != LIVE_STORE or not snapshot_live_stores:
+            if reason not in (LIVE_STORE, DEAD_WRITER_STORE) or not snapshot_live_stores:
                 skipped.append((rel, reason))
                 continue
-            got = _snapshot_for(root / rel, rel, current, Path(scratch))
+            got = _snapshot_for(root / rel, rel, current, Path(scratch), reason)
             if isinstance(got, str):
                 skipped.append((rel, got))
             else:
                 local.append(got)
+                if reason == DEAD_WRITER_STORE:
+                    notes.append(dead_writer_note(root / rel, _episodes_of(got[0])))
         if not local:
-            return SyncResult(current, (), (), tuple(skipped))
+            return SyncResult(current, (), (), tuple(skipped), tuple(notes))
         with progress_bar(sum(f.size for f, _ in local), f"sync {name}", enabled=progress) as bar:
-            published = backend.publish(
-                name, "recording", local, replace=False, progress=bar.update
-            )
+            published = backend.publish(name, "recording", local, merge=True, progress=bar.update)
     uploaded = set(published.uploaded)
     unchanged = tuple(f.path for f, _ in local if f.path not in uploaded)
     log.info(
@@ -149,7 +179,15 @@ def sync_recording(
         len(unchanged),
         len(skipped),
     )
-    return SyncResult(published.entry, published.uploaded, unchanged, tuple(skipped))
+    return SyncResult(published.entry, published.uploaded, unchanged, tuple(skipped), tuple(notes))
+
+
+def _episodes_of(f: RemoteFile) -> int | None:
+    for word in (f.source or "").split():
+        key, _, value = word.partition("=")
+        if key == "episodes" and value.isdigit():
+            return int(value)
+    return None
 
 
 def _frozen_copy(
@@ -182,7 +220,7 @@ def _frozen_copy(
 
 
 def _snapshot_for(
-    path: Path, rel: str, current: RemoteEntry | None, scratch: Path
+    path: Path, rel: str, current: RemoteEntry | None, scratch: Path, reason: str = LIVE_STORE
 ) -> tuple[RemoteFile, Path] | str:
     """The snapshot to publish for a live store (reusing the remote one if up to date), or why not."""
     from torchstore.errors import TorchstoreError
@@ -194,10 +232,10 @@ def _snapshot_for(
         if have is not None and have.source == tag:
             return have, path  # unchanged: publish compares bytes and sends nothing
         if episodes == 0:
-            return f"{LIVE_STORE}, with no committed episode yet"
+            return f"{reason}, with no committed episode yet"
         dest = scratch / f"snapshot-{len(list(scratch.iterdir()))}.h5"
         episodes, rows = snapshot_store(path, dest)
     except (OSError, TorchstoreError) as exc:
-        return f"{LIVE_STORE}, and a snapshot of it failed: {exc}"
+        return f"{reason}, and a snapshot of it failed: {exc}"
     tag = f"{SNAPSHOT_PREFIX} episodes={episodes} rows={rows}"
     return RemoteFile(rel, dest.stat().st_size, sha256_file(dest), source=tag), dest

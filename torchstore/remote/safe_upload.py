@@ -24,8 +24,10 @@ the order it is checked:
    and clears them on close, and it does *not* keep a file lock), or, for older
    superblocks, if a shared ``flock`` can be taken (a non-SWMR writer holds an exclusive
    one). A store whose writer was killed keeps its flags set and stays unsafe until a
-   writer resumes and closes it. ``sync_recording`` uploads a live store as a snapshot
-   of its committed episodes instead (see ``torchstore.remote.recording``).
+   writer resumes and closes it; the writer lock (``torchstore.io.writer_lock``) tells
+   the two apart: a live writer holds it, a dead one left its sidecar behind unheld
+   (:data:`DEAD_WRITER_STORE`). ``sync_recording`` uploads either as a snapshot of its
+   committed episodes instead (see ``torchstore.remote.recording``).
 
 Rule 6 reads 12 bytes, or takes and drops a shared lock for a moment; it never opens the
 store with HDF5 and never modifies it.
@@ -46,10 +48,12 @@ import struct
 import time
 from pathlib import Path
 
-__all__ = ["is_safe_to_upload", "upload_refusal", "is_scratch", "LIVE_STORE"]
+__all__ = ["is_safe_to_upload", "upload_refusal", "is_scratch", "LIVE_STORE", "DEAD_WRITER_STORE"]
 
 #: The refusal reason for an HDF5 store a writer has open (``sync_recording`` snapshots these).
 LIVE_STORE = "an HDF5 store a writer has open"
+#: The refusal reason for a store left open by a writer that died (snapshotted too).
+DEAD_WRITER_STORE = "an HDF5 store whose writer died before closing it"
 
 _SCRATCH = ("*.tmp*", ".*.tmp-*", "*.lock", "*.partial", "*.incomplete", "*.part", "*.swp", "*~")
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -193,7 +197,15 @@ def _hdf5(path: Path, size: int) -> str | None:
     else:
         return "not an HDF5 file (no superblock; still being created?)"
     if head[8] >= 2:
-        return LIVE_STORE if head[11] & 0b101 else None
+        if not head[11] & 0b101:
+            return None
+        from torchstore.io.writer_lock import live_writer, lock_path
+
+        # a locking writer leaves its sidecar behind only when it dies; without a sidecar
+        # the writer did not lock (an older or foreign one) and may well be alive
+        if lock_path(path).exists() and live_writer(path) is None:
+            return DEAD_WRITER_STORE
+        return LIVE_STORE
     fd = os.open(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)

@@ -2,8 +2,17 @@
 
 ``push`` uploads the files the remote does not already hold byte for byte, then makes
 the entry visible (``index.json`` written last, or one Hub commit). The entry then lists
-exactly the local files; files it listed before and no longer does are dropped from the
-index (an index location keeps their bytes; the Hub commit deletes them).
+exactly the local files. Pushing onto an existing entry:
+
+- the same content: nothing is sent, the entry is "up to date";
+- other content: refused unless ``replace=True``; then the pushed files become the
+  entry's new revision and the replaced one stays pullable as ``NAME@REVISION`` until
+  ``torchstore prune`` (on the Hub, as the earlier commit);
+- another kind (a dataset onto a recording): always refused.
+
+``write_index`` (``torchstore remote index``) agrees with ``push`` on what an entry is: a
+sub-folder with at least one file to publish. Entries the existing index lists keep
+their revisions; only new sub-folders are added.
 """
 
 from __future__ import annotations
@@ -12,12 +21,13 @@ import logging
 import os
 from pathlib import Path
 
-from torchstore.errors import TorchstoreError
+from torchstore.errors import StoreFormatError, TorchstoreError
 from torchstore.io.checksum import sha256_file
 from torchstore.io.paths import check_name
 from torchstore.io.transfer import progress_bar
-from torchstore.remote.backend import open_backend
+from torchstore.remote.backend import Pruned, Published, open_backend
 from torchstore.remote.index import (
+    BLOBS,
     INDEX_NAME,
     EntryKind,
     RemoteEntry,
@@ -26,9 +36,9 @@ from torchstore.remote.index import (
     parse_index,
 )
 from torchstore.remote.location import parse_location
-from torchstore.remote.safe_upload import is_scratch, upload_refusal
+from torchstore.remote.safe_upload import DEAD_WRITER_STORE, is_scratch, upload_refusal
 
-__all__ = ["push", "write_index", "IncompleteFileError", "scan_folder"]
+__all__ = ["push", "push_folder", "prune", "write_index", "IncompleteFileError", "scan_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +47,29 @@ class IncompleteFileError(TorchstoreError, ValueError):
     """A file that is meant to be uploaded is not complete (or not a regular file)."""
 
 
+class UnknownEntryError(TorchstoreError, ValueError):
+    """``write_index`` was told the kind of a folder that is not an entry there."""
+
+
 def _check_kind(kind: str) -> str:
     kinds = [k.value for k in EntryKind]
     if kind not in kinds:
         raise ValueError(f"kind ({kind!r}) must be one of {kinds}")
     return kind
+
+
+def _refusal_text(local: Path, name: str, refused: list[tuple[str, str]]) -> str:
+    listed = "; ".join(f"{rel!r}: {reason}" for rel, reason in refused[:5])
+    text = f"push {local} -> {name!r}: {len(refused)} file(s) are not safe to upload ({listed})"
+    dead = [rel for rel, reason in refused if reason == DEAD_WRITER_STORE]
+    if dead:
+        where = local / dead[0] if local.is_dir() else local
+        return (
+            f"{text}; the writer of {dead[0]!r} died: its committed episodes are safe; finish it "
+            f"with TrajectoryStoreWriter.resume({str(where)!r}) and close it, then push again "
+            "(or sync it now: sync uploads the committed episodes)"
+        )
+    return f"{text}; finish or remove them, or use sync_recording for a recording in progress"
 
 
 def scan_folder(
@@ -80,6 +108,8 @@ def push(
     name: str,
     *,
     kind: str = "dataset",
+    replace: bool = False,
+    offline: bool | None = None,
     progress: bool = True,
     timeout: float = 30.0,
     retries: int = 5,
@@ -88,16 +118,53 @@ def push(
 
     Every file must pass :func:`~torchstore.remote.is_safe_to_upload` (scratch, lock and
     hidden files are skipped); for a recording still being written use
-    :func:`~torchstore.remote.sync_recording`.
+    :func:`~torchstore.remote.sync_recording`. A ``policy`` entry must hold at least one
+    ``.safetensors`` file, and every one is checked fully (see
+    :func:`~torchstore.remote.weights.check_safetensors`).
+
+    Args:
+        replace: publish over an existing entry of other content (as its new revision;
+            the replaced one stays pullable as ``NAME@REVISION`` until pruned).
+        offline: refuse a network location (default: ``HF_HUB_OFFLINE``/``TORCHSTORE_OFFLINE``).
 
     Raises:
         IncompleteFileError: a file is being written, is a symlink, or is not complete.
+        EntryExistsError: ``name`` exists with other content and ``replace`` is False.
+        EntryKindError: ``name`` exists as another kind.
+        OfflineError: offline mode and a network location.
 
     Examples:
         >>> push("out/pusht", "http://127.0.0.1:8000/data", "pusht-demo")  # doctest: +SKIP
     """
+    return push_folder(
+        local_dir,
+        location,
+        name,
+        kind=kind,
+        replace=replace,
+        offline=offline,
+        progress=progress,
+        timeout=timeout,
+        retries=retries,
+    ).entry
+
+
+def push_folder(
+    local_dir: str | os.PathLike,
+    location: str | os.PathLike,
+    name: str,
+    *,
+    kind: str = "dataset",
+    replace: bool = False,
+    offline: bool | None = None,
+    progress: bool = True,
+    timeout: float = 30.0,
+    retries: int = 5,
+) -> Published:
+    """:func:`push`, returning what it did (``up_to_date``, the paths uploaded)."""
     check_name(name, subject="entry name")
     _check_kind(kind)
+    loc = parse_location(location)
     local = Path(local_dir)
     if local.is_file() and not local.is_symlink():
         found, refused = [(local.name, local)], []
@@ -109,17 +176,19 @@ def push(
     else:
         raise FileNotFoundError(f"nothing to push at {local}: no such file or folder")
     if refused:
-        listed = "; ".join(f"{rel!r}: {reason}" for rel, reason in refused[:5])
-        raise IncompleteFileError(
-            f"push {local} -> {name!r}: {len(refused)} file(s) are not safe to upload ({listed}); "
-            "finish or remove them, or use sync_recording for a recording in progress"
-        )
+        raise IncompleteFileError(_refusal_text(local, name, refused))
     if not found:
         raise IncompleteFileError(f"push {local} -> {name!r}: no files to upload")
+    if kind == "policy":
+        from torchstore.remote.weights import check_policy_files
+
+        check_policy_files(found, subject=f"push {local} -> {name!r}")
+    backend = open_backend(
+        loc, timeout=timeout, retries=retries, offline=offline, doing="pushing to"
+    )
     files = [_describe(rel, path) for rel, path in found]
-    backend = open_backend(parse_location(location), timeout=timeout, retries=retries)
     with progress_bar(sum(f.size for f, _ in files), f"push {name}", enabled=progress) as bar:
-        published = backend.publish(name, kind, files, replace=True, progress=bar.update)
+        published = backend.publish(name, kind, files, replace=replace, progress=bar.update)
     log.info(
         "pushed %r to %s: %d of %d files uploaded",
         name,
@@ -127,19 +196,50 @@ def push(
         len(published.uploaded),
         len(files),
     )
-    return published.entry
+    return published
+
+
+def prune(
+    location: str | os.PathLike,
+    name: str,
+    *,
+    keep: int = 1,
+    offline: bool | None = None,
+    timeout: float = 30.0,
+    retries: int = 5,
+) -> Pruned:
+    """Drop all but the newest ``keep`` revisions of entry ``name`` (``torchstore prune``).
+
+    The index is written first (no reader is ever pointed at a deleted file), then the
+    bytes no kept revision uses are deleted where the location can delete (folders,
+    fsspec); an HTTP location keeps them (``Pruned.left``). Hub repos keep every commit
+    and are refused.
+    """
+    check_name(name, subject="entry name")
+    backend = open_backend(
+        parse_location(location), timeout=timeout, retries=retries, offline=offline, doing="pruning"
+    )
+    return backend.prune(name, keep)
 
 
 def write_index(directory: str | os.PathLike, *, kinds: dict[str, str] | None = None) -> Path:
     """Write ``directory/index.json`` listing every sub-folder as an entry (``torchstore remote index``).
 
-    Kinds come from ``kinds``, else the existing index, else ``"policy"`` for folders of
-    safetensors only and ``"dataset"`` otherwise. Files that are not safe to upload are
-    left out (and logged).
+    An entry is what ``push`` would publish: a sub-folder with at least one file that is
+    safe to upload (empty folders are left out, and logged; so are files not safe to
+    upload). Entries the existing index lists are kept as listed, with their earlier
+    revisions: their files must still be there (a missing or resized one is an error), and
+    files in their folder that no listed revision holds are not added (they are logged;
+    ``push --replace`` publishes a new revision). Kinds come from ``kinds`` (every name in
+    it must be an entry), else the existing index, else ``"policy"`` for folders of
+    safetensors only and ``"dataset"`` otherwise.
     """
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"no folder {directory} to index")
+    kinds = dict(kinds or {})
+    for kind in kinds.values():
+        _check_kind(kind)
     old: dict[str, RemoteEntry] = {}
     if (directory / INDEX_NAME).exists():
         old = parse_index((directory / INDEX_NAME).read_bytes(), source=str(directory / INDEX_NAME))
@@ -150,14 +250,21 @@ def write_index(directory: str | os.PathLike, *, kinds: dict[str, str] | None = 
         if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
     ):
         name = check_name(sub.name, subject=f"folder {sub}")
+        if name in old:
+            entry = _kept_entry(old[name], sub)
+            if name in kinds and kinds[name] != entry.kind:
+                entry = _relabelled(entry, kinds[name])
+            entries.append(entry)
+            continue
         found, refused = scan_folder(sub)
         for rel, reason in refused:
             log.warning("index %s: leaving out %s/%s: %s", directory, name, rel, reason)
+        if not found:
+            log.warning("index %s: %s/ has no file to publish; it is not an entry", directory, name)
+            continue
         files = tuple(_describe(rel, path)[0] for rel, path in found)
-        if kinds and name in kinds:
-            kind = _check_kind(kinds[name])
-        elif name in old:
-            kind = old[name].kind
+        if name in kinds:
+            kind = kinds[name]
         else:
             kind = (
                 "policy"
@@ -165,8 +272,52 @@ def write_index(directory: str | os.PathLike, *, kinds: dict[str, str] | None = 
                 else "dataset"
             )
         entries.append(RemoteEntry(name, kind, files))
+    unknown = sorted(set(kinds) - {e.name for e in entries})
+    if unknown:
+        raise UnknownEntryError(
+            f"--kind names {', '.join(map(repr, unknown))}, which {'is' if len(unknown) == 1 else 'are'} "
+            f"not an entry of {directory} (entries: {', '.join(e.name for e in entries) or 'none'})"
+        )
     target = directory / INDEX_NAME
     tmp = directory / f".{INDEX_NAME}.tmp-{os.getpid()}"
     tmp.write_bytes(dump_index(entries))
     os.replace(tmp, target)
     return target
+
+
+def _kept_entry(entry: RemoteEntry, folder: Path) -> RemoteEntry:
+    """A listed entry as listed, after checking its folder still holds every listed file."""
+    for old in entry.revisions:
+        for f in old.files:
+            path = folder / f.stored_at
+            try:
+                size = path.stat().st_size
+            except (FileNotFoundError, NotADirectoryError):
+                raise StoreFormatError(
+                    f"entry {entry.name!r} (revision {old.revision[:12]}) lists {f.path!r}, but "
+                    f"{path} is missing; restore it, or push the entry again with --replace"
+                ) from None
+            if size != f.size:
+                raise StoreFormatError(
+                    f"entry {entry.name!r} (revision {old.revision[:12]}) lists {f.path!r} with "
+                    f"{f.size} bytes, but {path} has {size}; push the entry again with --replace"
+                )
+    stored = {f.stored_at for old in entry.revisions for f in old.files}
+    extra = [rel for rel, _ in scan_folder(folder)[0] if rel not in stored and not rel.startswith(BLOBS + "/")]
+    if extra:
+        log.warning(
+            "index %s: %d file(s) in %s/ are in no listed revision and are left out (%s); "
+            "push with --replace to publish them",
+            folder.parent,
+            len(extra),
+            entry.name,
+            ", ".join(extra[:5]),
+        )
+    return entry
+
+
+def _relabelled(entry: RemoteEntry, kind: str) -> RemoteEntry:
+    history = tuple(
+        RemoteEntry(h.name, kind, h.files, h.revision, h.updated) for h in entry.history
+    )
+    return RemoteEntry(entry.name, kind, entry.files, entry.revision, entry.updated, history=history)

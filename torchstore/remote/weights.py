@@ -3,20 +3,168 @@
 Pickle-based formats (``.pt``, ``.pth``, ``.bin``, ``.pkl``, ``.ckpt``) run code when
 loaded, so they are refused: publish weights with ``safetensors.torch.save_file``.
 Sharded weights (several ``.safetensors`` files) are merged into one state dict.
+
+:func:`check_safetensors` checks a file the way a loader will read it, without loading
+it: the header parses, every tensor's byte range has exactly ``itemsize(dtype) x
+prod(shape)`` bytes, the ranges tile the data section with no gap or overlap, and the
+data ends exactly at the end of the file. ``push --kind policy`` runs it on every
+``.safetensors`` file and refuses a policy with none.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import struct
+from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 
-from torchstore.errors import StoreFormatError
+from torchstore.errors import StoreFormatError, TorchstoreError
 from torchstore.remote.cache import pull_entry
 
-__all__ = ["fetch_policy_weights", "PICKLE_SUFFIXES"]
+__all__ = [
+    "fetch_policy_weights",
+    "check_safetensors",
+    "check_policy_files",
+    "DeviceError",
+    "PICKLE_SUFFIXES",
+]
 
 PICKLE_SUFFIXES = (".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt")
+_MAX_HEADER = 100 << 20
+#: bytes per element of each safetensors dtype
+_ITEMSIZE = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+    "C64": 8,
+}
+
+
+class DeviceError(TorchstoreError, RuntimeError):
+    """The device asked for cannot be used here (no CUDA in this torch build, no GPU, ...)."""
+
+
+def check_safetensors(path: str | os.PathLike) -> None:
+    """Raise :class:`StoreFormatError` unless ``path`` is a complete, consistent safetensors file."""
+    path = Path(path)
+    size = path.stat().st_size
+
+    def bad(why: str) -> StoreFormatError:
+        return StoreFormatError(f"{path} is not a valid safetensors file: {why}")
+
+    if size < 8:
+        raise bad(f"{size} bytes, too short for the header length")
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        if n > size - 8 or n > _MAX_HEADER:
+            raise bad(f"the header claims {n} bytes, the file has {size - 8} after its length")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise bad(f"the header is not JSON ({str(exc)[:80]})") from None
+    if not isinstance(header, dict):
+        raise bad("the header is not a JSON object")
+    data = size - 8 - n
+    ranges = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            if not isinstance(info, dict) or not all(
+                isinstance(v, str) for v in info.values()
+            ):
+                raise bad("__metadata__ must map strings to strings")
+            continue
+        if not isinstance(info, dict):
+            raise bad(f"tensor {name!r} is not described by an object")
+        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if dtype not in _ITEMSIZE:
+            raise bad(f"tensor {name!r} has unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+        ):
+            raise bad(f"tensor {name!r} has shape {shape!r}, not a list of ints >= 0")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]
+        ):
+            raise bad(f"tensor {name!r} has data_offsets {offsets!r}, not [begin, end] with begin <= end")
+        want = _ITEMSIZE[dtype] * math.prod(shape)
+        if offsets[1] - offsets[0] != want:
+            raise bad(
+                f"tensor {name!r} ({dtype} x {shape}) needs {want} bytes, its data_offsets span "
+                f"{offsets[1] - offsets[0]}"
+            )
+        ranges.append((offsets[0], offsets[1], name))
+    end = 0
+    for begin, stop, name in sorted(ranges):
+        if begin != end:
+            what = "overlaps the tensor before it" if begin < end else f"leaves a gap at byte {end}"
+            raise bad(f"tensor {name!r} (bytes {begin}..{stop}) {what}")
+        end = stop
+    if end != data:
+        raise bad(f"the tensors end at data byte {end}, the file's data has {data} bytes")
+
+
+def check_policy_files(files: Iterable[tuple[str, Path]], *, subject: str) -> None:
+    """A policy entry: at least one ``.safetensors`` file, each passing :func:`check_safetensors`."""
+    files = list(files)
+    weights = [(rel, path) for rel, path in files if rel.endswith(".safetensors")]
+    if not weights:
+        pickled = [rel for rel, _ in files if rel.lower().endswith(PICKLE_SUFFIXES)]
+        hint = (
+            f" (only pickle-based {pickled[:3]}, which run code when loaded)" if pickled else ""
+        )
+        raise StoreFormatError(
+            f"{subject}: a policy entry needs at least one .safetensors file{hint}; save weights "
+            "with safetensors.torch.save_file"
+        )
+    for _rel, path in weights:
+        check_safetensors(path)
+
+
+def _check_device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise DeviceError(f"device {device!r} is not a torch device ({exc})") from None
+    if dev.type == "cpu" or dev.type == "meta":
+        return dev
+    backend = getattr(torch, dev.type, None)
+    available = getattr(backend, "is_available", None)
+    if available is not None and not available():
+        why = (
+            "this torch build has no CUDA"
+            if dev.type == "cuda" and not torch.backends.cuda.is_built()
+            else f"no {dev.type} device is available"
+        )
+        raise DeviceError(
+            f"device {str(device)!r} cannot be used here ({why}); load with device='cpu' and "
+            "move the tensors later"
+        )
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DeviceError(
+            f"device {str(device)!r} does not exist: {torch.cuda.device_count()} CUDA device(s) here"
+        )
+    return dev
 
 
 def _require_safetensors():
@@ -44,17 +192,19 @@ def fetch_policy_weights(
 
     Args:
         filename: the weights file in the entry; default: every ``*.safetensors`` file.
-        device: where the tensors land.
+        device: where the tensors land; checked before anything is fetched.
 
     Raises:
         StoreFormatError: the entry has no safetensors weights, only pickle-based ones, or
-            ``filename`` is not a safetensors file.
+            ``filename`` is not a (valid) safetensors file.
+        DeviceError: ``device`` cannot be used here (``"cuda"`` without CUDA).
 
     Examples:
         >>> state = fetch_policy_weights("hf://models/lab", "reach-policy")  # doctest: +SKIP
         >>> policy.load_state_dict(state)  # doctest: +SKIP
     """
     st = _require_safetensors()
+    dev = _check_device(device)
     if filename is not None and not filename.endswith(".safetensors"):
         rule = (
             "pickle-based weights run code when loaded and are refused"
@@ -92,10 +242,14 @@ def fetch_policy_weights(
     state: dict[str, torch.Tensor] = {}
     for path in sorted(paths):
         try:
-            part = st.load_file(str(root / path), device=str(device))
-        except Exception as exc:  # SafetensorError is not importable by a stable name
-            raise StoreFormatError(
-                f"{path!r} of {name!r} is not a valid safetensors file: {exc}"
+            check_safetensors(root / path)
+        except StoreFormatError as exc:
+            raise StoreFormatError(f"{path!r} of {name!r}: {exc}") from None
+        try:
+            part = st.load_file(str(root / path), device=str(dev))
+        except Exception as exc:  # the file checked out: what failed is the loading
+            raise DeviceError(
+                f"loading {path!r} of {name!r} onto {str(dev)!r} failed: {exc}"
             ) from exc
         clash = state.keys() & part.keys()
         if clash:
