@@ -102,7 +102,10 @@ def assert_store_holds(path: Path, episodes: list[dict[str, np.ndarray]], tasks=
                 np.testing.assert_array_equal(got[name].numpy(), want[name], err_msg=name)
             np.testing.assert_array_equal(got["frame_index"].numpy(), np.arange(n))
             np.testing.assert_array_equal(got["episode_index"].numpy(), np.full(n, i))
-            np.testing.assert_array_equal(got["index"].numpy(), np.arange(start, start + n))
+            # LeRobot's global frame index is the store row, not a column ("index" is the
+            # key every DataModule batch adds); the episode's first one is in its metadata
+            assert "index" not in got.keys()
+            assert store.episode_metadata(i)["dataset_from_index"] == start
             np.testing.assert_array_equal(
                 got["timestamp"].numpy(), (np.arange(n) / FPS).astype(np.float32)
             )
@@ -1077,9 +1080,11 @@ def test_v21_imports(v21_copy, v21, tmp_path):
         assert [int(n) for n in store.episodes.lengths] == list(V21_LENGTHS)
         for e, want in enumerate(episodes):
             got = store.episode(e)
-            for name in (*NUMERIC, "timestamp", "frame_index", "episode_index", "index"):
+            for name in (*NUMERIC, "timestamp", "frame_index", "episode_index"):
                 np.testing.assert_array_equal(got[name].numpy(), want[name], err_msg=f"{e} {name}")
                 assert got[name].numpy().dtype == want[name].dtype, name
+            assert "index" not in got.keys()
+            assert store.episode_metadata(e)["dataset_from_index"] == want["index"][0]
             np.testing.assert_array_equal(got["task_index"].numpy(), V21_FRAME_TASKS[e])
             assert_video_close(got[V21_CAM].numpy(), want[CAM])
             meta = store.episode_metadata(e)

@@ -329,20 +329,22 @@ def test_export_of_a_plain_store(tmp_path):
             }
             w.add_episode(rows)
             episodes.append(rows)
-    with pytest.raises(ValueError, match="needs fps"):
+    with pytest.raises(ValueError, match=r"records no frame rate: pass fps=.*--fps"):
         export_lerobot(tmp_path / "s.h5", tmp_path / "x", progress=False)
     export_lerobot(tmp_path / "s.h5", tmp_path / "ds", fps=20, cameras="image", progress=False)
     info = json.loads((tmp_path / "ds/meta/info.json").read_text())
     assert info["features"]["next.obs"]["shape"] == [4]
     assert info["features"]["reward"]["shape"] == [1]
     assert info["features"]["pixels"]["dtype"] == "image"
+    with LeRobotSource(tmp_path / "ds") as src:
+        assert src.tasks == ["Reach-v0"]
     import_lerobot(tmp_path / "ds", tmp_path / "back.h5", progress=False)
     with TrajectoryStore(tmp_path / "back.h5") as store:
-        assert store.manifest.metadata["lerobot"]["tasks"] == ["Reach-v0"]
+        assert [c.name for c in store.columns] == [c.name for c in columns]  # nesting kept
         for e, rows in enumerate(episodes):
             got = store.episode(e)
             for name, value in rows.items():
-                np.testing.assert_array_equal(got[name.replace("/", ".")].numpy(), value)
+                np.testing.assert_array_equal(got[tuple(name.split("/"))].numpy(), value)
 
 
 def test_string_features_become_codes_and_export_back(tmp_path):
@@ -384,3 +386,117 @@ def test_tasks_table_as_lerobot_04_writes_it(recorded, tmp_path):
     assert meta["tasks"] == ["pick the cube", "place the cube", "stack"]
     with LeRobotWriter.resume(copy) as w:
         assert w.tasks == meta["tasks"]
+
+
+def test_round_trip_restores_the_store(tmp_path):
+    """store -> export_lerobot -> import_lerobot gives back the same store: columns with
+    their nesting, dtypes and quantisation, env id, seed, metadata, per-episode metadata,
+    and no column the export added."""
+    from torchstore.data.quantize import Quantize
+
+    columns = [
+        ColumnSpec("obs", torch.float32, (3,), quantize=Quantize(-2.0, 2.0)),
+        ColumnSpec("next/state", torch.float64, (2, 2)),
+        ColumnSpec("done", torch.bool),
+        ColumnSpec("count", torch.int16, (1,)),
+    ]
+    metadata = {"robot": {"arm": "so101", "links": [1, 2]}, "note": "demo"}
+    rng = np.random.default_rng(3)
+    with TrajectoryStoreWriter(tmp_path / "s.h5", columns, env_id="Reach-v0", seed=7, metadata=metadata) as w:
+        for e, n in enumerate((4, 6, 3)):
+            rows = {
+                "obs": rng.uniform(-2, 2, (n, 3)).astype(np.float32),
+                "next/state": rng.standard_normal((n, 2, 2)),
+                "done": np.arange(n) == n - 1,
+                "count": np.arange(n, dtype=np.int16)[:, None] * (e + 1),
+            }
+            w.add_episode(rows, metadata={"operator": f"op{e}", "success": e != 1})
+    with TrajectoryStore(tmp_path / "s.h5") as original:
+        before = [original.episode(e) for e in range(3)]
+    export_lerobot(tmp_path / "s.h5", tmp_path / "ds", fps=10, progress=False)
+    assert (tmp_path / "ds/meta/torchstore.json").exists()
+    with LeRobotSource(tmp_path / "ds") as src:  # still an ordinary LeRobot dataset
+        assert [e.length for e in src.episodes] == [4, 6, 3]
+    import_lerobot(tmp_path / "ds", tmp_path / "back.h5", progress=False)
+    with TrajectoryStore(tmp_path / "back.h5") as store:
+        assert store.columns == tuple(columns)
+        assert store.manifest.env_id == "Reach-v0" and store.manifest.seed == 7
+        assert store.manifest.metadata == metadata
+        for e in range(3):
+            assert store.episode_metadata(e) == {"operator": f"op{e}", "success": e != 1}
+            got, raw = store.episode(e), store.episode(e, raw=True)
+            for spec in columns:
+                key = tuple(spec.name.split("/"))
+                assert got[key].dtype == before[e][key].dtype
+                np.testing.assert_array_equal(got[key].numpy(), before[e][key].numpy())
+            assert raw["obs"].dtype == torch.uint8  # still quantised on disk
+        with TrajectoryStore(tmp_path / "s.h5") as original:
+            assert store.size_on_disk() < 2 * original.size_on_disk()
+
+
+def test_a_lerobot_imported_store_round_trips_with_its_task_table(recorded, tmp_path):
+    root, _ = recorded
+    import_lerobot(root, tmp_path / "a.h5", progress=False)
+    export_lerobot(tmp_path / "a.h5", tmp_path / "again", progress=False)
+    import_lerobot(tmp_path / "again", tmp_path / "b.h5", progress=False)
+    with TrajectoryStore(tmp_path / "a.h5") as a, TrajectoryStore(tmp_path / "b.h5") as b:
+        assert a.columns == b.columns and "index" not in {c.name for c in a.columns}
+        assert a.manifest.metadata == b.manifest.metadata
+        for e in range(a.num_episodes):
+            assert a.episode_metadata(e) == b.episode_metadata(e)
+            for name in ("observation.state", "task_index", "timestamp", "frame_index", "episode_index"):
+                np.testing.assert_array_equal(a.episode(e)[name].numpy(), b.episode(e)[name].numpy(), err_msg=name)
+
+
+def test_cameras_option_applies_to_imported_cameras(recorded, tmp_path):
+    root, _ = recorded
+    import_lerobot(root, tmp_path / "a.h5", progress=False)
+    export_lerobot(tmp_path / "a.h5", tmp_path / "img", cameras="image", progress=False)
+    info = json.loads((tmp_path / "img/meta/info.json").read_text())
+    assert info["features"]["observation.images.front"]["dtype"] == "image"
+    assert not (tmp_path / "img/videos").exists()
+    export_lerobot(tmp_path / "a.h5", tmp_path / "asis", progress=False)  # default: as imported
+    info = json.loads((tmp_path / "asis/meta/info.json").read_text())
+    assert info["features"]["observation.images.front"]["dtype"] == "video"
+    assert info["features"]["observation.images.wrist"]["dtype"] == "image"
+
+
+def test_import_and_export_refuse_their_source_as_destination(recorded, tmp_path):
+    from torchstore.errors import DestinationError
+
+    root, _ = recorded
+    import_lerobot(root, tmp_path / "a.h5", progress=False)
+    with pytest.raises(DestinationError, match="is the input"):
+        export_lerobot(tmp_path / "a.h5", tmp_path / "a.h5", fps=10, overwrite=True, progress=False)
+    with pytest.raises(DestinationError, match="inside the input folder"):
+        import_lerobot(root, root / "meta" / "x.h5", progress=False)
+    (tmp_path / "plain.txt").write_text("not a store")
+    with pytest.raises(DestinationError, match="not a torchstore store"):
+        import_lerobot(root, tmp_path / "plain.txt", overwrite=True, progress=False)
+    assert (tmp_path / "plain.txt").read_text() == "not a store"
+
+
+def test_lerobot_imported_stores_train_in_both_datamodules(recorded, tmp_path):
+    """No column of an imported store clashes with the keys batches add ("index")."""
+    from torchstore.lightning import DemonstrationDataModule, OfflineDataModule
+
+    root, _ = recorded
+    import_lerobot(root, tmp_path / "a.h5", progress=False)
+    offline = OfflineDataModule(tmp_path / "a.h5", batch_size=4, steps_per_epoch=2, device="cpu")
+    batch = next(iter(offline.train_dataloader()))
+    assert batch["index"].shape == (4,)
+    assert batch["observation.state"].shape == (4, 3)
+    demo = DemonstrationDataModule(
+        tmp_path / "a.h5",
+        batch_size=4,
+        obs_keys=["observation.state", "observation.images.wrist"],
+        action_keys=["action"],
+        n_obs_steps=2,
+        action_horizon=3,
+        steps_per_epoch=2,
+        device="cpu",
+        stats_cache=False,
+    )
+    batch = next(iter(demo.train_dataloader()))
+    assert batch["action", "action"].shape == (4, 3, 2, 2)
+    assert batch["index"].shape == (4,)

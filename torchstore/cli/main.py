@@ -291,8 +291,8 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--cameras",
         choices=("video", "image"),
-        default="video",
-        help="uint8 [H, W, 3] columns as MP4 or PNG",
+        default=None,
+        help="every camera as MP4 or PNG (default: imported cameras as they were, others MP4)",
     )
     p.add_argument("--codec", choices=("av1", "h264"), default="av1", help="video codec")
     p.add_argument("--overwrite", action="store_true", help="replace an existing folder at DIR")

@@ -6,6 +6,11 @@ its columns: ``uint8 [H, W, 3]`` columns become cameras (``video`` by default, o
 ``image``), every other column a numeric feature (``/`` in a nested name becomes ``.``,
 as LeRobot forbids ``/``). The folder is written under a temporary name and renamed into
 place when complete.
+
+What LeRobot's format cannot say about the store (column names with their nesting,
+dtypes, quantisation, env id, seed, the manifest's metadata, each episode's metadata)
+goes into ``meta/torchstore.json`` (:mod:`torchstore.lerobot.sidecar`), a file LeRobot
+does not read; :func:`~torchstore.lerobot.import_lerobot` restores the store from it.
 """
 
 from __future__ import annotations
@@ -46,22 +51,35 @@ def _is_camera(spec) -> bool:
     return spec.dtype == torch.uint8 and len(spec.shape) == 3 and spec.shape[-1] == 3 and spec.quantize is None
 
 
-def features_for_store(store, *, columns: Sequence[str] | None = None, cameras: str = "video") -> dict[str, tuple[str, dict]]:
-    """``{store column: (feature name, feature spec)}`` for an export of ``store``."""
-    if cameras not in ("video", "image"):
+def features_for_store(store, *, columns: Sequence[str] | None = None, cameras: str | None = None) -> dict[str, tuple[str, dict]]:
+    """``{store column: (feature name, feature spec)}`` for an export of ``store``.
+
+    ``cameras``: ``"video"`` or ``"image"`` for every camera, or None (imported cameras
+    as they were, the others as video).
+    """
+    if cameras not in (None, "video", "image"):
         raise ValueError(f"cameras must be 'video' or 'image', got {cameras!r}")
-    known = (store.manifest.metadata.get("lerobot") or {}).get("features") or {}
+    lerobot = store.manifest.metadata.get("lerobot") or {}
+    known = lerobot.get("features") or {}
     out: dict[str, tuple[str, dict]] = {}
     for spec in store.select_columns(columns):
         if spec.name in DEFAULT_FEATURES:
+            if not lerobot:
+                raise LeRobotFormatError(
+                    f"column {spec.name!r} has the name of a LeRobot default feature, which the "
+                    "export fills in itself; leave it out with columns=[...] (--columns)"
+                )
             continue
         if spec.name in known:
-            out[spec.name] = (spec.name, {k: v for k, v in known[spec.name].items() if k != "info"})
+            feature = {k: v for k, v in known[spec.name].items() if k != "info"}
+            if cameras is not None and feature.get("dtype") in ("video", "image"):
+                feature["dtype"] = cameras
+            out[spec.name] = (spec.name, feature)
             continue
         name = spec.name.replace("/", ".")
         if _is_camera(spec):
             h, w, c = spec.shape
-            feature = {"dtype": cameras, "shape": [h, w, c], "names": ["height", "width", "channels"]}
+            feature = {"dtype": cameras or "video", "shape": [h, w, c], "names": ["height", "width", "channels"]}
         else:
             feature = {"dtype": str(spec.dtype).removeprefix("torch."), "shape": list(spec.shape) or [1], "names": None}
         out[spec.name] = (name, feature)
@@ -81,7 +99,7 @@ def export_lerobot(
     task: str | None = None,
     robot_type: str | None = None,
     columns: Sequence[str] | None = None,
-    cameras: str = "video",
+    cameras: str | None = None,
     video_encoder=None,
     overwrite: bool = False,
     progress: bool = True,
@@ -96,24 +114,28 @@ def export_lerobot(
         robot_type: default: the imported one.
         columns: store columns to export (default: all).
         cameras: ``"video"`` (MP4, AV1 unless ``video_encoder`` says otherwise) or ``"image"``
-            (PNG in Parquet) for ``uint8 [H, W, 3]`` columns that were not imported from LeRobot.
+            (PNG in Parquet) for every camera (``uint8 [H, W, 3]`` columns, and cameras
+            imported from LeRobot); default: imported cameras as they were, others video.
         caps: ``chunks_size``, ``data_files_size_in_mb``, ``video_files_size_in_mb``.
     """
     from torchstore.data.store import TrajectoryStore
+    from torchstore.io.destination import check_destination
     from torchstore.lerobot.importer import _bar
+    from torchstore.lerobot.sidecar import write_sidecar
     from torchstore.lerobot.writer import LeRobotWriter
 
     started = time.perf_counter()
-    root = Path(root)
-    if root.exists() and not overwrite:
-        raise FileExistsError(f"{root} exists; pass overwrite=True to replace it")
     own = not hasattr(store, "episode")
+    source = Path(store) if own else store.path
+    root = check_destination(root, sources=[source], overwrite=overwrite, what="folder")
     store = TrajectoryStore(store) if own else store
     try:
         lerobot = store.manifest.metadata.get("lerobot") or {}
         fps = fps if fps is not None else lerobot.get("fps")
         if fps is None:
-            raise LeRobotFormatError("export_lerobot needs fps= (the store does not record one)")
+            raise LeRobotFormatError(
+                f"{source} records no frame rate: pass fps= (on the command line, --fps)"
+            )
         mapping = features_for_store(store, columns=columns, cameras=cameras)
         tasks_table = lerobot.get("tasks")
         use_task_index = task is None and tasks_table and "task_index" in {c.name for c in store.columns}
@@ -132,6 +154,8 @@ def export_lerobot(
                 video_encoder=video_encoder,
                 **caps,
             ) as writer:
+                if use_task_index:
+                    writer._preset_tasks(tasks_table)  # task_index values stay those of the store
                 read = list(mapping) + (["task_index"] if use_task_index else [])
                 for i in range(store.num_episodes):
                     td = store.episode(i, read)
@@ -153,6 +177,7 @@ def export_lerobot(
                     frames += td.batch_size[0]
                     if bar is not None:
                         bar.update(td.batch_size[0])
+            write_sidecar(partial, store, {column: name for column, (name, _) in mapping.items()})
             if root.exists():
                 shutil.rmtree(root)
             os.replace(partial, root)

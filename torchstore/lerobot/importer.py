@@ -18,11 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torchstore.errors import LeRobotFormatError
+from torchstore.lerobot.sidecar import read_sidecar
 from torchstore.lerobot.source import LeRobotSource, select_features
 
 __all__ = ["import_lerobot", "ImportSummary", "locate_dataset"]
 
 log = logging.getLogger(__name__)
+
+# Default features not imported unless asked for by name: "index" numbers the frames of the
+# whole dataset, which the store's rows already do (the episode's first one is in its
+# metadata as dataset_from_index); a column of that name would clash with the "index" key
+# every DataModule batch carries.
+_NOT_IMPORTED = ("index",)
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -92,9 +99,12 @@ def import_lerobot(
     Args:
         source: a local dataset folder, or a Hub repo id (downloaded with huggingface_hub
             into its cache; ``HF_HUB_OFFLINE=1`` answers from the cache only).
-        dest: the store file to write.
+        dest: the store file to write (never a source file, a folder or a non-store file;
+            see :func:`torchstore.io.destination.check_destination`).
         episodes: LeRobot episode indices to import (default: all).
-        columns: feature names to import (default: all but annotation ``language`` ones).
+        columns: feature names to import (default: all but annotation ``language`` ones
+            and ``index``, the global frame number, which the store rows are; for a
+            folder exported by torchstore, the store's own columns).
         revision: Hub revision (default: the ``v3.0`` tag, resolved like LeRobot does).
         include_rejected: keep episodes listed in ``meta/rejected_episodes.json``.
         overwrite: replace an existing ``dest``.
@@ -103,48 +113,81 @@ def import_lerobot(
         progress: show a progress bar over frames.
     """
     from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.io.destination import check_destination
 
     started = time.perf_counter()
-    dest = Path(dest)
-    if dest.exists() and not overwrite:
-        raise FileExistsError(f"{dest} exists; pass overwrite=True to replace it")
+    local = Path(source)
+    dest = check_destination(dest, sources=[local] if local.exists() else [], overwrite=overwrite)
     root = locate_dataset(source, revision=revision, progress=progress)
     with LeRobotSource(root) as src:
-        names = select_features(src, None if columns is None else list(columns))
+        sidecar = read_sidecar(root, src.features)
+        if columns is None and sidecar is not None:
+            names = list(sidecar.columns)  # the exported store's columns, no more
+        else:
+            names = select_features(src, None if columns is None else list(columns))
+            if columns is None:
+                # LeRobot's global frame index is the store row itself, and "index" is the
+                # key every DataModule batch adds for the rows it holds
+                names = [n for n in names if n not in _NOT_IMPORTED]
         chosen, skipped = _selected(src, episodes, include_rejected)
         if skipped:
             log.warning("skipping %d rejected episodes of %s: %s", len(skipped), root, list(skipped))
         if not chosen:
             raise LeRobotFormatError(f"{root}: no episodes left to import ({len(skipped)} rejected, skipped)")
-        strings = {n: _scan_strings(src, n) for n in names if src.features[n].dtype == "string"}
+        specs = [
+            sidecar.columns[n] if sidecar is not None and n in sidecar.columns else src.features[n].column_spec()
+            for n in names
+        ]
+        known_tables = ((sidecar.metadata.get("lerobot") or {}).get("string_tables") or {}) if sidecar else {}
+        strings = {}
+        for n, spec in zip(names, specs, strict=True):
+            if src.features[n].dtype == "string":
+                seen = _scan_strings(src, n)
+                known = known_tables.get(spec.name)
+                # an exported store's codes stay its own when its table still covers the strings
+                strings[n] = list(known) if isinstance(known, list) and set(seen) <= set(known) else seen
         for name, table in strings.items():
             src._string_tables[name] = {s: i for i, s in enumerate(table)}
-        specs = [src.features[n].column_spec() for n in names]
-        metadata = {
-            "lerobot": {
-                "source": str(source),
-                "codebase_version": src.version,
-                "fps": src.fps,
-                "robot_type": src.info.get("robot_type"),
-                "features": {n: src.features[n].to_json() for n in names},
-                "tasks": src.tasks,
-                "string_tables": strings,
-                "stats": src.stats,
-                "info": src.info,
-                "rejected": {str(i): r.reason for i, r in src.rejected.items()},
+        if sidecar is not None:
+            metadata, env_id, seed = sidecar.metadata, sidecar.env_id, sidecar.seed
+        else:
+            env_id = seed = None
+            metadata = {
+                "lerobot": {
+                    "source": str(source),
+                    "codebase_version": src.version,
+                    "fps": src.fps,
+                    "robot_type": src.info.get("robot_type"),
+                    "features": {n: src.features[n].to_json() for n in names},
+                    "tasks": src.tasks,
+                    "string_tables": strings,
+                    "stats": src.stats,
+                    "info": src.info,
+                    "rejected": {str(i): r.reason for i, r in src.rejected.items()},
+                }
             }
-        }
         partial = dest.with_name(f".{dest.name}.importing")
         partial.unlink(missing_ok=True)
         frames = 0
         bar = _bar(sum(e.length for e in chosen), progress, f"import {root.name}")
         try:
-            with TrajectoryStoreWriter(partial, specs, metadata=metadata, overwrite=True) as writer:
+            with TrajectoryStoreWriter(partial, specs, env_id=env_id, seed=seed, metadata=metadata, overwrite=True) as writer:
                 for entry in chosen:
-                    rows = src.read_episode(entry, names, tolerance_s=tolerance_s)
-                    meta = {"lerobot_episode_index": entry.index, "tasks": list(entry.tasks)}
-                    if entry.index in src.rejected:
-                        meta["rejected"] = src.rejected[entry.index].reason
+                    values = src.read_episode(entry, names, tolerance_s=tolerance_s)
+                    rows = {
+                        spec.name: values[n].reshape(entry.length, *spec.shape)
+                        for n, spec in zip(names, specs, strict=True)
+                    }
+                    if sidecar is not None and entry.index < len(sidecar.episodes):
+                        meta = sidecar.episodes[entry.index]
+                    else:
+                        meta = {
+                            "lerobot_episode_index": entry.index,
+                            "dataset_from_index": entry.from_index,
+                            "tasks": list(entry.tasks),
+                        }
+                        if entry.index in src.rejected:
+                            meta["rejected"] = src.rejected[entry.index].reason
                     writer.add_episode(rows, metadata=meta)
                     frames += entry.length
                     if bar is not None:

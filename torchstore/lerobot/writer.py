@@ -285,6 +285,7 @@ class LeRobotWriter:
         self._session_fd = _lock_session(root)
         self.tasks: list[str] = []
         self._task_ids: dict[str, int] = {}
+        self._tasks_unsaved = False
         self._running = RunningStats()  # dataset stats, one episode at a time
         self._session: list[SavedEpisode] = []  # saved by this writer: merged at close()
         self._num_episodes = 0
@@ -348,6 +349,16 @@ class LeRobotWriter:
         for name, value in values.items():  # all checked: now record
             self._record(name, value)
         self._frame_tasks.append(task)
+
+    def _preset_tasks(self, tasks: Sequence[str]) -> None:
+        """Number ``tasks`` 0, 1, ... before the first save (an export keeps a store's task table)."""
+        if self._num_episodes or self.tasks:
+            raise EpisodeError("tasks can only be preset on a new, empty dataset")
+        if len(set(tasks)) != len(tasks) or not all(isinstance(t, str) for t in tasks):
+            raise LeRobotFormatError("preset tasks must be distinct strings")
+        self.tasks = list(tasks)
+        self._task_ids = {t: i for i, t in enumerate(self.tasks)}
+        self._tasks_unsaved = True
 
     def _check_keys(self, keys) -> None:
         keys = set(keys)
@@ -455,7 +466,8 @@ class LeRobotWriter:
             self._task_ids[t] = len(self.tasks)
             self.tasks.append(t)
         try:
-            self._commit(index, n, frame_tasks, bool(new_tasks))
+            self._commit(index, n, frame_tasks, bool(new_tasks) or self._tasks_unsaved)
+            self._tasks_unsaved = False
         except BaseException:
             for t in new_tasks:
                 del self._task_ids[t]
