@@ -13,6 +13,7 @@ Examples:
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,13 +34,18 @@ def lazy_exports(
     Returns:
         ``(__getattr__, __dir__)`` to assign at the package's top level. A name, once
         imported, is stored on the package, so later reads are plain attribute reads.
+        A submodule (``torchstore.data.store``) is imported on first attribute access
+        too, as it was when the package imported everything eagerly.
     """
 
     def __getattr__(name: str) -> Any:
-        try:
-            module_name = exports[name]
-        except KeyError:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        module_name = exports.get(name)
+        if module_name is None:
+            # ``torchstore.data.store`` after a bare ``import torchstore``: eager package
+            # imports used to load every submodule, so keep submodules reachable too.
+            if not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}"):
+                return importlib.import_module(f"{package}.{name}")
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module_name, package), name)
         setattr(sys.modules[package], name, value)
         return value

@@ -70,3 +70,8 @@ def test_store_replay_is_public_and_unknown_names_raise_attribute_error():
     with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
         torchstore.Nope  # noqa: B018
     assert not hasattr(torchstore.data, "Nope")
+
+
+def test_submodules_stay_reachable_as_attributes():
+    code = "import torchstore\nassert torchstore.data.store.TrajectoryStore and torchstore.samplers.sumtree.SumTree"
+    subprocess.run([sys.executable, "-c", code], check=True)
