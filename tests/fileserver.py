@@ -15,6 +15,8 @@ Faults, all keyed by the URL path below the root (``"ds/data/a.bin"``):
   statuses, one per request;
 - ``redirect[path] = url``: answer GET of ``path`` with ``302 Location: url`` (``""``: no
   Location header).
+- ``drip_s[path] = s``: send the body of ``path`` one byte every ``s`` seconds (a server
+  that stays just inside a client's read timeout); stops when the client hangs up.
 
 Counters: ``body_bytes[path]`` (body bytes actually sent), ``requests`` (one dict per
 request: method, path, range, authorization), ``puts`` (paths written).
@@ -46,6 +48,7 @@ class FileServer(LoopbackServer):
         self.ignore_range = False
         self.status_for: dict[str, list[int]] = {}
         self.redirect: dict[str, str] = {}
+        self.drip_s: dict[str, float] = {}
         self.body_bytes: dict[str, int] = defaultdict(int)
         self.requests: list[dict] = []
         self.puts: list[str] = []
@@ -153,6 +156,17 @@ def _make_handler(server: FileServer):
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)
+                return
+            if rel in server.drip_s and self.command == "GET":
+                for i in range(len(body)):
+                    time.sleep(server.drip_s[rel])
+                    try:
+                        self.wfile.write(body[i : i + 1])
+                        self.wfile.flush()
+                    except OSError:  # the client gave up
+                        return
+                    with server.lock:
+                        server.body_bytes[rel] += 1
                 return
             with server.lock:
                 server.body_bytes[rel] += len(body)
