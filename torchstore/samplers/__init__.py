@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         sample_into,
         update_priority_,
     )
+    from torchstore.samplers.draws import importance_weight, prioritized_rows, uniform_rows
     from torchstore.samplers.ere import (
         ERE,
         recent_range,
@@ -36,9 +37,11 @@ if TYPE_CHECKING:
     from torchstore.samplers.sumtree import SumTree
     from torchstore.samplers.uniform import UniformSampler
     from torchstore.samplers.windows import (
+        RowSet,
         Windows,
         choose_windows,
         clip_segments,
+        context_windows,
         sample_windows,
     )
 
@@ -62,9 +65,14 @@ _EXPORTS = {
     "choose_windows": "torchstore.samplers.windows",
     "clip_segments": "torchstore.samplers.windows",
     "sample_windows": "torchstore.samplers.windows",
+    "importance_weight": "torchstore.samplers.draws",
+    "prioritized_rows": "torchstore.samplers.draws",
+    "uniform_rows": "torchstore.samplers.draws",
+    "RowSet": "torchstore.samplers.windows",
+    "context_windows": "torchstore.samplers.windows",
 }
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)  # a new public name goes here too
 
 __all__ = [
     "ERE",
