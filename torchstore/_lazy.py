@@ -45,6 +45,11 @@ def lazy_exports(
             # imports used to load every submodule, so keep submodules reachable too.
             if not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}"):
                 return importlib.import_module(f"{package}.{name}")
+            if name in getattr(sys.modules[package], "__all__", ()):
+                raise AttributeError(
+                    f"{package}.__all__ lists {name!r} but its _EXPORTS does not say which "
+                    "module defines it; add it there"
+                )
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module_name, package), name)
         setattr(sys.modules[package], name, value)
