@@ -316,6 +316,14 @@ def build_parser() -> argparse.ArgumentParser:
     from torchstore.cli.remote import add_commands
 
     add_commands(sub)  # catalog, pull, push, sync, remote index
+    rerun = "run the same command again to continue"
+    for name, line in (
+        ("pull", f"interrupted; verified files stay in the cache, {rerun}"),
+        ("push", f"interrupted; the index is written last, so the entry is as it was; {rerun}"),
+        ("sync", f"interrupted; files already uploaded stay uploaded; {rerun}"),
+    ):
+        if name in sub.choices:
+            sub.choices[name].set_defaults(interrupted_line=line)
     _describe(sub)
     return parser
 
@@ -373,7 +381,7 @@ def _committed(path: Path) -> int | None:
 def _interrupted(args: argparse.Namespace, before: tuple[int, int] | None) -> str:
     dest = getattr(args, "output", None)
     if dest is None or not getattr(args, "counts_episodes", False):
-        return "interrupted"
+        return getattr(args, "interrupted_line", "interrupted")
     path = Path(getattr(args, dest))
     if _state(path) == before:
         return f"interrupted; {path} unchanged" if before else f"interrupted; nothing written to {path}"
