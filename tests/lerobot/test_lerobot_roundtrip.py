@@ -500,3 +500,23 @@ def test_lerobot_imported_stores_train_in_both_datamodules(recorded, tmp_path):
     batch = next(iter(demo.train_dataloader()))
     assert batch["action", "action"].shape == (4, 3, 2, 2)
     assert batch["index"].shape == (4,)
+
+
+@pytest.mark.parametrize("slab_frames", [1, 12, 10**6])
+def test_import_in_slabs_of_any_size_gives_the_same_store(recorded, tmp_path, monkeypatch, slab_frames):
+    """Episodes are decoded and committed in slabs; where a slab ends changes nothing."""
+    import torchstore.lerobot.importer as importer
+
+    root, written = recorded
+    with LeRobotSource(root) as src:
+        frame_bytes = sum(
+            int(np.prod(src.features[n].column_spec().shape, dtype=np.int64)) * src.features[n].column_spec().storage_dtype.itemsize
+            for n in src.features if n != "index"
+        )
+    monkeypatch.setattr(importer, "_SLAB_BYTES", slab_frames * frame_bytes)
+    import_lerobot(root, tmp_path / "all.h5", progress=False)
+    check_store(tmp_path / "all.h5", written)
+    import_lerobot(root, tmp_path / "some.h5", episodes=[0, 2], progress=False)  # a gap
+    with TrajectoryStore(tmp_path / "some.h5") as store:
+        assert [store.episode_metadata(e)["lerobot_episode_index"] for e in range(2)] == [0, 2]
+        np.testing.assert_array_equal(store.episode(1)["count"].numpy(), written[2]["count"])

@@ -13,7 +13,7 @@ import errno
 import json
 import os
 import resource
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -304,6 +304,66 @@ class TrajectoryStoreWriter:
             )
         self.append(rows, raw=raw)
         return self.end_episode(metadata)
+
+    def add_episodes(
+        self,
+        rows: Mapping[str, Any] | TensorDictBase,
+        lengths: Sequence[int],
+        metadata: Sequence[Mapping[str, Any] | None] | None = None,
+        *,
+        raw: bool = False,
+    ) -> range:
+        """Append the rows of several consecutive episodes and commit them all at once.
+
+        ``lengths`` splits the rows into episodes (positive, summing to the row count);
+        ``metadata`` holds one mapping (or None) per episode. One commit for all of them
+        (a kill keeps all or none), which is what makes bulk imports fast: a commit per
+        small episode costs more than its rows. Returns the new episode numbers.
+        """
+        self._check_open()
+        if self._pending:
+            raise EpisodeError(
+                f"add_episodes() with {self._pending} rows already appended; call end_episode() first"
+            )
+        lengths = [int(n) for n in lengths]
+        if not lengths or any(n <= 0 for n in lengths):
+            raise EpisodeError(f"add_episodes needs positive episode lengths, got {lengths[:10]}")
+        metadata = list(metadata) if metadata is not None else [None] * len(lengths)
+        if len(metadata) != len(lengths):
+            raise EpisodeError(f"add_episodes got {len(metadata)} metadata entries for {len(lengths)} episodes")
+        metas = []
+        for m in metadata:
+            try:
+                metas.append(json.dumps(dict(m), allow_nan=False, sort_keys=True).encode() if m else b"")
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise EpisodeError(f"episode metadata must be JSON-serialisable: {str(exc)[:200]}") from exc
+        flat = flatten_rows(rows)
+        n = len(next(iter(flat.values()))) if flat else 0  # append() checks every column
+        if n != sum(lengths):
+            raise EpisodeError(f"add_episodes got {n} rows, the lengths sum to {sum(lengths)}")
+        self.append(rows, raw=raw)
+        ds = self._ds
+        starts = self._rows + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        meta_ends = self._meta_bytes + np.cumsum([len(m) for m in metas])
+        blob = b"".join(metas)
+        self._check_room(sum(t.staged_bytes for t in ds.all()) + len(blob))
+        with self._disk_errors():
+            ds.ep_index.append(np.stack([lengths, starts, meta_ends], axis=1).astype(np.int64))
+            ds.ep_meta.append(np.frombuffer(blob, dtype=np.uint8))
+            for table in ds.all():
+                table.seal()
+            self._file.flush()
+            if self._durable:
+                fsync_file(self._file)
+            ds.write_commit(self._rows + n, self._episodes + len(lengths), int(meta_ends[-1]))
+            self._file.flush()
+            if self._durable:
+                fsync_file(self._file)
+        first = self._episodes
+        self._rows, self._meta_bytes = self._rows + n, int(meta_ends[-1])
+        self._episodes += len(lengths)
+        self._pending = 0
+        return range(first, self._episodes)
 
     def _validate(self, rows: Mapping[str, Any] | TensorDictBase, *, raw: bool) -> dict[str, np.ndarray]:
         flat = flatten_rows(rows)

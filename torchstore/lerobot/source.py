@@ -367,6 +367,62 @@ class LeRobotSource:
                 out[name] = feature.from_arrow(rows.column(name), source=str(self.root / entry.data_file))
         return out
 
+    def read_episodes(self, entries: Sequence[EpisodeEntry], names: Iterable[str], *, tolerance_s: float | None = None) -> dict[str, np.ndarray]:
+        """The frames of consecutive ``entries`` concatenated, for the features ``names``.
+
+        Episodes stored back to back in one data file are read as one slice (one Arrow
+        conversion per column instead of one per episode), with the same checks as
+        :meth:`read_episode`; anything else is read episode by episode.
+        """
+        names = list(names)
+        entries = list(entries)
+        contiguous = all(
+            b.data_file == a.data_file and b.from_index == a.from_index + a.length
+            for a, b in zip(entries, entries[1:])
+        )
+        if len(entries) == 1 or not contiguous:
+            parts = [self.read_episode(e, names, tolerance_s=tolerance_s) for e in entries]
+            return {n: np.concatenate([p[n] for p in parts]) for n in names}
+        first, total = entries[0], sum(e.length for e in entries)
+        span = EpisodeEntry(first.index, total, (), first.data_file, first.from_index)
+        table = self._data_table(first.data_file)
+        index = self._table_index
+        start = first.from_index - int(index[0]) if len(index) else -1
+        if not (0 <= start and start + total <= len(index)) or not np.array_equal(
+            index[start : start + total], np.arange(first.from_index, first.from_index + total)
+        ):
+            parts = [self.read_episode(e, names, tolerance_s=tolerance_s) for e in entries]  # precise errors
+            return {n: np.concatenate([p[n] for p in parts]) for n in names}
+        rows = table.slice(start, total)
+        lengths = np.array([e.length for e in entries])
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        expected = {
+            "episode_index": np.repeat([e.index for e in entries], lengths),
+            "frame_index": np.arange(total) - np.repeat(offsets, lengths),
+        }
+        for name, want in expected.items():
+            if name in rows.column_names and not np.array_equal(self._column(rows, name, first.data_file), want):
+                raise LeRobotFormatError(
+                    f"{self.root / first.data_file}: column {name!r} is wrong for episodes "
+                    f"{first.index}..{entries[-1].index}"
+                )
+        out: dict[str, np.ndarray] = {}
+        for name in names:
+            feature = self.features[name]
+            if feature.is_numeric:
+                if name not in rows.column_names:
+                    raise LeRobotFormatError(f"{self.root / first.data_file} has no column for feature {name!r}")
+                out[name] = feature.from_arrow(rows.column(name), source=str(self.root / first.data_file))
+            elif feature.is_video:
+                out[name] = np.concatenate([self._video_frames(e, feature, tolerance_s) for e in entries])
+            elif feature.dtype == "image":
+                out[name] = np.concatenate(
+                    [self._image_frames(rows.slice(o, e.length), e, feature) for o, e in zip(offsets.tolist(), entries)]
+                )
+            else:
+                out[name] = self._strings(rows, span, feature)
+        return out
+
     def _image_frames(self, rows, entry: EpisodeEntry, feature: Feature) -> np.ndarray:
         where = self.root / entry.data_file
         if feature.name not in rows.column_names:
