@@ -184,3 +184,21 @@ def test_write_demo_store_refuses_to_replace_and_resumes_only_its_own_run(tmp_pa
     assert write_demo_store(path, episodes=2, steps=5, resume=True) == path  # complete: no-op
     with TrajectoryStore(path) as store:
         assert store.num_episodes == 2
+
+
+def test_outputs_get_their_missing_folders_and_a_failure_leaves_none(tmp_path, capsys):
+    import numpy as np
+
+    good = tmp_path / "walk.csv"
+    frames = np.zeros((10, 36))
+    frames[:, 6] = 1.0
+    np.savetxt(good, frames, delimiter=",")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,2,3\n")
+    assert main(["import-lafan", str(bad), str(tmp_path / "new" / "sub" / "x.h5"), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "bad.csv line 1" in err and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "new").exists()
+    assert main(["import-lafan", str(good), str(tmp_path / "new" / "sub" / "x.h5")]) == 0
+    with TrajectoryStore(tmp_path / "new" / "sub" / "x.h5") as store:
+        assert store.num_rows == 10

@@ -404,6 +404,10 @@ def import_lafan(
                 writer.add_episode(rows, metadata=meta)
                 if bar is not None:
                     bar.update()
+    except BaseException:
+        if bar is not None:
+            bar.leave = False  # the error, not a stalled bar, is the last thing shown
+        raise
     finally:
         if bar is not None:
             bar.close()
