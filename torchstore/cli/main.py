@@ -414,6 +414,14 @@ def _remove_if_empty(folders: list[Path]) -> None:
             return
 
 
+def _ignore_sigint():
+    """Ignore SIGINT; returns the handler to restore (None off the main thread)."""
+    try:
+        return signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # signal handlers can only be set from the main thread
+        return None
+
+
 def _quiet_stdout() -> None:
     # Python's recipe for SIGPIPE: point stdout at devnull so the interpreter's final
     # flush does not raise a second BrokenPipeError on the way out.
@@ -440,12 +448,13 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
         sys.stdout.flush()
     except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the report
+        previous = _ignore_sigint()  # a second Ctrl-C must not cut the report short
         try:
             _remove_if_empty(created)
             print(_interrupted(args, before), file=sys.stderr)
         finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         _quiet_stdout()
