@@ -27,6 +27,11 @@ os.environ.update(
 for _var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
     os.environ.pop(_var, None)
 
+try:  # read its settings now, with the environment above (it reads them once, at import)
+    import huggingface_hub.constants  # noqa: E402, F401
+except ImportError:
+    pass
+
 from tests.fileserver import FileServer  # noqa: E402
 from tests.hubserver import HubServer  # noqa: E402
 

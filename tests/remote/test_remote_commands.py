@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.remote.remote_fixtures import make_dataset, parquet_bytes, tree_bytes
-from torchstore.errors import TorchstoreError
 from torchstore.cli.remote import add_commands
+from torchstore.errors import TorchstoreError
 
 
 def run(argv):

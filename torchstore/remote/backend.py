@@ -194,7 +194,11 @@ def _place(
             used.add(at)
             todo.append(RemoteFile(f.path, f.size, f.sha256, f.blob_sha1, f.source, at))
         placed.append(RemoteFile(f.path, f.size, f.sha256, f.blob_sha1, f.source, at))
-    history = (current.without_history(), *current.history) if current is not None else ()
+    history: tuple[RemoteEntry, ...] = ()
+    if current is not None:  # an earlier revision pushed again becomes the latest again
+        history = tuple(
+            e for e in (current.without_history(), *current.history) if e.revision != entry.revision
+        )
     published = RemoteEntry(
         entry.name, entry.kind, tuple(placed), updated=entry.updated, history=history
     )

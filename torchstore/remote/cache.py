@@ -189,8 +189,10 @@ class _Cache:
         path = self.target(f)
         try:
             st = os.lstat(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a file where a folder goes
             return "missing"
+        if not stat.S_ISREG(st.st_mode):
+            return "stale"
         digest = f.sha256 or f.blob_sha1
         if record["verified"].get(f.path) == [st.st_size, st.st_mtime_ns, digest]:
             return "ok"

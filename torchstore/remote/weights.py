@@ -114,11 +114,14 @@ def check_safetensors(path: str | os.PathLike) -> None:
                 f"{offsets[1] - offsets[0]}"
             )
         ranges.append((offsets[0], offsets[1], name))
+    ranges.sort()
+    for (_, prev_stop, prev), (begin, stop, name) in zip(ranges, ranges[1:], strict=False):
+        if begin < prev_stop:
+            raise bad(f"tensor {name!r} (bytes {begin}..{stop}) overlaps tensor {prev!r}")
     end = 0
-    for begin, stop, name in sorted(ranges):
+    for begin, stop, name in ranges:
         if begin != end:
-            what = "overlaps the tensor before it" if begin < end else f"leaves a gap at byte {end}"
-            raise bad(f"tensor {name!r} (bytes {begin}..{stop}) {what}")
+            raise bad(f"tensor {name!r} (bytes {begin}..{stop}) leaves a gap at byte {end}")
         end = stop
     if end != data:
         raise bad(f"the tensors end at data byte {end}, the file's data has {data} bytes")
