@@ -35,6 +35,7 @@ import torch
 from torchstore.errors import DestinationExistsError, EpisodeError, LeRobotFormatError
 from torchstore.io.parquet import read_table, require_pyarrow, write_table_atomically, write_tables
 from torchstore.lerobot.compaction import SavedEpisode, compact_session, drop_covered_tables
+from torchstore.lerobot.episodes_table import EpisodeRow, episodes_table
 from torchstore.lerobot.features import DEFAULT_FEATURES, Feature, encode_png, hf_features_metadata
 from torchstore.lerobot.info import info_features, new_info, read_info, write_json_atomically
 from torchstore.lerobot.layout import (
@@ -57,7 +58,6 @@ from torchstore.lerobot.layout import (
 )
 from torchstore.lerobot.rejected import RejectedEpisode, now_iso, read_rejected, write_rejected
 from torchstore.lerobot.stats import (
-    STAT_NAMES,
     ImageStatsAccumulator,
     RunningStats,
     numeric_stats,
@@ -556,7 +556,11 @@ class LeRobotWriter:
                 if self.features[key].info is None:  # stream facts go into info.json with episode 0
                     self._set_video_info(key, probe_video(tmp))
             data_pos, meta_pos = self._data_pos, self._meta_pos
-            row = self._episode_row(index, n, frame_tasks, data_pos, meta_pos, videos, stats)
+            episode = EpisodeRow(
+                index, n, list(dict.fromkeys(frame_tasks)), data_pos, self._num_frames, stats,
+                {key: (pos, start, end) for key, (_, _, pos, start, end) in videos.items()},
+            )
+            row = episodes_table([episode], meta_pos)
             data_file = self.root / data_path(*data_pos)
             meta_file = self.root / episodes_path(*meta_pos)
             for target, tables, dictionary in ((data_file, [table], self._dictionary), (meta_file, row, True)):
@@ -612,39 +616,6 @@ class LeRobotWriter:
         info = probed.to_lerobot_info(encoder=self._encoder)
         self.features[key] = Feature(feature.name, feature.dtype, feature.shape, feature.names, info, feature.extra)
         self.info["features"][key]["info"] = info
-
-    def _episode_row(self, index, n, frame_tasks, data_pos, meta_pos, videos, stats):
-        pa = require_pyarrow()
-        fields: list[tuple[str, Any, Any]] = [
-            ("episode_index", pa.int64(), index),
-            ("tasks", pa.list_(pa.string()), list(dict.fromkeys(frame_tasks))),
-            ("length", pa.int64(), n),
-            ("data/chunk_index", pa.int64(), data_pos[0]),
-            ("data/file_index", pa.int64(), data_pos[1]),
-            ("dataset_from_index", pa.int64(), self._num_frames),
-            ("dataset_to_index", pa.int64(), self._num_frames + n),
-        ]
-        for key, (_, _, pos, start, end) in videos.items():
-            fields += [
-                (f"videos/{key}/chunk_index", pa.int64(), pos[0]),
-                (f"videos/{key}/file_index", pa.int64(), pos[1]),
-                (f"videos/{key}/from_timestamp", pa.float64(), start),
-                (f"videos/{key}/to_timestamp", pa.float64(), end),
-            ]
-        for name, feature_stats in stats.items():
-            for stat in STAT_NAMES:
-                value = np.asarray(feature_stats[stat])
-                element = pa.int64() if stat == "count" else pa.bool_() if value.dtype == np.bool_ else pa.float64()
-                typ = element
-                for _ in range(max(value.ndim, 1)):
-                    typ = pa.list_(typ)
-                fields.append((f"stats/{name}/{stat}", typ, value.reshape(value.shape or (1,)).tolist()))
-        fields += [
-            ("meta/episodes/chunk_index", pa.int64(), meta_pos[0]),
-            ("meta/episodes/file_index", pa.int64(), meta_pos[1]),
-        ]
-        schema = pa.schema([(name, typ) for name, typ, _ in fields])
-        return pa.Table.from_pylist([{name: value for name, _, value in fields}], schema=schema)
 
     def _write_tasks(self) -> None:
         pa = require_pyarrow()
