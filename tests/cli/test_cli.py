@@ -123,14 +123,56 @@ def test_info_median_of_an_even_count_and_a_store_with_no_episodes(tmp_path, cap
     assert "episodes   0  (no episodes)" in capsys.readouterr().out
 
 
+def _minari_hdf5(root):
+    """A Minari 0.5 HDF5 dataset laid out as Minari writes it (CartPole, episodes of 28 and 40)."""
+    import h5py
+    import numpy as np
+
+    data = root / "data"
+    data.mkdir(parents=True)
+    meta = {
+        "total_episodes": 2, "total_steps": 68, "data_format": "hdf5", "minari_version": "0.5.4",
+        "dataset_id": "probe/cartpole-hdf5-v0", "env_spec": json.dumps({"id": "CartPole-v1"}),
+        "observation_space": json.dumps({"type": "Box", "dtype": "float32", "shape": [4]}),
+    }
+    (data / "metadata.json").write_text(json.dumps(meta))
+    with h5py.File(data / "main_data.hdf5", "w") as f:
+        for i, steps in enumerate((28, 40)):
+            g = f.create_group(f"episode_{i}")
+            g.attrs.update({"id": i, "seed": i, "total_steps": steps})
+            g["observations"] = np.zeros((steps + 1, 4), np.float32)
+            g["actions"] = np.zeros(steps, np.int64)
+            g["rewards"] = np.ones(steps)
+            g.create_group("infos")
+    return root
+
+
 def test_info_on_folders_that_are_not_stores(tmp_path, capsys):
-    minari = tmp_path / "minari"
-    (minari / "data").mkdir(parents=True)
-    (minari / "data" / "metadata.json").write_text("{}")
-    assert main(["info", str(minari)]) == 1
+    minari = _minari_hdf5(tmp_path / "cartpole-hdf5-v0")
+    before = {p: p.stat().st_mtime_ns for p in minari.rglob("*")}
+    assert main(["info", str(minari), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["episodes"] == 2 and info["rows"] == 68 and info["env_id"] == "CartPole-v1"
+    assert info["episode_length"] == {"min": 28, "median": 34.0, "max": 40}
+    assert {"name": "observations", "dtype": "float32", "shape": [4], "quantize": None} in info["columns"]
+    assert main(["info", str(minari / "data")]) == 0
+    assert "Minari dataset (hdf5, minari 0.5.4" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in minari.rglob("*")} == before  # read-only
+    arrow = tmp_path / "arrow" / "data"
+    for i, steps in enumerate((5, 7, 9)):
+        (arrow / str(i)).mkdir(parents=True)
+        (arrow / str(i) / "metadata.json").write_text(json.dumps({"id": i, "total_steps": steps}))
+    (arrow / "metadata.json").write_text(json.dumps({"data_format": "arrow", "total_episodes": 3}))
+    assert main(["info", str(arrow.parent), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["episode_length"]["median"] == 7.0
+    (arrow / "1" / "metadata.json").write_text("{}")
+    assert main(["info", str(arrow.parent)]) == 1
     err = capsys.readouterr().err
-    assert "Minari folders are not supported by info yet" in err and len(err.splitlines()) == 1
-    assert main(["info", str(tmp_path)]) == 1
+    assert "looks like a Minari dataset but KeyError('total_steps')" in err and len(err.splitlines()) == 1
+    assert main(["info", str(tmp_path / "cartpole-hdf5-v0" / "data" / "..")]) == 0
+    capsys.readouterr()
+    (tmp_path / "plain").mkdir()
+    assert main(["info", str(tmp_path / "plain")]) == 1
     assert "not a LeRobot dataset (no meta/info.json)" in capsys.readouterr().err
 
 

@@ -1,4 +1,8 @@
-"""What ``torchstore info PATH`` prints: a store, or a LeRobot dataset folder (read-only)."""
+"""What ``torchstore info PATH`` prints: a store, a LeRobot or a Minari dataset folder.
+
+Folders are read, never written: ``info`` on a LeRobot or Minari dataset summarises it
+with the same keys as a store's summary, without importing it.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,81 @@ from pathlib import Path
 
 from torchstore.errors import StoreFormatError
 
-__all__ = ["print_info", "summarize_path", "summarize_lerobot"]
+__all__ = ["print_info", "summarize_path", "summarize_lerobot", "summarize_minari"]
 
 
-def _is_minari(path: Path) -> bool:
-    # Minari keeps one dataset per folder: data/main_data.hdf5 (or .arrow files) and
-    # data/metadata.json.
-    return (path / "data" / "metadata.json").is_file()
+def _minari_data(path: Path) -> Path | None:
+    """The ``data`` folder of a Minari dataset at ``path`` (the dataset or its data folder).
+
+    Minari (0.4-0.5) keeps ``<dataset_id>/data/metadata.json`` next to either one
+    ``main_data.hdf5`` (a group ``episode_<id>`` per episode, with a ``total_steps``
+    attribute) or one folder per episode id holding Arrow files and a ``metadata.json``
+    with ``total_steps``.
+    """
+    for data in (path / "data", path):
+        if (data / "metadata.json").is_file() and (
+            (data / "main_data.hdf5").is_file() or (data / "0" / "metadata.json").is_file()
+        ):
+            return data
+    return None
+
+
+def _json_inside_json(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def summarize_minari(data: Path) -> dict:
+    """A Minari dataset's facts with the keys of a store's summary (read-only, no minari)."""
+    from torchstore.data.summary import length_stats
+
+    meta = json.loads((data / "metadata.json").read_text())
+    if not isinstance(meta, dict):
+        raise StoreFormatError(f"{data / 'metadata.json'} must hold a JSON object")
+    columns: list[dict] = []
+    if (data / "main_data.hdf5").is_file():
+        import h5py
+
+        with h5py.File(data / "main_data.hdf5", "r") as f:
+            groups = sorted(
+                (k for k in f if k.startswith("episode_")), key=lambda k: int(k.split("_")[1])
+            )
+            lengths = [int(f[k].attrs["total_steps"]) for k in groups]
+            if groups:
+                f[groups[0]].visititems(
+                    lambda name, obj: columns.append(
+                        {"name": name, "dtype": str(obj.dtype), "shape": list(obj.shape[1:]),
+                         "quantize": None}
+                    ) if isinstance(obj, h5py.Dataset) else None
+                )
+    else:
+        episodes = sorted(
+            (p for p in data.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+        )
+        lengths = [int(json.loads((p / "metadata.json").read_text())["total_steps"]) for p in episodes]
+    env = _json_inside_json(meta.get("env_spec"))
+    return {
+        "path": str(data.parent if data.name == "data" else data),
+        "format": f"Minari dataset ({meta.get('data_format', '?')}, minari "
+        f"{meta.get('minari_version', '?')}; a folder, not a store)",
+        "created": None,
+        "env_id": env.get("id") if isinstance(env, dict) else None,
+        "seed": None,
+        "rows": int(sum(lengths)),
+        "episodes": len(lengths),
+        "episode_length": length_stats(lengths),
+        "size_on_disk": _folder_size(data),
+        "columns": columns,
+        "metadata": {
+            k: _json_inside_json(meta[k])
+            for k in ("dataset_id", "observation_space", "action_space", "algorithm_name", "description")
+            if meta.get(k) is not None
+        },
+    }
 
 
 def _folder_size(path: Path) -> int:
@@ -64,12 +136,15 @@ def summarize_path(path: str | os.PathLike) -> dict:
     if path.is_dir():
         if (path / "meta" / "info.json").is_file():
             return summarize_lerobot(path)
-        if _is_minari(path):
-            raise StoreFormatError(
-                f"{path} is a Minari dataset folder; Minari folders are not supported by info yet"
-            )
+        data = _minari_data(path)
+        if data is not None:
+            try:
+                return summarize_minari(data)
+            except (KeyError, ValueError, TypeError, OSError) as exc:
+                raise StoreFormatError(f"{path} looks like a Minari dataset but {exc!r}") from None
         raise StoreFormatError(
-            f"{path} is a folder but not a LeRobot dataset (no meta/info.json) and not a store file"
+            f"{path} is a folder but not a LeRobot dataset (no meta/info.json), not a Minari "
+            "dataset (no data/metadata.json) and not a store file"
         )
     from torchstore.data.store import TrajectoryStore
     from torchstore.data.summary import summarize
