@@ -119,3 +119,8 @@ def test_viz_and_info_of_a_lerobot_folder_read_it_only(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "LeRobot dataset v3.0" in out and "episodes   2" in out
     assert sorted((p, p.stat().st_mtime_ns) for p in folder.rglob("*")) == before
+    (tmp_path / "plain").mkdir()
+    assert main(["viz", str(tmp_path / "plain"), "--out", str(tmp_path / "o2")]) == 1
+    err = capsys.readouterr().err
+    assert "not a LeRobot dataset" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "o2").exists()

@@ -247,6 +247,11 @@ def plot_store(
     out = Path(out)
     _check_plot_args(out, episodes)
     if not isinstance(store, TrajectoryStore) and Path(store).is_dir():
+        if not (Path(store) / "meta" / "info.json").is_file():
+            raise ValueError(
+                f"{store} is a folder but not a LeRobot dataset (no meta/info.json); viz draws "
+                "store files and LeRobot folders (Minari folders are not supported by viz yet)"
+            )
         return plot_lerobot(store, out, episodes=episodes, columns=columns)
     owned = not isinstance(store, TrajectoryStore)
     if owned:
