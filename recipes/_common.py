@@ -208,10 +208,6 @@ def lightning_metrics_callback(log: MetricsLog, every: int = 10):
     return _CopyMetrics()
 
 
-def print_config(cfg: DictConfig) -> None:
-    print(OmegaConf.to_yaml(cfg, resolve=True))
-
-
 # --------------------------------------------------------------------------- the run
 class _Advert(logging.Filter):
     """Drops Lightning's advertising tip (it names a cloud service, not the run)."""
@@ -355,8 +351,10 @@ def recipe_run(cfg: DictConfig, name: str) -> Iterator[Run]:
         for s in previous:  # a second Ctrl-C must not cut the files short
             signal.signal(s, signal.SIG_IGN)
         run.finish(complete=False)
-        if sys.stderr.isatty():  # end a progress bar's line
-            sys.stderr.write("\n")
+        tty = next((s for s in (sys.stderr, sys.stdout) if s.isatty()), None)
+        if tty is not None:  # end the line of a progress bar (and the terminal's "^C")
+            tty.write("\n")
+            tty.flush()
         log.info(f"interrupted ({exc}) at step {run.step}; outputs in {run.outputs()}")
         raise SystemExit(128 + exc.signum) from None
     else:

@@ -162,7 +162,9 @@ def main(cfg: DictConfig) -> float:
         try:
             with (
                 run.interrupts_at_checks(),
-                tqdm(total=total, desc="sac", unit="frame", dynamic_ncols=True) as bar,
+                tqdm(
+                    total=total, desc="sac", unit="frame", dynamic_ncols=True, disable=None
+                ) as bar,
             ):
                 for batch in collector:
                     batch = batch.reshape(-1).select(*KEEP)
