@@ -20,6 +20,8 @@ Examples:
 
 from __future__ import annotations
 
+import os
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -35,6 +37,7 @@ __all__ = [
     "uniform_from_words",
     "randint_below",
     "PhiloxStream",
+    "cpu_kernels",
 ]
 
 PHILOX_M0 = 0xD2511F53
@@ -48,6 +51,29 @@ PHILOX_W1 = 0xBB67AE85
 
 _MASK32 = 0xFFFFFFFF
 _MASK16 = 0xFFFF
+
+#: whether CPU tensors take the compiled kernels (``TORCHSTORE_KERNELS=0`` turns them off)
+KERNELS = os.environ.get("TORCHSTORE_KERNELS", "1") != "0"
+
+
+def cpu_kernels(t: Tensor) -> ModuleType | None:
+    """:mod:`torchstore.samplers.kernels` when ``t`` should take a compiled CPU kernel, else None.
+
+    Kernels run for CPU tensors outside ``torch.compile`` tracing while :data:`KERNELS` is
+    on; everything else (accelerators, compiled graphs) takes the tensor code. Imports the
+    kernels (and numba) on first use only.
+    """
+    global _kernels
+    if not KERNELS or t.device.type != "cpu" or torch.compiler.is_compiling():
+        return None
+    if _kernels is None:
+        from torchstore.samplers import kernels
+
+        _kernels = kernels
+    return _kernels
+
+
+_kernels: ModuleType | None = None
 
 
 def _as_words(x: Tensor) -> Tensor:
@@ -284,20 +310,28 @@ class PhiloxStream:
         words = self._block_words
         if words is None or lo < 0 or lo + n > words.shape[0]:
             size = max(n, self.block)
-            offset = torch.tensor(pos, dtype=torch.int64, device=self.device)
-            self._block_words = philox4x32(
-                counters_from_offset(offset, size, self.stream_id), self.key
-            )
+            self._block_words = self._compute(pos, size)
             self._block_start, self._derived, lo = pos, {}, 0
         self._host_position = pos + n
         self.position.fill_(pos + n)
         return slice(lo, lo + n)
 
+    def _compute(self, position: int, n: int) -> Tensor:
+        """Words of draws ``position .. position + n - 1`` (eager; a CPU kernel when it can)."""
+        kernels = cpu_kernels(self.key)
+        if kernels is not None:
+            return kernels.philox_words(self.key, self.stream, position, n)
+        offset = torch.tensor(position, dtype=torch.int64, device=self.device)
+        return philox4x32(counters_from_offset(offset, n, self.stream_id), self.key)
+
     def words(self, n: int) -> Tensor:
         """``[n, 4]`` fresh words; advances the position by ``n``."""
         if self.block:
             return self._block_words[self._span(n)]
-        out = philox4x32(counters_from_offset(self.position, n, self.stream_id), self.key)
+        if cpu_kernels(self.key) is not None:
+            out = self._compute(int(self.position), n)
+        else:
+            out = philox4x32(counters_from_offset(self.position, n, self.stream_id), self.key)
         self.position.add_(n)
         return out
 

@@ -38,7 +38,7 @@ from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchrlP
 from torchstore.errors import EmptyStorageError
 from torchstore.samplers.draws import importance_weight, prioritized_rows
 from torchstore.samplers.ere import ERE
-from torchstore.samplers.philox import PhiloxStream
+from torchstore.samplers.philox import PhiloxStream, cpu_kernels
 from torchstore.samplers.sumtree import SumTree, last_write_wins
 from torchstore.samplers.uniform import (
     _is_compiling,
@@ -281,28 +281,37 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
                 f"index must be < capacity ({self._capacity}), got {int(index.max())}; "
                 "build the sampler with the storage's capacity"
             )
-        index = self.write_priorities(index, priority)
-        self._high_water = max(self._high_water, int(index[-1]))  # sorted: the last is the max
+        self.write_priorities(index, priority)
+        self._high_water = max(self._high_water, int(index.max()))
 
-    def write_priorities(self, index: Tensor, priority: Tensor) -> Tensor:
-        """Set raw priorities with no validation or host sync (graph-safe); returns the
-        sorted, deduplicated indices written (the last duplicate of a row wins).
+    def write_priorities(self, index: Tensor, priority: Tensor) -> None:
+        """Set raw priorities with no validation or host sync (graph-safe); the last
+        duplicate of a row wins. On a CPU outside tracing one compiled kernel writes the raw
+        priorities and the tree; elsewhere tensor code does the same arithmetic.
 
         ``update_priority`` validates and then calls this; a compiled or captured training
         step calls it through :func:`torchstore.update_priority_`. Priorities must be
         finite and ``>= 0``; indices in ``[0, capacity)`` and below the storage length.
         """
-        index, priority = last_write_wins(index, priority.to(self.dtype))
+        priority = priority.to(self.dtype)
+        # the stored values are computed on the caller's order in both implementations, so
+        # an element meets the same (vectorised or scalar) pow whichever path runs
+        stored = torch.pow(priority + self._eps, self._alpha)
         batch_max = priority.max()
         if self._max_raw is None:
             self._max_raw = batch_max.clone()
         else:  # in place: a captured graph keeps updating the same tensor
             self._max_raw.copy_(torch.maximum(self._max_raw, batch_max))
-        self._raw.index_copy_(0, index, priority)
-        self._tree.update(
-            index, torch.pow(priority + self._eps, self._alpha), check=False, resolved=True
-        )
-        return index
+        tree = self._tree
+        kernels = cpu_kernels(self._raw)
+        if kernels is not None:
+            kernels.update_tree(
+                tree._sum, tree._min, tree.depth, index, stored, raw=self._raw, raw_value=priority
+            )
+            return
+        index, both = last_write_wins(index, torch.stack((priority, stored), 1))
+        self._raw.index_copy_(0, index, both[:, 0])
+        tree.update(index, both[:, 1], check=False, resolved=True)
 
     # ------------------------------------------------------------ sampling
     def _sampleable_count(self, storage: Any, batch_size: int) -> int:

@@ -35,6 +35,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from torchstore.samplers.philox import cpu_kernels
+
 __all__ = ["SumTree", "last_write_wins"]
 
 
@@ -178,7 +180,14 @@ class SumTree:
             return
         if check:
             self._check(idx, val)
+        kernels = cpu_kernels(self._sum)
+        if kernels is not None:
+            kernels.update_tree(self._sum, self._min, self.depth, idx, val)
+            return
         sorted_idx, winner = (idx, val) if resolved else last_write_wins(idx, val)
+        self._update_tensors(sorted_idx, winner)
+
+    def _update_tensors(self, sorted_idx: Tensor, winner: Tensor) -> None:
         node = sorted_idx + self.num_leaves
         # index_select / index_copy_ rather than advanced indexing: same values, about
         # half the time per level (duplicate parents all write the same sum).
@@ -404,6 +413,9 @@ class SumTree:
         for a replay ring whose priorities are only set for written rows), and about ten
         times cheaper. Same guard: never enters a subtree without positive mass.
         """
+        kernels = cpu_kernels(self._sum)
+        if kernels is not None:
+            return kernels.descend_whole(self._sum, self.depth, self.capacity, u)
         total = self._sum[1]
         mass = u.to(self.dtype).reshape(-1) * total
         # the children of node k are entries 2k and 2k+1: row k of the pairs view, so one

@@ -1,0 +1,121 @@
+"""The compiled CPU kernels and the graph-safe tensor code give identical answers.
+
+Same state in, same bits out: tree nodes after batched updates (duplicates, zeros, ragged
+capacities), descents (indices, values, totals), Philox words at any offset and sub-stream,
+and a prioritized sampler's rows and importance weights for the same stream state.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torchstore.samplers import PrioritizedSampler, SumTree
+from torchstore.samplers import philox as philox_module
+from torchstore.samplers.philox import PhiloxStream, counters_from_offset, philox4x32
+
+
+@contextmanager
+def tensors_only():
+    saved = philox_module.KERNELS
+    philox_module.KERNELS = False
+    try:
+        yield
+    finally:
+        philox_module.KERNELS = saved
+
+
+def test_the_kernels_are_what_cpu_tensors_take():
+    assert philox_module.cpu_kernels(torch.zeros(1)) is not None
+    with tensors_only():
+        assert philox_module.cpu_kernels(torch.zeros(1)) is None
+
+
+priority = st.one_of(
+    st.just(0.0), st.floats(min_value=1e-12, max_value=1e6, allow_nan=False, width=64)
+)
+
+
+@st.composite
+def tree_histories(draw):
+    capacity = draw(st.integers(1, 300))
+    batches = draw(
+        st.lists(
+            st.lists(st.tuples(st.integers(0, capacity - 1), priority), min_size=1, max_size=40),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    u = draw(st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=50))
+    dtype = draw(st.sampled_from([torch.float64, torch.float32]))
+    return capacity, batches, u, dtype
+
+
+@settings(max_examples=150, deadline=None)
+@given(tree_histories())
+def test_tree_update_and_descent_are_identical(history):
+    capacity, batches, u, dtype = history
+    kernel = SumTree(capacity, dtype=dtype)
+    with tensors_only():
+        tensor = SumTree(capacity, dtype=dtype)
+    for batch in batches:
+        index = torch.tensor([i for i, _ in batch])
+        value = torch.tensor([v for _, v in batch], dtype=torch.float64)
+        kernel.update(index, value)
+        with tensors_only():
+            tensor.update(index, value)
+        assert torch.equal(kernel._sum, tensor._sum)
+        assert torch.equal(kernel._min, tensor._min)
+    draws = torch.tensor(u, dtype=torch.float64)
+    got = kernel.sample_whole(draws)
+    with tensors_only():
+        want = tensor.sample_whole(draws)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    if float(want[2]) > 0:  # never a zero leaf, whatever the rounding
+        assert bool((kernel.values(got[0]) > 0).all())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**62),
+    st.integers(1, 70),
+)
+def test_philox_words_are_identical(seed, stream, offset, n):
+    s = PhiloxStream(seed, stream)
+    s.seek(offset)
+    got = s.words(n)
+    key = torch.tensor([seed & 0xFFFFFFFF, seed >> 32])
+    want = philox4x32(counters_from_offset(torch.tensor(offset), n, stream), key)
+    assert torch.equal(got, want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(2, 500),
+    st.integers(0, 2**32),
+    st.lists(priority, min_size=1, max_size=60),
+    st.integers(1, 64),
+)
+def test_prioritized_rows_and_weights_are_identical(capacity, seed, priorities, n):
+    rows = torch.arange(len(priorities)) % capacity
+    values = torch.tensor(priorities, dtype=torch.float64)
+    kernel = PrioritizedSampler(capacity, alpha=0.6, beta=0.4, seed=seed)
+    with tensors_only():
+        tensor = PrioritizedSampler(capacity, alpha=0.6, beta=0.4, seed=seed)
+        tensor.update_priority(rows, values)
+    kernel.update_priority(rows, values)
+    for _ in range(2):
+        a = kernel.draw(n)
+        with tensors_only():
+            b = tensor.draw(n)
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        kernel.write_priorities(a[0], a[1].double())
+        with tensors_only():
+            tensor.write_priorities(b[0], b[1].double())
+    assert torch.equal(kernel.tree._sum, tensor.tree._sum)
