@@ -63,3 +63,15 @@ def test_location_kinds(tmp_path):
     assert isinstance(folder_client("memory://x"), FsspecClient)
     with pytest.raises(ValueError, match="must name a local path"):
         folder_client("file://otherhost/x")
+
+
+def test_delete_removes_a_file_and_the_folders_it_empties(tmp_path):
+    client = LocalFolderClient(tmp_path / "remote")
+    client.write_bytes("ds/a/b/x.bin", b"x")
+    client.write_bytes("ds/keep.bin", b"k")
+    client.delete("ds/a/b/x.bin")
+    assert not (tmp_path / "remote" / "ds" / "a").exists()
+    assert (tmp_path / "remote" / "ds" / "keep.bin").read_bytes() == b"k"
+    client.delete("ds/a/b/x.bin")  # gone already: fine
+    with pytest.raises(ValueError, match=r"'\.\.' segments"):
+        client.delete("../outside")

@@ -187,3 +187,25 @@ def test_status_errors(file_server, blob, tmp_path):
     file_server.status_for["ds/blob.bin"] = [503, 503]
     with pytest.raises(TransferError, match=r"HTTP 503 .*\(gave up after 2 attempts\)"):
         HttpClient(file_server.url, retries=1).download("ds/blob.bin", tmp_path / "r", size=SIZE)
+
+
+def test_a_zero_byte_file_downloads_to_an_empty_file(file_server, tmp_path):
+    (file_server.root / "ds").mkdir()
+    (file_server.root / "ds" / "empty").write_bytes(b"")
+    HttpClient(file_server.url).download("ds/empty", tmp_path / "p", size=0)
+    assert (tmp_path / "p").read_bytes() == b""
+
+
+def test_the_deadline_stops_a_dripping_body_and_keeps_what_arrived(file_server, blob, tmp_path):
+    import time
+
+    from torchstore.io.transfer import DeadlineError
+
+    file_server.drip_s["ds/blob.bin"] = 0.02  # each byte well inside the 5 s read timeout
+    client = HttpClient(file_server.url, timeout=5.0, retries=3)
+    client.deadline = time.monotonic() + 0.5
+    with pytest.raises(DeadlineError, match="past the overall deadline"):
+        client.download("ds/blob.bin", tmp_path / "p", size=SIZE)
+    got = (tmp_path / "p").read_bytes()
+    assert 0 < len(got) < SIZE and got == blob[: len(got)]
+    assert len(file_server.gets("ds/blob.bin")) == 1  # a deadline is not retried

@@ -207,6 +207,11 @@ def test_an_unwritable_cache_is_one_line_naming_it(tmp_path):
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert str(cache) in lines[0] and "not writable" in lines[0]
     assert "--cache-dir" in lines[0] and "TORCHSTORE_CACHE" in lines[0]
+    # a cache folder that does not exist yet, under a read-only folder
+    inner = cache / "new" / "cache"
+    proc = _cli_on_read_only(cache, "pull", str(loc), "ds", "--cache-dir", str(inner))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"the cache {inner} is not writable" in proc.stderr
     # half there: the record is complete but a file is missing, so the pull must write
     pull(loc, "ds", cache_dir=cache, progress=False)
     next(cache.glob("*/ds/meta/info.json")).unlink()

@@ -86,15 +86,22 @@ def _writing(cache_dir: Path, doing: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        inside = exc.filename is None or os.path.abspath(os.fsdecode(exc.filename)).startswith(
-            os.path.abspath(cache_dir)
-        )
+        # the cache folder, a folder inside it, or a parent that creating it needed
+        inside = exc.filename is None or _related(os.fsdecode(exc.filename), cache_dir)
         if exc.errno not in _NOT_WRITABLE or not inside:
             raise
         raise CacheNotWritableError(
             f"the cache {cache_dir} is not writable ({doing}: {exc.strerror}); choose another "
             "with --cache-dir DIR or TORCHSTORE_CACHE=DIR"
         ) from None
+
+
+def _related(path: str, folder: Path) -> bool:
+    a, b = os.path.abspath(path), os.path.abspath(folder)
+    try:
+        return os.path.commonpath([a, b]) in (a, b)
+    except ValueError:
+        return False
 
 
 def split_revision(name: str, revision: str | None) -> tuple[str, str | None]:
