@@ -408,6 +408,14 @@ def test_offline_with_an_empty_cache(hub, tmp_path, monkeypatch):
     assert not any("me/ds" in r["path"] for r in hub.requests)
 
 
+def test_torchstore_offline_is_offline_for_the_hub_too(hub, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHSTORE_OFFLINE", "1")
+    n = len(hub.requests)
+    with pytest.raises(TransferError, match=r"'me/ds' is not in the huggingface_hub cache"):
+        download_lerobot("me/ds", cache_dir=tmp_path / "empty", progress=False)
+    assert len(hub.requests) == n
+
+
 def test_download_into_a_cache_dir_with_patterns(hub, tmp_path):
     root = make_v3(tmp_path / "ds")
     repo_id = f"{hub.namespace}/ds"

@@ -494,7 +494,11 @@ def _regular_files_view(snapshot: Path) -> Path:
 
 
 def _is_offline() -> bool:
-    return bool(hub_constants().HF_HUB_OFFLINE) or env_flag("HF_HUB_OFFLINE")
+    return (
+        bool(hub_constants().HF_HUB_OFFLINE)
+        or env_flag("HF_HUB_OFFLINE")
+        or env_flag("TORCHSTORE_OFFLINE")
+    )
 
 
 def download_lerobot(
