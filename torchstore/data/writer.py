@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import json
 import os
 import resource
@@ -35,7 +36,13 @@ from torchstore.errors import (
 )
 from torchstore.io.checksummed import STAGE_BYTES
 from torchstore.io.destination import check_destination
-from torchstore.io.hdf5 import create_atomically, fsync_file, open_for_append, require_hdf5
+from torchstore.io.hdf5 import (
+    create_atomically,
+    create_in_place,
+    fsync_file,
+    open_for_append,
+    require_hdf5,
+)
 from torchstore.io.writer_lock import WriterLock
 
 __all__ = ["TrajectoryStoreWriter", "flatten_rows"]
@@ -142,11 +149,16 @@ class TrajectoryStoreWriter:
         lock = WriterLock.acquire(path)
         try:
             aside = None
+            # Leftovers of killed writers of this path (only the lock holder makes them).
+            for stale in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
+                stale.unlink(missing_ok=True)
             if path.exists():
                 # Write the new store aside; the old one stays whole until close() renames.
                 aside = path.with_name(f".{path.name}.partial")
-                aside.unlink(missing_ok=True)  # a killed overwrite's leftover (we hold the lock)
-            create_atomically(aside or path, lambda f: build_store_file(f, manifest))
+                aside.unlink(missing_ok=True)
+                create_in_place(aside, lambda f: build_store_file(f, manifest))
+            else:
+                create_atomically(path, lambda f: build_store_file(f, manifest))
             file = open_for_append(aside or path, lock=lock)
         except BaseException:
             if aside is not None:

@@ -93,14 +93,19 @@ def create_atomically(path: str | os.PathLike, build: Callable[[h5py.File], None
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with h5py.File(
-            tmp, "w", libver="latest", fs_strategy="page", fs_page_size=_PAGE_SIZE, fs_persist=True
-        ) as f:
-            build(f)
+        create_in_place(tmp, build)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def create_in_place(path: str | os.PathLike, build: Callable[[h5py.File], None]) -> None:
+    """Create ``path`` directly, for a file no reader looks at until it is renamed."""
+    with h5py.File(
+        path, "w", libver="latest", fs_strategy="page", fs_page_size=_PAGE_SIZE, fs_persist=True
+    ) as f:
+        build(f)
 
 
 def _open_waiting_for_lock(path: Path, flags: int, fapl: h5py.h5p.PropFAID) -> h5py.h5f.FileID:
