@@ -47,13 +47,20 @@ POLICY_FILE = "policy.safetensors"
 #: Recipes whose runs save a policy :func:`load_policy` can rebuild.
 RECIPE_NAMES = ("bc", "offline_rl", "sac")
 
-# Lightning's pytree helper builds torch's deprecated LeafSpec on every batch; the warning
-# is about Lightning's code, not the recipe's.
-warnings.filterwarnings(
-    "ignore",
-    message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-    category=FutureWarning,
-)
+
+def filter_third_party_warnings() -> None:
+    """Hide warnings about libraries' code, not the recipe's, by message and category.
+
+    Lightning's pytree helper builds torch's deprecated ``LeafSpec`` on every batch.
+    """
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        category=FutureWarning,
+    )
+
+
+filter_third_party_warnings()
 
 
 def repo_path(path: str | os.PathLike) -> Path:
@@ -337,6 +344,7 @@ def recipe_run(cfg: DictConfig, name: str) -> Iterator[Run]:
         raise ValueError(f"unknown recipe {name!r}; recipes: {list(RECIPE_NAMES)}")
     folder = output_dir().resolve()
     folder.mkdir(parents=True, exist_ok=True)
+    filter_third_party_warnings()
     _quiet_lightning()
     (folder / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     log = logging.getLogger(name)

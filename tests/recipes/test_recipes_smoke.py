@@ -312,3 +312,37 @@ def test_metrics_survive_sigkill(tmp_path):
     rows = _rows(tmp_path / "metrics.csv")
     assert len(rows) >= 20  # every row logged before the last print is on disk
     assert [int(r["step"]) for r in rows] == list(range(1, len(rows) + 1))
+
+
+# --------------------------------------------------------------------------- quiet, narrowly
+def test_only_the_leafspec_warning_is_filtered():
+    import warnings
+
+    leafspec = (
+        "`isinstance(treespec, LeafSpec)` is deprecated, "
+        "use `isinstance(treespec, TreeSpec) and treespec.is_leaf()` instead."
+    )
+    from _common import filter_third_party_warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        filter_third_party_warnings()
+        warnings.warn(leafspec, FutureWarning, stacklevel=1)
+        warnings.warn("another deprecation", FutureWarning, stacklevel=1)
+        warnings.warn(leafspec, UserWarning, stacklevel=1)
+    assert [(str(w.message), w.category) for w in seen] == [
+        ("another deprecation", FutureWarning),
+        (leafspec, UserWarning),
+    ]
+
+
+def test_only_lightnings_tip_is_dropped():
+    import logging
+
+    from _common import _Advert
+
+    def record(msg):
+        return logging.LogRecord("lightning", logging.INFO, __file__, 1, msg, None, None)
+
+    assert not _Advert().filter(record("💡 Tip: For seamless cloud logging, try litlogger"))
+    assert _Advert().filter(record("GPU available: False, used: False"))
