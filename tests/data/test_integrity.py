@@ -18,7 +18,7 @@ import torch
 from tests.conftest import make_rows
 from tests.forked import run_forked
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.errors import IntegrityError, TorchstoreError
+from torchstore.errors import IntegrityError, StoreFormatError, TorchstoreError
 
 COLUMNS = (
     ColumnSpec("obs", torch.float32, (26,)),
@@ -143,12 +143,28 @@ def _manifest_offset(path, needle: bytes) -> int:
 
 
 def test_a_flipped_bit_in_the_manifest_is_reported_not_decoded(pristine, tmp_path):
-    """Quantize(-1, 1) must not silently become Quantize(-1, 3) (the heap has no HDF5 checksum)."""
+    """Quantize(-1, 1) must not silently become Quantize(-1, 3)."""
     path, _ = pristine
     bad = tmp_path / "manifest.h5"
     shutil.copyfile(path, bad)
     _flip(bad, _manifest_offset(bad, b'"high": 1.0') + len('"high": '), bit=1)  # '1' -> '3'
     assert b'"high": 3.0' in open(bad, "rb").read()
+    with pytest.raises((IntegrityError, StoreFormatError)):
+        TrajectoryStore(bad)
+    with pytest.raises((IntegrityError, StoreFormatError)):
+        TrajectoryStoreWriter.resume(bad)
+
+
+def test_a_manifest_changed_behind_its_checksum_is_reported(pristine, tmp_path):
+    """HDF5 rewrites the attribute consistently; only torchstore's own hash can tell."""
+    import h5py
+
+    path, _ = pristine
+    bad = tmp_path / "manifest.h5"
+    shutil.copyfile(path, bad)
+    with h5py.File(bad, "a", libver="latest") as f:
+        text = bytes(f.attrs["torchstore_manifest"])
+        f.attrs["torchstore_manifest"] = np.bytes_(text.replace(b'"high": 1.0', b'"high": 3.0'))
     with pytest.raises(IntegrityError, match="manifest .* fails its checksum"):
         TrajectoryStore(bad)
     with pytest.raises(IntegrityError, match="manifest .* fails its checksum"):

@@ -173,9 +173,9 @@ def test_not_a_store(tmp_path):
 def _rewrite_manifest(path, mutate):
     """Rewrite the manifest as a writer would (its checksum rewritten to match)."""
     with h5py.File(path, "a", libver="latest") as f:
-        text = mutate(f.attrs[MANIFEST_ATTR])
-        f.attrs[MANIFEST_ATTR] = text
-        f.attrs[MANIFEST_HASH_ATTR] = np.uint64(xxhash.xxh3_64_intdigest(text.encode()))
+        text = mutate(bytes(f.attrs[MANIFEST_ATTR]).decode()).encode()
+        f.attrs[MANIFEST_ATTR] = np.bytes_(text)
+        f.attrs[MANIFEST_HASH_ATTR] = np.uint64(xxhash.xxh3_64_intdigest(text))
 
 
 def test_future_format_version_and_corrupt_manifest(tmp_path):

@@ -1,7 +1,8 @@
 """Where things live inside a store file, and how a file's datasets are built and opened.
 
 ```
-/                     attribute torchstore_manifest (JSON, static schema) and
+/                     attribute torchstore_manifest (JSON bytes, static schema; a
+                      fixed-length attribute: format 1 kept a heap string) and
                       torchstore_manifest_xxh3 (uint64: xxh3-64 of the manifest's UTF-8 bytes)
 /commit               int64[4]: committed rows, episodes, episode-metadata bytes, and the
                       xxh3-64 of those three int64s (format 1 stores: int64[3], no hash)
@@ -56,9 +57,12 @@ _EPISODE_TABLES = ((EP_INDEX, np.int64, (3,), 8192), (EP_META, np.uint8, (), 163
 
 def build_store_file(f: h5py.File, manifest: Manifest) -> None:
     """Create every dataset and attribute of an empty store (SWMR allows no new objects later)."""
-    text = manifest.to_json()
-    f.attrs[MANIFEST_ATTR] = text
-    f.attrs[MANIFEST_HASH_ATTR] = np.uint64(xxhash.xxh3_64_intdigest(text.encode("utf-8")))
+    # Fixed-length bytes, not a variable-length string: those live in the global heap,
+    # which HDF5 neither checksums nor reads safely when damaged (a flipped heap byte can
+    # hang the read); a fixed-length attribute lives in the checksummed object header.
+    text = manifest.to_json().encode("utf-8")
+    f.attrs[MANIFEST_ATTR] = np.bytes_(text)
+    f.attrs[MANIFEST_HASH_ATTR] = np.uint64(xxhash.xxh3_64_intdigest(text))
     f.create_dataset(COMMIT, data=commit_record(0, 0, 0, checked=True))
     sums = f.create_group(CHECKSUMS)
     for spec in manifest.columns:
@@ -71,7 +75,7 @@ def build_store_file(f: h5py.File, manifest: Manifest) -> None:
             f.require_group(EPISODES), name, np.dtype(dtype), shape, sums.require_group(EPISODES),
             chunk_bytes=chunk_bytes,
         )
-    f[EPISODES][EP_INDEX].attrs["fields"] = ",".join(EP_INDEX_FIELDS)
+    f[EPISODES][EP_INDEX].attrs["fields"] = np.bytes_(",".join(EP_INDEX_FIELDS).encode())
 
 
 def commit_record(rows: int, episodes: int, meta: int, *, checked: bool) -> np.ndarray:
