@@ -10,9 +10,14 @@ noise; deterministic seed). Prints medians over ``--repeat`` runs:
   ``save_episode``, and ``add_episode`` (one call per episode);
 - the same with the camera as ``video`` (AV1, the default encoder settings) and as
   ``image`` (PNG bytes in the Parquet file), with the ms per ``save_episode`` (median,
-  and first 5 vs last 5 saves): each save rewrites the current data file and remuxes
-  the camera's current MP4, the price of a durable checkpoint per episode, so saves
-  grow with the episodes already in the file;
+  and first 5 vs last 5 saves);
+- flat saves (``--long-episodes``, default 500 short episodes): the median
+  ``save_episode`` time of the first 10 and the last 10 episodes, numbers only and with
+  one 96x96 AV1 camera (target: last/first <= 1.3, as each save writes only its own
+  episode's files), and the time of ``close()``, which merges them;
+- ``export_lerobot`` of a store of ``--long-episodes`` episodes (imported from the
+  numbers-only long recording) next to the ``import_lerobot`` that made it (target:
+  export within 3x of import);
 - ``import_lerobot`` frames/s of each of the three datasets into a trajectory store
   (decode, checks and the HDF5 write included), next to the floors on the same files:
   ``pyarrow.parquet.read_table`` of the data files, a PyAV decode of the MP4 (decode
@@ -23,6 +28,7 @@ noise; deterministic seed). Prints medians over ``--repeat`` runs:
 Every dataset lives in a temporary folder that is removed at the end.
 
 Usage: python benchmarks/lerobot_io.py [--episodes 20] [--frames 300] [--repeat 3] [--quick]
+       [--long-episodes 500] [--long-frames 30] [--export-frames 200] [--only-long]
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import median_per_call_interleaved  # noqa: E402
 
-from torchstore.lerobot import LeRobotWriter, import_lerobot  # noqa: E402
+from torchstore.lerobot import LeRobotWriter, export_lerobot, import_lerobot  # noqa: E402
 
 FPS = 30
 HEIGHT = WIDTH = 96
@@ -193,12 +199,88 @@ def fps(frames: int, seconds: float) -> str:
     return f"{frames / seconds:,.0f}"
 
 
+def flat_saves(root: Path, camera: str | None, episodes: int, frames: int) -> tuple[list[float], float]:
+    """Seconds of each ``save_episode`` (frames added one by one first, untimed), and of close()."""
+    saves = []
+    writer = LeRobotWriter(root, fps=FPS, features=features(camera), overwrite=True)
+    for ep in range(episodes):
+        data = make_episode(ep, frames, camera)
+        for i in range(frames):
+            writer.add_frame({k: v[i] for k, v in data.items()}, task=TASKS[ep % len(TASKS)])
+        t0 = time.perf_counter()
+        writer.save_episode()
+        saves.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    writer.close()
+    return saves, time.perf_counter() - t0
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "NO"
+
+
+def long_recording(tmp: Path, episodes: int, frames: int, export_frames: int, repeat: int) -> None:
+    rows = []
+    for name, camera in (("numbers only", None), ("one 96x96 AV1 camera", "video")):
+        ratios, firsts, lasts, closes = [], [], [], []
+        for _ in range(repeat):
+            saves, close = flat_saves(tmp / "long", camera, episodes, frames)
+            k = min(10, episodes // 2)
+            first, last = statistics.median(saves[:k]), statistics.median(saves[-k:])
+            firsts.append(first)
+            lasts.append(last)
+            ratios.append(last / first)
+            closes.append(close)
+        ratio = statistics.median(ratios)
+        rows.append((
+            name,
+            f"{statistics.median(firsts) * 1e3:.1f}",
+            f"{statistics.median(lasts) * 1e3:.1f}",
+            f"{ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})",
+            met(ratio <= 1.3),
+            f"{statistics.median(closes):.2f}",
+        ))
+    print_markdown(
+        f"save_episode of the first 10 vs the last 10 of {episodes} episodes x {frames} frames "
+        f"(median ms; ratio median and range over {repeat} runs; target last/first <= 1.3)",
+        ("case", "first 10 ms", "last 10 ms", "last/first", "target", "close() s"),
+        rows,
+    )
+    # export: a store of `episodes` episodes, exported back next to the import that made it
+    source, store, out = tmp / "export-src", tmp / "export.h5", tmp / "export-out"
+    with LeRobotWriter(source, fps=FPS, features=features(None), overwrite=True) as writer:
+        for ep in range(episodes):
+            writer.add_episode(make_episode(ep, export_frames, None), task=TASKS[ep % len(TASKS)])
+    imports, exports = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        import_lerobot(source, store, overwrite=True, progress=False)
+        imports.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        export_lerobot(store, out, overwrite=True, progress=False)
+        exports.append(time.perf_counter() - t0)
+    ratios = [e / i for e, i in zip(exports, imports)]
+    ratio = statistics.median(ratios)
+    print_markdown(
+        f"export_lerobot of a {episodes}-episode store ({episodes} x {export_frames} frames, "
+        f"numbers only) vs the import_lerobot that made it (median s over {repeat} runs; "
+        "target export <= 3x import)",
+        ("import s", "export s", "export/import", "target"),
+        [(f"{statistics.median(imports):.2f}", f"{statistics.median(exports):.2f}",
+          f"{ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})", met(ratio <= 3.0))],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--frames", type=int, default=300, help="frames per episode")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per case (median)")
     parser.add_argument("--quick", action="store_true", help="10 episodes x 100 frames")
+    parser.add_argument("--long-episodes", type=int, default=500, help="episodes of the flat-save and export runs")
+    parser.add_argument("--long-frames", type=int, default=30, help="frames per episode of the flat-save run")
+    parser.add_argument("--export-frames", type=int, default=200, help="frames per episode of the export run")
+    parser.add_argument("--only-long", action="store_true", help="only the flat-save and export runs")
     args = parser.parse_args()
     episodes, frames = (10, 100) if args.quick else (args.episodes, args.frames)
     if episodes < 1 or frames < 1 or args.repeat < 1:
@@ -221,6 +303,10 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory(prefix="torchstore-lerobot-bench-") as tmp:
         tmp = Path(tmp)
+        if args.long_episodes >= 2:
+            long_recording(tmp, args.long_episodes, args.long_frames, args.export_frames, args.repeat)
+        if args.only_long:
+            return
         roots = {name: tmp / f"ds{k}" for k, (name, _, _) in enumerate(cases)}
         runs: dict[str, list[dict[str, list[float]]]] = {name: [] for name, _, _ in cases}
         for _, camera, batch in cases:  # untimed warm-up: first imports, encoder start-up

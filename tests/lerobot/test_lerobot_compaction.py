@@ -199,3 +199,27 @@ def test_sigkill_during_close_loses_nothing(tmp_path):
         with LeRobotWriter.resume(root) as w:
             assert w.num_episodes == 12, trial
         check_episodes(root, 12)
+
+
+def test_without_checkpoints_the_folder_is_the_same_dataset(tmp_path):
+    """checkpoints=False (what an export uses) writes the same dataset, all at close()."""
+    caps = dict(data_files_size_in_mb=0.01, video_files_size_in_mb=0.004)
+    with LeRobotWriter(tmp_path / "a", fps=10, features=FEATURES, **caps) as w:
+        for e in range(7):
+            w.add_episode(rows(e), task=f"task {e % 2}")
+    w = LeRobotWriter(tmp_path / "b", fps=10, features=FEATURES, checkpoints=False, **caps)
+    for e in range(7):
+        w.add_episode(rows(e), task=f"task {e % 2}")
+    assert files(tmp_path / "b", "meta/episodes/*/*.parquet") == []  # nothing readable yet
+    w.close()
+    check_episodes(tmp_path / "b", 7)
+    assert len(files(tmp_path / "b", "data/*/*.parquet")) > 1  # the caps still roll files over
+    a, b = (pq.read_table(next((tmp_path / d / "meta/episodes").rglob("*.parquet"))) for d in "ab")
+    assert a.schema == b.schema
+    for name in a.column_names:
+        if not name.startswith(("data/", "videos/", "meta/")):  # file positions may differ
+            assert a.column(name).to_pylist() == b.column(name).to_pylist(), name
+    for meta in ("info.json", "stats.json"):
+        assert (tmp_path / "a/meta" / meta).read_text() == (tmp_path / "b/meta" / meta).read_text()
+    assert pq.read_table(tmp_path / "a/meta/tasks.parquet").equals(pq.read_table(tmp_path / "b/meta/tasks.parquet"))
+    assert not (tmp_path / "b/images").exists()

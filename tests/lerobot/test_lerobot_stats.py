@@ -521,3 +521,22 @@ def test_a_save_whose_stats_fail_leaves_no_episode_behind(tmp_path):
         assert w.add_episode({"x": np.ones((2, 2), np.float32)}, task="t") == 1
     with LeRobotSource(root) as src:
         assert [e.length for e in src.episodes] == [3, 2]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.integers(2, 300),
+    seed=st.integers(0, 2**32 - 1),
+    levels=st.sampled_from([2, 5, 50, None]),
+    scale=st.sampled_from([1e-6, 1.0, 1e6]),
+)
+def test_quantiles_from_sorted_columns_equal_reading_the_histogram(rows, seed, levels, scale):
+    """The fast path (positions in sorted columns) gives lerobot's histogram reading exactly,
+    ties and bin edges included."""
+    from torchstore.lerobot.stats import _column_quantiles, _columns_quantiles
+
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, levels, (rows, 4)) * scale if levels else rng.standard_normal((rows, 4)) * scale
+    got = _columns_quantiles(x, x.min(0), x.max(0))
+    for c in range(4):
+        np.testing.assert_array_equal(got[:, c], _column_quantiles(x[:, c], x[:, c].min(), x[:, c].max()))

@@ -28,7 +28,7 @@ from typing import Any
 from torchstore.io.parquet import read_table, require_pyarrow, write_tables
 from torchstore.lerobot.layout import data_path, episodes_path, video_path, writer_lock
 
-__all__ = ["SavedEpisode", "compact_session", "drop_covered_tables"]
+__all__ = ["SavedEpisode", "compact_session", "drop_covered_tables", "pack_by_size"]
 
 
 @dataclass
@@ -42,8 +42,9 @@ class SavedEpisode:
     row: Any = None  # its one-row episodes table (pyarrow)
 
 
-def _groups(episodes: Sequence[SavedEpisode], path_of: Callable[[SavedEpisode], Path], cap: float) -> list[list[SavedEpisode]]:
-    """Consecutive episodes packed into files below ``cap`` bytes (LeRobot's roll-over rule)."""
+def pack_by_size(episodes: Sequence[Any], path_of: Callable[[Any], Path], cap: float) -> list[list[Any]]:
+    """Consecutive episodes packed into files below ``cap`` bytes (LeRobot's roll-over rule:
+    a file is full when its size plus the next episode's would reach the cap)."""
     groups: list[list[SavedEpisode]] = []
     size = 0
     for episode in episodes:
@@ -86,7 +87,7 @@ def compact_session(
     replaced: list[Path] = []
     try:
         data_of: dict[int, tuple[int, int]] = {}
-        for group in _groups(episodes, lambda e: root / data_path(*e.data), data_cap):
+        for group in pack_by_size(episodes, lambda e: root / data_path(*e.data), data_cap):
             first = group[0].data
             data_of.update({e.index: first for e in group})
             if len(group) > 1:
@@ -101,7 +102,7 @@ def compact_session(
             columns["data/file_index"].append(data_of[e.index][1])
         for key in cameras:
             spans: dict[int, tuple[tuple[int, int], float, float]] = {}
-            for group in _groups(episodes, lambda e, k=key: root / video_path(k, *e.videos[k]), video_cap):
+            for group in pack_by_size(episodes, lambda e, k=key: root / video_path(k, *e.videos[k]), video_cap):
                 first = group[0].videos[key]
                 if len(group) == 1:
                     row = group[0].row

@@ -152,6 +152,7 @@ def export_lerobot(
                 features={name: spec for name, spec in mapping.values()},
                 robot_type=robot_type if robot_type is not None else lerobot.get("robot_type"),
                 video_encoder=video_encoder,
+                checkpoints=False,  # written aside, renamed when complete
                 **caps,
             ) as writer:
                 if use_task_index:

@@ -60,6 +60,7 @@ from torchstore.lerobot.rejected import RejectedEpisode, now_iso, read_rejected,
 from torchstore.lerobot.stats import (
     ImageStatsAccumulator,
     RunningStats,
+    check_finite,
     numeric_stats,
     stats_to_json,
 )
@@ -202,6 +203,10 @@ class LeRobotWriter:
         durable: ``fsync`` every file at each checkpoint (survives power loss too; a kill
             is survived without it).
         overwrite: replace an existing folder.
+        checkpoints: False for a folder nobody reads before it is complete (an export
+            written aside and renamed): saves then only append to open files and keep
+            the episode rows in memory, and :meth:`close` writes the metadata, so nothing
+            is readable (or survives a kill) until it returns.
 
     Examples:
         >>> w = LeRobotWriter("ds", fps=10, features={"obs": {"dtype": "float32", "shape": [3]}})
@@ -224,6 +229,7 @@ class LeRobotWriter:
         video_files_size_in_mb: int = DEFAULT_VIDEO_FILES_SIZE_MB,
         durable: bool = False,
         overwrite: bool = False,
+        checkpoints: bool = True,
     ):
         if isinstance(fps, bool) or not isinstance(fps, int) or fps <= 0:
             raise LeRobotFormatError(f"fps must be a positive int (LeRobot stores an int), got {fps!r}")
@@ -249,6 +255,7 @@ class LeRobotWriter:
         )
         (root / "meta").mkdir(parents=True)
         self._setup(root, info, video_encoder, durable)
+        self._bulk = not checkpoints
         write_json_atomically(root / INFO, self.info, durable=durable)
 
     @classmethod
@@ -299,6 +306,10 @@ class LeRobotWriter:
             for n, f in {**self.features, **DEFAULT_FEATURES}.items()
             if f.dtype == "string" or f.dtype == "bool" or "int" in f.dtype
         ]
+        self._bulk = False  # checkpoints=False: see _buffer_episode
+        self._bulk_rows: list[EpisodeRow] = []
+        self._bulk_scratch: list[dict[str, Path]] = []
+        self._bulk_file: tuple[tuple[int, int], Any, int] | None = None  # pos, ParquetWriter, frames
         self._closed = False
         self._reset_buffer()
 
@@ -537,8 +548,13 @@ class LeRobotWriter:
         # everything that can fail on the episode's content happens before any rename
         stats = self._stats(columns)
         running = self._running.plus(stats)
-        stats_json = stats_to_json(running.result())
         table = self._data_table(columns)
+        if self._bulk:
+            check_finite(stats)  # refuses NaN now rather than at close()
+            self._buffer_episode(index, n, frame_tasks, table, stats)
+            self._running = running
+            return
+        stats_json = stats_to_json(running.result())
         videos: dict[str, tuple[Path, Path, tuple[int, int], float, float]] = {}
         staged: list[Path] = []
         try:
@@ -600,6 +616,78 @@ class LeRobotWriter:
         self._session.append(saved)
         self._running = running
         self._num_episodes, self._num_frames = index + 1, self._num_frames + n
+
+    def _buffer_episode(self, index: int, n: int, frame_tasks: list[str], table, stats) -> None:
+        """checkpoints=False: the episode's rows go to the open data file, the rest waits for close()."""
+        import pyarrow.parquet as pq
+
+        from torchstore.io.video import probe_video
+
+        scratch: dict[str, Path] = {}
+        try:
+            for key, cam in self._cameras.items():
+                frames = cam.encoder.close()
+                if frames != n:
+                    raise LeRobotFormatError(f"camera {key!r} encoded {frames} frames, the episode has {n}")
+                scratch[key], cam.encoder, cam.scratch = cam.scratch, None, None
+                if self.features[key].info is None:
+                    self._set_video_info(key, probe_video(scratch[key]))
+            if self._bulk_file is not None:  # LeRobot's roll-over rule, checked before appending
+                pos, writer, frames_in = self._bulk_file
+                size = (self.root / data_path(*pos)).stat().st_size
+                if size + size / max(frames_in, 1) * n >= self._data_cap:
+                    writer.close()
+                    self._bulk_file = None
+                    self._data_pos = next_file(*pos, self._chunks)
+            if self._bulk_file is None:
+                path = self.root / data_path(*self._data_pos)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                dictionary = [c for c in self._dictionary if c in table.schema.names]
+                self._bulk_file = (self._data_pos, pq.ParquetWriter(path, table.schema, compression="snappy", use_dictionary=dictionary), 0)
+            pos, writer, frames_in = self._bulk_file
+            writer.write_table(table, row_group_size=max(n, 1))  # one row group per episode
+        except BaseException:
+            for path in scratch.values():
+                path.unlink(missing_ok=True)
+            raise
+        self._bulk_file = (pos, writer, frames_in + n)
+        self._bulk_rows.append(EpisodeRow(index, n, list(dict.fromkeys(frame_tasks)), pos, self._num_frames, stats))
+        self._bulk_scratch.append(scratch)
+        self._num_episodes, self._num_frames = index + 1, self._num_frames + n
+
+    def _finish_bulk(self) -> None:
+        """checkpoints=False: close the data file, join the videos, write the metadata."""
+        from torchstore.io.video import concat_videos
+        from torchstore.lerobot.compaction import pack_by_size
+
+        rows, scratch = self._bulk_rows, self._bulk_scratch
+        self._bulk_rows, self._bulk_scratch = [], []
+        try:
+            if self._bulk_file is not None:
+                self._bulk_file[1].close()
+                self._bulk_file = None
+            if not rows:
+                return
+            for key, cam in self._cameras.items():
+                pos = (cam.chunk, cam.file)
+                by_index = {row.index: k for k, row in enumerate(rows)}
+                for g, group in enumerate(pack_by_size(rows, lambda r, k=key: scratch[by_index[r.index]][k], self._video_cap)):
+                    if g:
+                        pos = next_file(*pos, self._chunks)
+                    target = self.root / video_path(key, *pos)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    spans = concat_videos([scratch[by_index[r.index]][key] for r in group], target)
+                    for row, (begin, end) in zip(group, spans, strict=True):
+                        row.videos[key] = (pos, begin, end)
+            write_table_atomically(self.root / episodes_path(*self._meta_pos), episodes_table(rows, self._meta_pos), durable=self._durable)
+            if self.tasks:
+                self._write_tasks()
+            self._write_info(self._num_episodes, self._num_frames)
+            write_json_atomically(self.root / STATS, stats_to_json(self._running.result()), durable=self._durable)
+        finally:
+            for files in scratch:
+                for path in files.values():
+                    path.unlink(missing_ok=True)
 
     def _sync_dirs(self, *files: Path) -> None:
         if not self._durable:
@@ -766,7 +854,10 @@ class LeRobotWriter:
         self._reset_buffer()
         self._closed = True
         try:
-            self._compact()
+            if self._bulk:
+                self._finish_bulk()
+            else:
+                self._compact()
         finally:
             self._release()
 
