@@ -22,7 +22,9 @@ Targets: 0 lost, 0 unopenable, 0 SILENT, 0 crash, 0 hang, 0 raw, 0 false alarms,
 second writer refused.
 
 Usage: python benchmarks/torture.py [--seed 0] [--kills 300] [--corruptions 500]
-       [--readers 3] [--commits 3000] [--dumps 20] [--second-writers 10] [--dir /tmp]
+       [--readers 3] [--commits 3000] [--dumps 20] [--dump-rows 200000]
+       [--second-writers 9] [--dir /tmp]
+Exit status 1 when any outcome is off target.
 """
 
 from __future__ import annotations
@@ -707,7 +709,7 @@ def run(args: argparse.Namespace) -> int:
                               ["false alarms", "wrong values", "raw", "hang", "reads", "refreshes"]))
             bad += sum(live[k] for k in ("false alarms", "wrong values", "raw", "hang"))
         if args.dumps:
-            dumps, more = dumps_kills(workdir, args.dumps, rng)
+            dumps, more = dumps_kills(workdir, args.dumps, rng, rows=args.dump_rows)
             notes += more
             lines.append(_row("replay dumps killed", args.dumps, dumps, ["loads (old or new)", "lost", "hang", "raw"]))
             bad += sum(v for k, v in dumps.items() if k != "loads (old or new)")
@@ -737,6 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readers", type=int, default=3, help="live reader processes (default 3)")
     parser.add_argument("--commits", type=int, default=3000, help="tiny commits the live writer makes (default 3000)")
     parser.add_argument("--dumps", type=int, default=20, help="replay dumps killed (default 20)")
+    parser.add_argument("--dump-rows", type=int, default=200_000, help="rows in each dumped ring (default 200000)")
     parser.add_argument("--second-writers", type=int, default=9, help="second-writer attempts (default 9)")
     parser.add_argument("--dir", default=None, help="where scratch files go (default: the system temp folder)")
     return run(parser.parse_args(argv))
