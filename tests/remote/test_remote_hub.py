@@ -138,3 +138,20 @@ def test_hub_download_survives_a_cut(hub, tmp_path):
     got = pull(hub.location, "ds", cache_dir=tmp_path / "c", progress=False)
     assert tree_bytes(got) == tree_bytes(local)
     assert 400_000 < hub.body_bytes[key] <= 150_000 + 400_000
+
+
+def test_hub_entries_are_not_replaced_or_merged_silently(hub, tmp_path):
+    from torchstore.remote import EntryExistsError, EntryKindError, sync_recording
+
+    local = make_dataset(tmp_path / "local")
+    first = push(local, hub.location, "ds", progress=False)
+    (local / "meta" / "info.json").write_text('{"episodes": 5}')
+    commits = len(hub.repos[("dataset", f"{hub.namespace}/ds")].commits)
+    with pytest.raises(EntryExistsError, match=f"pullable as ds@{first.commit}"):
+        push(local, hub.location, "ds", progress=False)
+    with pytest.raises(EntryKindError, match="as a dataset; syncing a recording onto it"):
+        sync_recording(local, hub.location, "ds")
+    assert len(hub.repos[("dataset", f"{hub.namespace}/ds")].commits) == commits
+    push(local, hub.location, "ds", replace=True, progress=False)
+    old = pull(hub.location, f"ds@{first.commit}", cache_dir=tmp_path / "c", progress=False)
+    assert (old / "meta" / "info.json").read_text() == '{"episodes": 3}'

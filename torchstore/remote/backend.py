@@ -155,7 +155,8 @@ def _plan(
             f"{location} already has entry {name!r} ({current.kind}, revision {_short(current)}, "
             f"{len(current.files)} files) with other content; pass --replace (replace=True) to "
             f"publish this as its new revision (the old one stays pullable as "
-            f"{name}@{_short(current)} until pruned)"
+            f"{name}@{current.commit or current.revision[:12]}"
+            f"{'' if current.commit else ' until pruned'})"
         )
     return entry
 
