@@ -10,10 +10,12 @@ Prints medians and ratios:
 
 - floor: one ``torch.index_select`` over a single ``[N, 55]`` float32 tensor holding the same
   bytes per row, and one ``index_select`` per column for reference;
-- uniform: ``TensorDictReplayBuffer(StoreReplay, UniformSampler).sample()`` and the raw
+- uniform: ``TensorDictReplayBuffer(StoreReplay, UniformSampler).sample()`` (torch's
+  generator, and ``UniformSampler(seed=)`` drawing from the core's Philox stream) and the raw
   ``StoreReplay.get(idx)`` vs ``TensorDictReplayBuffer(LazyTensorStorage, RandomSampler)``;
-- prioritized ``sample`` + ``update_priority`` of 4096 rows vs torchrl's
-  ``PrioritizedSampler`` (its C++ extension may not load: then "unavailable");
+- prioritized ``sample`` + ``update_priority`` of 4096 rows (compiled CPU kernels, and the
+  tensor code with the kernels off) vs torchrl's ``PrioritizedSampler`` (its C++ extension
+  may not load: then "unavailable", and the figures it gave when rebuilt are printed);
 - windows, 64 x 64 steps, on a ring written between samples (1000 rows each time):
   ``SequenceWindowSampler(64)`` vs torchrl's ``SliceSampler(num_slices=64)`` uncached;
 - ``extend`` of 1000-row chunks, rows/s.
@@ -43,6 +45,7 @@ from _timing import median_per_call_interleaved, print_table  # noqa: E402
 from torchstore.data import ColumnSpec  # noqa: E402
 from torchstore.data.replay import StoreReplay  # noqa: E402
 from torchstore.samplers import PrioritizedSampler, SequenceWindowSampler, UniformSampler  # noqa: E402
+from torchstore.samplers import philox as philox_module  # noqa: E402
 
 WALKER = (
     ColumnSpec("obs", torch.float32, (24,)),
@@ -63,6 +66,13 @@ WINDOW, NUM_WINDOWS = 64, 64
 #: design this project follows, NOT measured here (its C++ extension does not load with
 #: torch 2.13 CPU).
 TORCHRL_PRIORITIZED_REPORTED_MS = (4.2, 4.6)
+#: the same step with torchrl's own C++ tree rebuilt from the wheel's torchrl/csrc for torch
+#: 2.13 (torch.utils.cpp_extension.load, about 6 minutes on 2 cores), timed side by side with
+#: this benchmark at 1 M rows, one thread: NOT rebuilt in this run.
+TORCHRL_PRIORITIZED_REBUILT_MS = 5.53
+#: the issue's targets: prioritized sample + update_priority at most this (>= 3x torchrl)
+PRIORITIZED_TARGET_MS = 1.8
+UNIFORM_FLOOR_TARGET = 1.3
 
 
 def rows_from(source: torch.Tensor, start: int, stop: int, *, nested_done: bool = False) -> TensorDict:
@@ -142,7 +152,8 @@ class Ring:
 def uniform_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
     n, source, idx, storage, rb = ring.n, ring.source, ring.idx, ring.storage, ring.rb
     leaves = [trl_rb.storage._storage.get(k) for k in ("obs", "action", "reward", "done", ("next", "obs"))]
-    floor, floor_draw, per_column, ours_get, trl_get, ours_sample, trl_sample = (
+    seeded = TensorDictReplayBuffer(storage=storage, sampler=UniformSampler(seed=0), batch_size=BATCH)
+    floor, floor_draw, per_column, ours_get, trl_get, ours_sample, seeded_sample, trl_sample = (
         median_per_call_interleaved(
             [
                 lambda: torch.index_select(source, 0, idx()),
@@ -151,6 +162,7 @@ def uniform_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
                 lambda: storage.get(idx()),
                 lambda: trl_rb.storage.get(idx()),
                 rb.sample,
+                seeded.sample,
                 trl_rb.sample,
             ],
             repeats=ring.reps, warmup=10,
@@ -164,14 +176,16 @@ def uniform_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
         ("torchrl LazyTensorStorage.get(idx)", ms(trl_get), ratio(trl_get, floor), "1.00x"),
         ("ours rb.sample() StoreReplay + UniformSampler", ms(ours_sample), ratio(ours_sample, floor),
          ratio(trl_sample, ours_sample)),
+        ("ours rb.sample() StoreReplay + UniformSampler(seed=) (Philox)", ms(seeded_sample),
+         ratio(seeded_sample, floor), ratio(trl_sample, seeded_sample)),
         ("torchrl rb.sample() LazyTensorStorage + RandomSampler", ms(trl_sample),
          ratio(trl_sample, floor), "1.00x"),
     ]
     print_table(f"uniform, {BATCH} rows of {n:,} (ms, median of {ring.reps}, cases timed in turn)",
                 ("case", "ms", "vs floor", "torchrl / this"), rows)
     return [
-        ("uniform rb.sample() within 1.5x of the floor", f"{ours_sample / floor:.2f}x",
-         ours_sample <= 1.5 * floor),
+        (f"uniform rb.sample() <= {UNIFORM_FLOOR_TARGET}x the index_select floor",
+         f"{ours_sample / floor:.2f}x", ours_sample <= UNIFORM_FLOOR_TARGET * floor),
         ("uniform rb.sample() >= 5x faster than torchrl", f"{trl_sample / ours_sample:.2f}x",
          trl_sample >= 5 * ours_sample),
     ]
@@ -255,8 +269,23 @@ def prioritized_section(ring: Ring) -> list[tuple]:
         batch = prio_rb.sample()
         prio_rb.update_priority(batch["index"], new_priority())
 
-    ours_p, ours_ps, ours_pi, ours_pu = median_per_call_interleaved(
-        [ours_step, prio_rb.sample, lambda: prio.sample(storage, BATCH),
+    def tensors_step() -> None:  # the same step on the tensor code (the kernels off)
+        philox_module.KERNELS = False
+        try:
+            ours_step()
+        finally:
+            philox_module.KERNELS = True
+
+    seeded = PrioritizedSampler(n, alpha=0.6, beta=0.4, seed=0)
+    seeded_rb = TensorDictReplayBuffer(storage=storage, sampler=seeded, batch_size=BATCH)
+    seeded.update_priority(torch.arange(n), torch.rand(n, generator=gen) + 0.01)
+
+    def seeded_step() -> None:
+        batch = seeded_rb.sample()
+        seeded_rb.update_priority(batch["index"], new_priority())
+
+    ours_p, ours_seeded, ours_tensors, ours_ps, ours_pi, ours_pu = median_per_call_interleaved(
+        [ours_step, seeded_step, tensors_step, prio_rb.sample, lambda: prio.sample(storage, BATCH),
          lambda: prio_rb.update_priority(drawn(), new_priority())],
         repeats=reps, warmup=5,
     )
@@ -272,27 +301,41 @@ def prioritized_section(ring: Ring) -> list[tuple]:
 
         trl_p, ours_p = median_per_call_interleaved([trl_step, ours_step], repeats=reps, warmup=5)
     lo, hi = TORCHRL_PRIORITIZED_REPORTED_MS
+    rebuilt = TORCHRL_PRIORITIZED_REBUILT_MS
+
+    def vs_rebuilt(t: float) -> str:
+        return f"{rebuilt / (t * 1e3):.2f}x"
+
     rows = [
         ("ours sample + update_priority", ms(ours_p),
-         "" if trl_p is None else ratio(trl_p, ours_p),
-         f"{lo / (ours_p * 1e3):.2f}-{hi / (ours_p * 1e3):.2f}x"),
+         "" if trl_p is None else ratio(trl_p, ours_p), vs_rebuilt(ours_p)),
+        ("ours, PrioritizedSampler(seed=) (Philox draws)", ms(ours_seeded),
+         "" if trl_p is None else ratio(trl_p, ours_seeded), vs_rebuilt(ours_seeded)),
+        ("ours, tensor code (compiled CPU kernels off)", ms(ours_tensors),
+         "" if trl_p is None else ratio(trl_p, ours_tensors), vs_rebuilt(ours_tensors)),
         ("  ours rb.sample() alone", ms(ours_ps), "", ""),
         ("  ours sampler.sample() alone (indices + weights)", ms(ours_pi), "", ""),
         ("  ours rb.update_priority alone", ms(ours_pu), "", ""),
         ("torchrl sample + update_priority (measured)",
          "unavailable" if trl_p is None else ms(trl_p), "", ""),
-        ("torchrl, REPORTED at 1 M, not measured in this run", f"{lo}-{hi}", "", ""),
+        ("torchrl C++ tree rebuilt for this torch, REPORTED (1 M), not run here", f"{rebuilt}",
+         "", "1.00x"),
+        ("torchrl, REPORTED for its design at 1 M, not measured here", f"{lo}-{hi}", "", ""),
     ]
     print_table(f"prioritized, {BATCH} rows of {n:,}, alpha 0.6 beta 0.4 (ms, median of {reps})",
-                ("case", "ms", "vs torchrl measured", "vs torchrl reported"), rows)
+                ("case", "ms", "vs torchrl measured", "vs torchrl rebuilt (reported)"), rows)
     if why:
         print(f"  torchrl's PrioritizedSampler did not load: {why}")
+    print("  the seeded sampler has its own tree, which the other cases' turns evict from the "
+          "caches: its figure is the cold-cache one")
     summary = []
     if trl_p is not None:
         summary.append(("prioritized >= 3x faster than torchrl (measured)",
                         f"{trl_p / ours_p:.1f}x", trl_p >= 3 * ours_p))
-    summary.append(("prioritized >= 3x faster than torchrl's REPORTED 4.2 ms (1 M)",
-                    f"{lo / (ours_p * 1e3):.2f}x", lo >= 3 * ours_p * 1e3))
+    summary.append((f"prioritized sample + update_priority <= {PRIORITIZED_TARGET_MS} ms (1 M)",
+                    f"{ours_p * 1e3:.2f} ms", ours_p * 1e3 <= PRIORITIZED_TARGET_MS))
+    summary.append((f"prioritized >= 3x torchrl's rebuilt tree (REPORTED {rebuilt} ms, 1 M)",
+                    vs_rebuilt(ours_p), rebuilt >= 3 * ours_p * 1e3))
     return summary
 
 
