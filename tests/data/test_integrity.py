@@ -212,9 +212,9 @@ def test_a_flipped_bit_in_the_commit_record_is_reported(pristine, tmp_path, fiel
 
 def test_a_huge_flipped_count_in_an_old_store_is_an_error_not_an_allocation(tmp_path):
     """Format 1 stores have no commit hash: counts are still bounded by the file's size."""
-    from pathlib import Path
+    from tests.data.test_store import _format1_store
 
-    demo = Path(__file__).resolve().parents[2] / "data" / "reach_demo.h5"
+    demo = _format1_store(tmp_path)
     for field in (0, 1, 2):
         bad = tmp_path / f"old{field}.h5"
         shutil.copyfile(demo, bad)

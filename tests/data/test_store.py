@@ -297,23 +297,32 @@ def test_make_env_without_gymnasium_says_what_to_install(tmp_path, monkeypatch):
             store.make_env()
 
 
-def test_stores_of_the_previous_format_still_open_and_resume(tmp_path):
-    """Format 1 stores (the bundled demo, say) have no manifest or commit-record hash."""
-    import shutil
+def _format1_store(tmp_path):
+    """A store written by torchstore's format 1 (no manifest or commit-record hash; the
+    manifest a variable-length heap string): three episodes of 5, 6 and 7 rows."""
+    import gzip
     from pathlib import Path
 
-    demo = Path(__file__).resolve().parents[2] / "data" / "reach_demo.h5"
-    with TrajectoryStore(demo) as store:
-        assert store.manifest.format_version == 1 and store.num_rows > 0
+    path = tmp_path / "format1.h5"
+    path.write_bytes(gzip.decompress((Path(__file__).parent / "fixtures" / "format1.h5.gz").read_bytes()))
+    return path
+
+
+def test_stores_of_the_previous_format_still_open_and_resume(tmp_path):
+    path = _format1_store(tmp_path)
+    with TrajectoryStore(path) as store:
+        assert store.manifest.format_version == 1 and store.manifest.env_id == "CartPole-v1"
+        assert store.episodes.lengths.tolist() == [5, 6, 7]
+        assert store.episode_metadata(2) == {"i": 2}
         first = store.read_slab(0, store.num_rows)
-    copy = tmp_path / "old.h5"
-    shutil.copyfile(demo, copy)
-    with TrajectoryStoreWriter.resume(copy) as w:
-        w.add_episode(first[:10])
-    with TrajectoryStore(copy) as store:
-        assert store.manifest.format_version == 1
+        assert first["obs"][5].tolist() == [1.0, 2.0, 3.0]
+        assert float(first["pix"][-1, -1]) == 1.0
+    with TrajectoryStoreWriter.resume(path) as w:
+        w.add_episode(first[:4], metadata={"i": 3})
+    with TrajectoryStore(path) as store:
+        assert store.manifest.format_version == 1  # appending keeps the store's format
         assert (store.read_slab(0, len(first)) == first).all()
-        assert store.num_rows == len(first) + 10
+        assert store.num_rows == len(first) + 4 and store.episode_metadata(3) == {"i": 3}
 
 
 def test_deeply_nested_or_malformed_manifests_are_format_errors(tmp_path):
