@@ -184,3 +184,23 @@ def test_shipped_demo_file_matches_what_demo_data_regenerates(tmp_path):
     assert torch.equal(shipped_lengths, lengths)
     assert all(torch.equal(shipped_rows.get(k), rows.get(k)) for k in rows.keys(True, True))
     assert shipped_manifest.metadata == manifest.metadata
+
+
+def test_the_reproducible_demo_store_is_an_ordinary_store(tmp_path):
+    from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.io.reproducible import lookup3
+
+    # lookup3 known answers (Bob Jenkins' lookup3.c driver), the checksum HDF5 metadata uses
+    assert lookup3(b"") == 0xDEADBEEF
+    assert lookup3(b"Four score and seven years ago") == 0x17770551
+    assert lookup3(b"Four score and seven years ago", 1) == 0xCD628161
+    path = write_demo_data(tmp_path / "reach.h5", episodes=2)
+    rows, lengths, _ = _contents(path)
+    first = int(lengths[0])
+    with TrajectoryStore(path) as store:
+        episode = store.read_slab(0, first)
+    with TrajectoryStoreWriter.resume(path) as writer:  # appendable like any store
+        writer.add_episode(episode)
+    grown, grown_lengths, _ = _contents(path)
+    assert grown_lengths.tolist() == [*lengths.tolist(), first]
+    assert torch.equal(grown["state"][-first:], rows["state"][:first])

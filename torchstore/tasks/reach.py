@@ -303,8 +303,9 @@ def write_demo_data(
 
     Deterministic in ``seed``, to the byte: episode ``i`` starts from
     ``reset(seed=seed * 1_000_003 + i)``, the expert's noise is seeded with ``seed``, the
-    manifest records no creation time and HDF5's own object timestamps are cleared, so
-    regenerating ``data/reach_demo.h5`` leaves it unchanged. The manifest metadata
+    manifest records no creation time and the file is a
+    :func:`~torchstore.io.reproducible.reproducible_copy` (no HDF5 timestamps, no stale
+    bytes), so regenerating ``data/reach_demo.h5`` leaves it unchanged. The manifest metadata
     describes the task (``task_config`` rebuilds it), the expert, and the expert's success
     rate on these episodes; each episode's metadata holds its reset seed and whether it
     succeeded.
@@ -364,9 +365,10 @@ def _write_reproducibly(
     path: Path, columns: list, seed: int, metadata: dict, recorded: list[tuple[dict, dict]]
 ) -> None:
     """Write a complete store next to ``path`` with no timestamps, then rename it over ``path``."""
-    from torchstore.io.reproducible import clear_object_times
+    from torchstore.io.reproducible import reproducible_copy
 
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    copy = path.with_name(f".{path.name}.{os.getpid()}.copy")
     try:
         with TrajectoryStoreWriter(
             partial, columns, env_id=TASK_ID, seed=seed, metadata=metadata, created="",
@@ -374,10 +376,11 @@ def _write_reproducibly(
         ) as writer:
             for rows, meta in recorded:
                 writer.add_episode(rows, metadata=meta)
-        clear_object_times(partial)
-        os.replace(partial, path)
+        reproducible_copy(partial, copy)
+        os.replace(copy, path)
     finally:
         partial.unlink(missing_ok=True)
+        copy.unlink(missing_ok=True)
 
 
 def expert_baselines(
