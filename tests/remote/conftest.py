@@ -69,8 +69,21 @@ def hub_server():
 
 @pytest.fixture
 def hub(hub_server, monkeypatch):
-    """The loopback Hub as ``HF_ENDPOINT``, plus a fresh namespace: ``hub.location``."""
-    monkeypatch.setenv("HF_ENDPOINT", hub_server.endpoint)
+    """The loopback Hub as huggingface_hub's default endpoint, plus a fresh namespace.
+
+    ``HF_ENDPOINT`` is unset, as on a default install: the endpoint comes from
+    ``huggingface_hub.constants`` (patched here), the path the LeRobot tests (which set
+    ``HF_ENDPOINT``) do not take. ``hub.location`` is ``hf://datasets/<namespace>``.
+    """
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", hub_server.endpoint)
+    monkeypatch.setattr(
+        constants,
+        "HUGGINGFACE_CO_URL_TEMPLATE",
+        hub_server.endpoint + "/{repo_id}/resolve/{revision}/{filename}",
+    )
     hub_server.namespace = f"tester{next(_NAMESPACES)}"
     hub_server.location = f"hf://datasets/{hub_server.namespace}"
     return hub_server
