@@ -206,3 +206,21 @@ def test_a_new_store_gets_missing_folders(tmp_path):
     path = tmp_path / "runs" / "a" / "s.h5"
     _store(path)
     _check_all(path, 1)
+
+
+def test_recover_finishes_a_dead_writers_store_and_refuses_a_live_one(tmp_path):
+    path = _store(tmp_path / "s.h5")
+    pid, go, ready = _start_live_writer(path, resume=True, episodes=3)
+    assert os.read(ready, 1) == b"d"
+    with pytest.raises(StoreLockedError, match=f"process {pid}"):
+        TrajectoryStoreWriter.recover(path)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    os.close(go)
+    os.close(ready)
+    assert open(path, "rb").read(12)[11] != 0  # still marked open by the dead writer
+    rows = sum(len(_rows(i)["x"]) for i in range(4))
+    assert TrajectoryStoreWriter.recover(path) == (4, rows)
+    assert open(path, "rb").read(12)[11] == 0  # finished: marked closed
+    assert not lock_path(path).exists()
+    _check_all(path, 4)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from torchstore.errors import StoreLockedError, TorchstoreError
+from torchstore.errors import DestinationError, StoreLockedError, TorchstoreError
 from torchstore.io.writer_lock import WriterLock, live_writer, lock_path
 
 
@@ -169,3 +169,20 @@ def test_release_racing_acquires_never_gives_two_holders(tmp_path):
     assert len(lines) >= 8
     for enter, leave in zip(lines[::2], lines[1::2], strict=True):
         assert enter.startswith("in ") and leave == "out " + enter[3:], "two holders overlapped"
+
+
+def test_a_folder_that_cannot_hold_the_sidecar_is_named(tmp_path):
+    with pytest.raises(DestinationError, match="cannot take the writer lock .*missing"):
+        WriterLock.acquire(tmp_path / "missing" / "s.h5")
+
+
+def test_a_filesystem_without_locks_is_a_clear_error(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(DestinationError, match="does not support file locks"):
+        WriterLock.acquire(tmp_path / "s.h5")

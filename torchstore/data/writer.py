@@ -191,6 +191,19 @@ class TrajectoryStoreWriter:
         writer._attach(path, manifest, durable, file=f, lock=lock)
         return writer
 
+    @classmethod
+    def recover(cls, path: str | os.PathLike) -> tuple[int, int]:
+        """Finish the store of a writer that was killed; returns its (episodes, rows).
+
+        Drops the rows the dead writer had not committed and marks the file closed, so it
+        reads, copies and uploads as a finished store. Every committed episode is kept.
+
+        Raises:
+            StoreLockedError: the writer is alive (the message names it).
+        """
+        with cls.resume(path) as writer:
+            return writer.num_episodes, writer.num_rows
+
     def _attach(
         self,
         path: Path,

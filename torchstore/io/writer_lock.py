@@ -21,7 +21,7 @@ import socket
 import time
 from pathlib import Path
 
-from torchstore.errors import StoreLockedError
+from torchstore.errors import DestinationError, StoreLockedError
 
 __all__ = ["lock_path", "live_writer", "WriterLock"]
 
@@ -130,12 +130,19 @@ class WriterLock:
 
         Raises:
             StoreLockedError: a live process holds it (the message names the path and holder).
-            OSError: the folder cannot hold the sidecar (read-only, missing).
+            DestinationError: the folder cannot hold the sidecar (read-only, missing), or
+                its filesystem has no file locks.
         """
         path = Path(path)
         sidecar = lock_path(path)
         while True:
-            fd = os.open(sidecar, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(sidecar, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise DestinationError(
+                    f"cannot take the writer lock of {what} {path}: {sidecar} cannot be created "
+                    f"({exc.strerror}); a {what} is written only in a folder its writer can write"
+                ) from None
             try:
                 deadline = time.monotonic() + _PROBE_GRACE_S
                 while True:
@@ -147,6 +154,12 @@ class WriterLock:
                             info = _holder_or_unknown(fd)
                             raise StoreLockedError(locked_message(path, info, what)) from None
                         time.sleep(0.002)
+                    except OSError as exc:
+                        raise DestinationError(
+                            f"cannot take the writer lock of {what} {path}: the filesystem does "
+                            f"not support file locks (flock: {exc.strerror}); one writer per "
+                            f"{what} is enforced with them, so write it on a filesystem that has them"
+                        ) from None
                 # The previous holder may have unlinked the sidecar between our open and our
                 # lock: then we hold a lock on a dead inode, so start over on the path.
                 try:
