@@ -201,3 +201,17 @@ def test_deeply_nested_index_is_a_format_error(file_server, tmp_path, nesting):
     (file_server.root / "index.json").write_text(nesting)
     with pytest.raises(StoreFormatError, match="nested too deeply|not valid JSON"):
         RemoteCatalog(file_server.url).names()
+
+
+def test_sync_keep_prunes_old_snapshots_of_a_growing_recording(tmp_path, capsys):
+    loc = tmp_path / "loc"
+    rec = tmp_path / "rec"
+    (rec / "data").mkdir(parents=True)
+    for i in range(3):
+        (rec / "data" / "log.json").write_text(json.dumps({"rows": i}))
+        assert main(["sync", str(rec), str(loc), "rec", "--keep", "2", "--no-progress"]) == 0
+    entry = RemoteCatalog(loc)["rec"]
+    assert len(entry.revisions) == 2
+    stored = {p.relative_to(loc / "rec").as_posix() for p in (loc / "rec").rglob("*") if p.is_file()}
+    assert stored == {f.stored_at for e in entry.revisions for f in e.files}  # nothing else kept
+    assert main(["sync", str(rec), str(loc), "rec", "--keep", "0"]) == 2

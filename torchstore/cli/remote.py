@@ -126,6 +126,7 @@ def _sync(args: argparse.Namespace) -> None:
         args.name,
         snapshot_live_stores=not args.no_snapshot,
         min_age_s=args.min_age,
+        keep=args.keep,
         progress=not args.no_progress,
     )
     print(
@@ -265,6 +266,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--no-snapshot",
         action="store_true",
         help="skip live HDF5 stores instead of uploading a snapshot",
+    )
+    p.add_argument(
+        "--keep",
+        type=types.positive_int,
+        default=None,
+        help="after syncing, prune all but the newest N revisions of the entry (each sync "
+        "of a growing store adds one); default: keep every revision",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_sync)

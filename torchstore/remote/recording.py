@@ -108,6 +108,7 @@ def sync_recording(
     *,
     snapshot_live_stores: bool = True,
     min_age_s: float = 0.0,
+    keep: int | None = None,
     offline: bool | None = None,
     progress: bool = False,
     timeout: float = 30.0,
@@ -122,6 +123,8 @@ def sync_recording(
         snapshot_live_stores: upload a snapshot of the committed episodes of an HDF5 store
             a writer holds (otherwise it is skipped until the writer closes it).
         min_age_s: passed to :func:`~torchstore.remote.is_safe_to_upload`.
+        keep: after a sync that made a new revision, prune all but the newest ``keep``
+            (each sync of a growing store adds a snapshot; index locations only).
         offline: refuse a network location (default: ``HF_HUB_OFFLINE``/``TORCHSTORE_OFFLINE``).
         progress: show a progress bar.
 
@@ -133,6 +136,8 @@ def sync_recording(
         >>> sync_recording("runs/today", "http://127.0.0.1:8000/data", "today")  # doctest: +SKIP
     """
     check_name(name, subject="entry name")
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ValueError(f"keep ({keep!r}) must be an int >= 1 (the latest revision is always kept)")
     root = Path(local_recording)
     if not root.is_dir():
         raise FileNotFoundError(f"no recording folder at {root}")
@@ -170,6 +175,9 @@ def sync_recording(
             return SyncResult(current, (), (), tuple(skipped), tuple(notes))
         with progress_bar(sum(f.size for f, _ in local), f"sync {name}", enabled=progress) as bar:
             published = backend.publish(name, "recording", local, merge=True, progress=bar.update)
+    entry = published.entry
+    if keep is not None and not published.up_to_date and loc.scheme != "hub":
+        entry = backend.prune(name, keep).entry
     uploaded = set(published.uploaded)
     unchanged = tuple(f.path for f, _ in local if f.path not in uploaded)
     log.info(
@@ -179,7 +187,7 @@ def sync_recording(
         len(unchanged),
         len(skipped),
     )
-    return SyncResult(published.entry, published.uploaded, unchanged, tuple(skipped), tuple(notes))
+    return SyncResult(entry, published.uploaded, unchanged, tuple(skipped), tuple(notes))
 
 
 def _episodes_of(f: RemoteFile) -> int | None:
