@@ -520,3 +520,36 @@ def test_import_in_slabs_of_any_size_gives_the_same_store(recorded, tmp_path, mo
     with TrajectoryStore(tmp_path / "some.h5") as store:
         assert [store.episode_metadata(e)["lerobot_episode_index"] for e in range(2)] == [0, 2]
         np.testing.assert_array_equal(store.episode(1)["count"].numpy(), written[2]["count"])
+
+
+def test_language_annotations_import_as_codes_of_their_json(tmp_path):
+    """lerobot 0.6's language_persistent column (a list of message structs per frame, filled
+    in by its annotation tools) is imported, not skipped: one code per frame, standing for
+    the cell's JSON."""
+    features = {"x": {"dtype": "float32", "shape": [1], "names": None}}
+    root = tmp_path / "ds"
+    with LeRobotWriter(root, fps=FPS, features=features) as w:
+        for n in (3, 2):
+            w.add_episode({"x": np.arange(n, dtype=np.float32)}, task="t")
+    message = pa.struct([("role", pa.string()), ("content", pa.string()), ("style", pa.string()),
+                         ("timestamp", pa.float64()), ("camera", pa.string()), ("tool_calls", pa.string())])
+    plan = {"role": "assistant", "content": "open the gripper", "style": "subtask", "timestamp": 0.0,
+            "camera": None, "tool_calls": None}
+    later = {**plan, "content": "lift", "timestamp": 0.2}
+    cells = [[plan], [plan], [plan, later], None, [later]]
+    path = root / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("language_persistent", pa.array(cells, pa.list_(message))), path)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["language_persistent"] = {"dtype": "language", "shape": [1], "names": None}
+    (root / "meta/info.json").write_text(json.dumps(info, indent=4))
+    import_lerobot(root, tmp_path / "a.h5", progress=False)
+    with TrajectoryStore(tmp_path / "a.h5") as store:
+        assert store.column("language_persistent").dtype == torch.int64
+        strings = store.manifest.metadata["lerobot"]["string_tables"]["language_persistent"]
+        codes = np.concatenate([store.episode(e)["language_persistent"].numpy() for e in range(2)])
+        assert [json.loads(strings[c]) for c in codes] == cells
+        assert codes[0] == codes[1]  # equal annotations share a code
+    export_lerobot(tmp_path / "a.h5", tmp_path / "back", progress=False)  # annotations left out
+    back = json.loads((tmp_path / "back/meta/info.json").read_text())
+    assert "language_persistent" not in back["features"] and "x" in back["features"]

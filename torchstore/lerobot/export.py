@@ -15,6 +15,7 @@ does not read; :func:`~torchstore.lerobot.import_lerobot` restores the store fro
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -30,6 +31,8 @@ from torchstore.errors import LeRobotFormatError
 from torchstore.lerobot.features import DEFAULT_FEATURES
 
 __all__ = ["export_lerobot", "ExportSummary", "features_for_store"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,9 @@ def features_for_store(store, *, columns: Sequence[str] | None = None, cameras: 
                     f"column {spec.name!r} has the name of a LeRobot default feature, which the "
                     "export fills in itself; leave it out with columns=[...] (--columns)"
                 )
+            continue
+        if spec.name in known and known[spec.name].get("dtype") == "language":
+            log.warning("column %r holds LeRobot language annotations, which are not exported", spec.name)
             continue
         if spec.name in known:
             feature = {k: v for k, v in known[spec.name].items() if k != "info"}

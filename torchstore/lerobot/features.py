@@ -36,6 +36,7 @@ __all__ = [
     "hf_features_metadata",
     "decode_image",
     "encode_png",
+    "cell_text",
 ]
 
 CAMERA_DTYPES = ("image", "video")
@@ -120,6 +121,11 @@ class Feature:
         return self.dtype == "video"
 
     @property
+    def is_text(self) -> bool:
+        """``string`` features, and ``language`` annotations (lists of message structs)."""
+        return self.dtype in ("string", "language")
+
+    @property
     def is_numeric(self) -> bool:
         return self.dtype in _NUMERIC
 
@@ -149,15 +155,15 @@ class Feature:
         """The per-frame shape of the store column (``()`` for LeRobot's ``[1]``)."""
         if self.is_camera:
             return self.hwc
-        if self.shape == (1,):
-            return ()
+        if self.shape == (1,) or self.is_text:
+            return ()  # text becomes one code per frame
         return self.shape
 
     def column_spec(self, name: str | None = None) -> ColumnSpec:
         """The store column this feature imports into."""
         if self.is_camera:
             dtype: Any = torch.uint8
-        elif self.dtype in ("string", "language"):
+        elif self.is_text:
             dtype = torch.int64
         else:
             dtype = self.dtype
@@ -308,6 +314,17 @@ def hf_features_metadata(features: Mapping[str, Feature]) -> bytes:
     return json.dumps(
         {"info": {"features": {n: f.hf_feature() for n, f in features.items() if not f.is_video}}}
     ).encode()
+
+
+def cell_text(feature: Feature, value: Any) -> str | None:
+    """A text feature's cell as the string its code stands for.
+
+    ``string`` cells are themselves; a ``language`` cell (a list of message structs, or
+    null) is its JSON, keys sorted, so equal annotations get one code.
+    """
+    if feature.dtype == "language":
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return value
 
 
 def encode_png(frame: np.ndarray) -> bytes:

@@ -108,9 +108,11 @@ def import_lerobot(
         dest: the store file to write (never a source file, a folder or a non-store file;
             see :func:`torchstore.io.destination.check_destination`).
         episodes: LeRobot episode indices to import (default: all).
-        columns: feature names to import (default: all but annotation ``language`` ones
-            and ``index``, the global frame number, which the store rows are; for a
-            folder exported by torchstore, the store's own columns).
+        columns: feature names to import (default: all but ``index``, the global frame
+            number, which the store rows are; for a folder exported by torchstore, the
+            store's own columns). ``string`` features and ``language`` annotations become
+            int64 codes into ``metadata["lerobot"]["string_tables"]`` (a language cell's
+            code stands for its JSON).
         revision: Hub revision (default: the ``v3.0`` tag, resolved like LeRobot does).
         include_rejected: keep episodes listed in ``meta/rejected_episodes.json``.
         overwrite: replace an existing ``dest``.
@@ -147,7 +149,7 @@ def import_lerobot(
         known_tables = ((sidecar.metadata.get("lerobot") or {}).get("string_tables") or {}) if sidecar else {}
         strings = {}
         for n, spec in zip(names, specs, strict=True):
-            if src.features[n].dtype == "string":
+            if src.features[n].is_text:
                 seen = _scan_strings(src, n)
                 known = known_tables.get(spec.name)
                 # an exported store's codes stay its own when its table still covers the strings
@@ -231,13 +233,15 @@ def _batches(entries: list, max_frames: int) -> Iterator[list]:
 
 
 def _scan_strings(src: LeRobotSource, name: str) -> list[str]:
-    """Every distinct value of a string feature, in order of first appearance."""
+    """Every distinct value of a text feature, in order of first appearance."""
     from torchstore.io.parquet import read_table
+    from torchstore.lerobot.features import cell_text
 
     seen: dict[str, None] = {}
     for rel in dict.fromkeys(e.data_file for e in src.episodes):
         table = read_table(src.root / rel, columns=[name], what=str(src.root / rel))
-        seen.update(dict.fromkeys(v for v in table.column(name).to_pylist() if v is not None))
+        feature = src.features[name]
+        seen.update(dict.fromkeys(cell_text(feature, v) for v in table.column(name).to_pylist() if v is not None or feature.dtype == "language"))
     return list(seen)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from torchstore.errors import LeRobotFormatError, UnsafePathError, VideoError
 from torchstore.io.parquet import check_footer, read_table, require_pyarrow
 from torchstore.io.paths import check_relpath, resolve_inside
-from torchstore.lerobot.features import Feature, decode_image
+from torchstore.lerobot.features import Feature, cell_text, decode_image
 from torchstore.lerobot.info import codebase_major_minor, info_features, read_info, read_json
 from torchstore.lerobot.layout import (
     DATA_PATH,
@@ -359,7 +359,7 @@ class LeRobotSource:
                 out[name] = self._video_frames(entry, feature, tolerance_s)
             elif feature.dtype == "image":
                 out[name] = self._image_frames(rows, entry, feature)
-            elif feature.dtype == "string":
+            elif feature.is_text:
                 out[name] = self._strings(rows, entry, feature)
             else:
                 if name not in rows.column_names:
@@ -445,8 +445,11 @@ class LeRobotSource:
         return frames
 
     def _strings(self, rows, entry: EpisodeEntry, feature: Feature) -> np.ndarray:
+        """Codes of a text feature's cells (``string``, or ``language`` as JSON) in its table."""
+        if feature.name not in rows.column_names:
+            raise LeRobotFormatError(f"{self.root / entry.data_file} has no column for feature {feature.name!r}")
         table = self._string_tables.setdefault(feature.name, {})
-        values = rows.column(feature.name).to_pylist()
+        values = [cell_text(feature, v) for v in rows.column(feature.name).to_pylist()]
         return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int64)
 
     @property
@@ -501,7 +504,7 @@ class LeRobotSource:
 
 def select_features(source: LeRobotSource, columns: Sequence[str] | None) -> list[str]:
     """Feature names to import: ``columns`` checked against the dataset, or every importable one."""
-    importable = [n for n, f in source.features.items() if f.dtype != "language"]
+    importable = list(source.features)
     if columns is None:
         return importable
     unknown = [c for c in columns if c not in source.features]
