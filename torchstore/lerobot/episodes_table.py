@@ -1,4 +1,4 @@
-"""Rows of ``meta/episodes``, built column by column (shared/specs/lerobot-v3.md section 5).
+"""Rows of ``meta/episodes``, built column by column.
 
 One :class:`EpisodeRow` per saved episode; :func:`episodes_table` turns any number of them
 into the Arrow table LeRobot 0.6 writes, with one Arrow array per column (building row by
