@@ -224,3 +224,14 @@ def test_recover_finishes_a_dead_writers_store_and_refuses_a_live_one(tmp_path):
     assert open(path, "rb").read(12)[11] == 0  # finished: marked closed
     assert not lock_path(path).exists()
     _check_all(path, 4)
+
+
+def test_overwrite_while_this_process_reads_the_old_store(tmp_path):
+    path = _store(tmp_path / "s.h5", episodes=3)
+    with TrajectoryStore(path) as old:
+        with TrajectoryStoreWriter(path, COLS, overwrite=True) as w:
+            w.add_episode(_rows(7))
+        assert old.num_episodes == 3  # an open reader keeps the file it opened
+        assert np.array_equal(old.episode(2)["x"].numpy(), _rows(2)["x"])
+    with TrajectoryStore(path) as new:
+        assert new.num_episodes == 1

@@ -14,6 +14,7 @@ from pathlib import Path
 import h5py
 
 from torchstore.errors import DestinationError, DestinationExistsError, StoreLockedError
+from torchstore.io.hdf5 import open_for_read
 from torchstore.io.writer_lock import live_writer, locked_message
 
 __all__ = ["check_destination", "is_store_file"]
@@ -29,8 +30,11 @@ def is_store_file(path: str | os.PathLike) -> bool:
     try:
         if not path.is_file() or not h5py.is_hdf5(path):
             return False
-        with h5py.File(path, "r", locking=False, swmr=True) as f:
+        f = open_for_read(path)  # shares the handle of readers in this process
+        try:
             return MANIFEST_ATTR in f.attrs
+        finally:
+            f.close()
     except Exception:  # noqa: BLE001 - unreadable means "cannot be shown to be ours"
         return False
 
