@@ -70,7 +70,7 @@ def format_summary(info: dict) -> str:
     )
     created = f", created {info['created']}" if info.get("created") else ""
     lines = [
-        f"store      {info['path']}",
+        f"{'store' if info['format'].startswith('torchstore') else 'dataset':<11}{info['path']}",
         f"format     {info['format']}{created}",
         f"env id     {info['env_id'] or '-'}",
         f"seed       {info['seed'] if info['seed'] is not None else '-'}",
