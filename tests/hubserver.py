@@ -1,4 +1,4 @@
-"""A loopback Hugging Face Hub for tests (the subset in shared/specs/hub-http-api.md).
+"""A loopback Hugging Face Hub for tests (the subset of its HTTP API that huggingface_hub calls here).
 
 In memory, threaded, HTTP/1.1 keep-alive, bound to 127.0.0.1 on a free port. It speaks
 what huggingface_hub 2.4 sends for: create_repo, repo_info/dataset_info, list_datasets,

@@ -89,13 +89,20 @@ def test_readme_links_the_docs():
         assert f"(docs/{page.name})" in text, f"README does not link docs/{page.name}"
 
 
-def test_package_names_no_engineering_notes():
-    """Docstrings point at docs/ a user has, not at notes outside the repository."""
+def test_repository_names_no_notes_outside_it():
+    """Code, tests and docs point at what a user has, not at notes outside the repository."""
+    notes = re.compile(r"\.\./shared|shared/(specs|DESIGN|STYLE)")
+    files = [
+        p
+        for folder in ("torchstore", "tests", "benchmarks", "recipes", "configs", "docs")
+        for p in sorted((ROOT / folder).rglob("*"))
+        if p.suffix in (".py", ".md", ".yaml", ".sh", ".cfg", ".toml") and p != Path(__file__)
+    ] + [README, ROOT / "CHANGELOG.md", ROOT / "setup.cfg"]
     found = [
         f"{p.relative_to(ROOT)}:{i}"
-        for p in sorted((ROOT / "torchstore").rglob("*.py"))
+        for p in files
         for i, line in enumerate(p.read_text().splitlines(), 1)
-        if "shared/" in line
+        if notes.search(line) or (ROOT / "torchstore" in p.parents and "shared/" in line)
     ]
     assert not found, found
 

@@ -6,7 +6,7 @@ wrong and names the file, must leave nothing at the destination (no store, no hi
 refused writer call must lose no saved episode and leave the writer able to record on.
 The last section builds a LeRobot v2.1 folder by hand (spec section 13) and imports it.
 
-Format: shared/specs/lerobot-v3.md (sections 1-6, 13, 14).
+Format: LeRobot v3.0 (and the v2.1 layout it reads too).
 """
 
 from __future__ import annotations

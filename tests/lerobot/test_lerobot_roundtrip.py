@@ -1,4 +1,4 @@
-"""LeRobotWriter -> folder -> import_lerobot, checked against shared/specs/lerobot-v3.md."""
+"""LeRobotWriter -> folder -> import_lerobot, checked against the LeRobot v3.0 format."""
 
 from __future__ import annotations
 
