@@ -21,6 +21,7 @@ from torchstore.samplers import (
     ERE,
     PhiloxSampler,
     PrioritizedSampler,
+    SequenceWindowSampler,
     UniformSampler,
     empty_batch,
     sample_into,
@@ -232,3 +233,27 @@ def test_defaults_are_one_step_one_action_and_one_pass(store_path):
     assert len(dm.train_dataloader()) == dm.steps_per_epoch
     big = OfflineDataModule(store_path, batch_size=10_000, device="cpu")
     assert big.steps_per_epoch == 1
+
+
+def test_windows_are_the_same_on_the_torchrl_face(store_path, ring):
+    T = 6
+    dm = OfflineDataModule(store_path, batch_size=16, seed=9, device="cpu", window=T)
+    rb = ReplayBuffer(storage=ring, sampler=SequenceWindowSampler(T, seed=9), batch_size=16 * T)
+    for batch in batches(dm, 3):
+        _, info = rb.sample(return_info=True)
+        assert torch.equal(info["index"].reshape(16, T), batch["index"])
+        assert torch.equal(info["episode_id"][::T], batch["episode"])
+
+
+def test_ere_with_prioritized_needs_contiguous_training_rows(store_path, monkeypatch):
+    monkeypatch.setattr("torchstore.lightning.base.rank_info", lambda trainer: (0, 2))
+    dm = OfflineDataModule(
+        store_path,
+        batch_size=8,
+        device="cpu",
+        sampler="prioritized",
+        ere=ERE(c_min=5),
+        shard_episodes=True,
+    )
+    with pytest.raises(ValueError, match="needs the training rows to be one contiguous block"):
+        dm.setup()

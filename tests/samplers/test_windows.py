@@ -11,8 +11,10 @@ from sampler_strategies import rings
 
 from torchstore.errors import EmptyStorageError
 from torchstore.samplers.windows import (
+    RowSet,
     choose_windows,
     clip_segments,
+    context_windows,
     sample_windows,
     window_counts,
 )
@@ -148,3 +150,46 @@ def test_bad_arguments_are_rejected():
         sample_windows(s, s + 3, s, capacity=4, T=1, n=-1)
     with pytest.raises(ValueError, match=r"must be 1-D of one shape, got \(1,\), \(2,\), \(1,\)"):
         sample_windows(s, torch.tensor([1, 2]), s, capacity=4, T=1, n=1)
+
+
+@st.composite
+def row_sets(draw):
+    """Disjoint segments of a store, in any order (shards, validation splits)."""
+    lengths = draw(st.lists(st.integers(1, 9), min_size=1, max_size=8))
+    gaps = draw(st.lists(st.integers(0, 3), min_size=len(lengths), max_size=len(lengths)))
+    starts, at = [], 0
+    for length, gap in zip(lengths, gaps):
+        starts.append(at + gap)
+        at += gap + length
+    order = draw(st.permutations(range(len(lengths))))
+    return [starts[i] for i in order], [lengths[i] for i in order]
+
+
+@settings(max_examples=150, deadline=None)
+@given(row_sets())
+def test_row_set_numbers_every_row_once_and_finds_its_segment(segments):
+    starts, lengths = segments
+    rows = RowSet(torch.tensor(starts), torch.tensor(lengths), torch.arange(len(starts)) + 100)
+    g = torch.arange(len(rows))
+    row, seg = rows.locate(g)
+    want = [s + k for s, n in zip(starts, lengths) for k in range(n)]
+    assert row.tolist() == want and torch.equal(rows.rows(g), row)
+    assert torch.equal(rows.segment_of(row), seg)
+    assert rows.episode[seg].tolist() == [100 + i for i, n in enumerate(lengths) for _ in range(n)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 11), st.integers(0, 4), st.integers(0, 4))
+def test_context_windows_clamp_to_the_episode(length, step, before, after):
+    step = step % length
+    first = 20
+    index, mask = context_windows(
+        torch.tensor([first + step]),
+        torch.tensor([first]),
+        torch.tensor([length]),
+        before=before,
+        after=after,
+    )
+    for j, k in enumerate(range(step - before, step + after + 1)):
+        assert int(index[0, j]) == first + min(max(k, 0), length - 1)
+        assert bool(mask[0, j]) == (0 <= k < length)
