@@ -472,22 +472,29 @@ def load_policy(folder: str | os.PathLike) -> SavedPolicy:
                 f"{folder} has no {required}: not the folder of a finished or interrupted "
                 "recipe run (outputs/<recipe>/<time>/)"
             )
-    with safe_open(str(folder / POLICY_FILE), "pt") as f:
-        meta = f.metadata() or {}
+    weights = folder / POLICY_FILE
+    try:
+        with safe_open(str(weights), "pt") as f:
+            meta = f.metadata() or {}
+        state = load_file(str(weights))
+    except Exception as exc:  # SafetensorError has no stable import path
+        raise ValueError(f"{weights} is not a readable safetensors file: {exc}") from exc
     recipe = meta.get("recipe")
     if recipe not in RECIPE_NAMES:
         raise ValueError(
-            f"{folder / POLICY_FILE} names recipe {recipe!r} in its metadata; "
+            f"{weights} names recipe {recipe!r} in its metadata; "
             f"expected one of {list(RECIPE_NAMES)}"
         )
     cfg = OmegaConf.load(folder / CONFIG_FILE)
-    state = load_file(str(folder / POLICY_FILE))
+    try:
+        policy = build_policy(recipe, cfg, state)
+    except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
+        raise ValueError(
+            f"{weights} does not fit the {recipe} policy described by {folder / CONFIG_FILE}: "
+            f"{str(exc)[:300]}"
+        ) from exc
     return SavedPolicy(
-        recipe,
-        cfg,
-        build_policy(recipe, cfg, state),
-        int(meta.get("step", 0)),
-        meta.get("complete") == "true",
+        recipe, cfg, policy, int(meta.get("step", 0)), meta.get("complete") == "true"
     )
 
 

@@ -196,6 +196,38 @@ def test_load_policy_refuses_a_folder_without_one(tmp_path):
     )
 
 
+@pytest.mark.parametrize("smoke", ["bc"], indirect=True)
+def test_rollout_refuses_damaged_or_mismatched_weights(smoke, tmp_path):
+    """A truncated weights file, or bc weights under an offline_rl label: one error line."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    assert smoke.proc.returncode == 0, smoke.proc.stderr[-3000:]
+    truncated, relabelled = tmp_path / "truncated", tmp_path / "relabelled"
+    for folder in (truncated, relabelled):
+        folder.mkdir()
+        shutil.copy2(smoke.run_dir / "config.yaml", folder / "config.yaml")
+    data = (smoke.run_dir / "policy.safetensors").read_bytes()
+    (truncated / "policy.safetensors").write_bytes(data[: len(data) // 2])
+    state = load_file(str(smoke.run_dir / "policy.safetensors"))
+    save_file(state, str(relabelled / "policy.safetensors"), metadata={"recipe": "offline_rl"})
+    for folder, said in (
+        (truncated, "not a readable safetensors file"),
+        (relabelled, "does not fit"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            load_policy(folder)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "rollout.py"), str(truncated)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and "not a readable safetensors file" in proc.stderr
+
+
 def test_load_policy_refuses_weights_of_no_known_recipe(tmp_path):
     import torch
     from safetensors.torch import save_file
