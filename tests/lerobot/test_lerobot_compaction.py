@@ -223,3 +223,38 @@ def test_without_checkpoints_the_folder_is_the_same_dataset(tmp_path):
         assert (tmp_path / "a/meta" / meta).read_text() == (tmp_path / "b/meta" / meta).read_text()
     assert pq.read_table(tmp_path / "a/meta/tasks.parquet").equals(pq.read_table(tmp_path / "b/meta/tasks.parquet"))
     assert not (tmp_path / "b/images").exists()
+
+
+KILLED_SESSION = ROWS_SOURCE + textwrap.dedent(
+    """
+    import sys, time
+    from torchstore.lerobot import LeRobotWriter
+
+    w = LeRobotWriter(sys.argv[1], fps=10, features=FEATURES)
+    for e in range(8):
+        w.add_episode(rows(e), task="reach")
+    print("saved all", flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_resume_merges_the_files_of_a_session_killed_before_close(tmp_path):
+    root = tmp_path / "ds"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SVT_LOG": "0"}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_SESSION, str(root)], stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("saved all"), line
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert len(files(root, "data/*/*.parquet")) == 8  # one file per saved episode
+    check_episodes(root, 8)  # a complete dataset as it is
+    with LeRobotWriter.resume(root) as w:
+        assert w.num_episodes == 8
+        assert files(root, "data/*/*.parquet") == ["data/chunk-000/file-000.parquet"]
+        assert len(files(root, "videos/front/*/*.mp4")) == 1
+        w.add_episode(rows(8), task="reach")
+    check_episodes(root, 9)
+    assert len(files(root, "data/*/*.parquet")) == 2

@@ -759,6 +759,9 @@ class LeRobotWriter:
             self._task_ids = {t: i for i, t in enumerate(self.tasks)}
         self.info["total_tasks"] = len(self.tasks)
         self._trim_leftovers(table)
+        if self._merge_killed_session(rows):  # a session killed before close() merged it
+            rows = drop_covered_tables(sorted((self.root / "meta" / "episodes").glob("*/*.parquet")))
+            table = pa.concat_tables(rows, promote_options="default")
         for name in self.features:
             if self.features[name].is_video and self.features[name].info is None and episodes:
                 from torchstore.io.video import probe_video
@@ -783,6 +786,46 @@ class LeRobotWriter:
             self._meta_pos = next_file(*last("meta/episodes/"), self._chunks)
             for key, cam in self._cameras.items():
                 cam.chunk, cam.file = next_file(*last(f"videos/{key}/"), self._chunks)
+
+    def _merge_killed_session(self, tables: list) -> bool:
+        """Merge the trailing episodes that each have files of their own (what a session
+        killed before ``close()`` leaves); returns whether anything was merged."""
+        from collections import Counter
+
+        if not tables:
+            return False
+        whole = require_pyarrow().concat_tables(tables, promote_options="default")
+        if not {"meta/episodes/chunk_index", "meta/episodes/file_index"} <= set(whole.column_names):
+            return False  # not a table this writer can re-point
+
+        def positions(prefix: str) -> list[tuple[int, int]]:
+            return list(zip(whole.column(f"{prefix}chunk_index").to_pylist(), whole.column(f"{prefix}file_index").to_pylist()))
+
+        data = positions("data/")
+        videos = {key: positions(f"videos/{key}/") for key in self._cameras}
+        shared = Counter(data)
+        shared_video = {key: Counter(v) for key, v in videos.items()}
+        run: list[SavedEpisode] = []
+        i = whole.num_rows
+        for table in reversed(tables):
+            i -= table.num_rows
+            alone = table.num_rows == 1 and shared[data[i]] == 1
+            if not alone or any(shared_video[k][videos[k][i]] != 1 for k in videos):
+                break
+            meta = (table.column("meta/episodes/chunk_index")[0].as_py(), table.column("meta/episodes/file_index")[0].as_py())
+            run.append(SavedEpisode(table.column("episode_index")[0].as_py(), data[i], meta, {k: videos[k][i] for k in videos}, table))
+        if len(run) < 2:
+            return False
+        compact_session(
+            self.root,
+            run[::-1],
+            cameras=list(self._cameras),
+            data_cap=self._data_cap,
+            video_cap=self._video_cap,
+            durable=self._durable,
+            use_dictionary=self._dictionary,
+        )
+        return True
 
     def _row_stats(self, table, i: int) -> dict[str, dict[str, np.ndarray]]:
         stats: dict[str, dict[str, np.ndarray]] = {}
