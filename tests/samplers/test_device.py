@@ -217,3 +217,31 @@ def test_cuda_graph_replays_draw_like_eager_calls_and_see_new_rows(prioritized):
     torch.cuda.synchronize()
     assert int(torch.cat(seen).max()) >= 40
     _check_rows(graph_out)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized"])
+def test_sample_into_with_ere_draws_the_eager_rows_of_a_wrapped_ring(kind):
+    from torchstore.samplers import ERE
+
+    storage = _replay(capacity=64, filled=40)
+    storage.buffer.extend(_rows(40, 50))  # wrapped: the cursor sits at row 26
+
+    def make():
+        ere = ERE(eta=0.5, c_min=9)
+        ere.set_progress(2, 2)
+        if kind == "uniform":
+            return PhiloxSampler(seed=3, ere=ere)
+        sampler = PrioritizedSampler(64, seed=3, ere=ere)
+        sampler.update_priority(torch.arange(64), torch.arange(64).double() % 5 + 1)
+        return sampler
+
+    eager, device = make(), make()
+    out = empty_batch(storage, 256)
+    newest = {(storage.cursor - 1 - k) % 64 for k in range(9)}
+    for _ in range(3):
+        index, info = eager.sample(storage, 256)
+        sample_into(storage, device, out)
+        assert torch.equal(out["index"], index) and set(index.tolist()) <= newest
+        if kind == "prioritized":
+            assert torch.equal(out["priority_weight"], info["priority_weight"])
+        assert torch.equal(out["reward"].long() % 64, out["index"])  # row r holds value r (+64)
