@@ -148,3 +148,30 @@ def test_info_json_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
     assert run.stdout == "{\n"
     assert "Traceback" not in run.stderr and "BrokenPipeError" not in run.stderr, run.stderr
     assert run.stderr == ""
+
+
+def test_ctrl_c_during_a_pull_is_one_line_and_the_next_pull_finishes(tmp_path):
+    from tests.fileserver import FileServer
+    from torchstore.remote import write_index
+
+    payload = os.urandom(4000)
+    (tmp_path / "loc" / "ds").mkdir(parents=True)
+    (tmp_path / "loc" / "ds" / "a.bin").write_bytes(payload)
+    write_index(tmp_path / "loc")
+    cache = tmp_path / "cache"
+    with FileServer(tmp_path / "loc") as server:
+        server.drip_s["ds/a.bin"] = 0.01  # 40 s for the file: the pull is mid-transfer
+        proc = _start("pull", server.url, "ds", "--cache-dir", str(cache))
+        deadline = time.monotonic() + 180
+        while not server.body_bytes.get("ds/a.bin"):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 130 and "Traceback" not in err, err
+        assert err.strip() == "interrupted; verified files stay in the cache, run the same command again to continue"
+        server.drip_s.clear()
+        done = _start("pull", server.url, "ds", "--cache-dir", str(cache))
+        out, err = done.communicate(timeout=300)
+        assert done.returncode == 0, err
+    assert (Path(out.strip()) / "a.bin").read_bytes() == payload
