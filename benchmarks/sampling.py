@@ -70,7 +70,7 @@ TORCHRL_PRIORITIZED_REPORTED_MS = (4.2, 4.6)
 #: 2.13 (torch.utils.cpp_extension.load, about 6 minutes on 2 cores), timed side by side with
 #: this benchmark at 1 M rows, one thread: NOT rebuilt in this run.
 TORCHRL_PRIORITIZED_REBUILT_MS = 5.53
-#: the issue's targets: prioritized sample + update_priority at most this (>= 3x torchrl)
+#: targets: prioritized sample + update_priority at most this (>= 3x torchrl's tree)
 PRIORITIZED_TARGET_MS = 1.8
 UNIFORM_FLOOR_TARGET = 1.3
 

@@ -86,7 +86,7 @@ class FakeRing:
 
 class EpisodeLazyStorage(LazyTensorStorage):
     """``LazyTensorStorage`` plus ``capacity``/``cursor``/``episode_segments`` from an
-    ``"episode"`` column (the lead's StoreReplay provides these natively)."""
+    ``"episode"`` column (StoreReplay provides these natively)."""
 
     @property
     def capacity(self) -> int:
