@@ -1,4 +1,4 @@
-"""Merge a recording session's one-episode files into LeRobot-sized files.
+"""Merge a recording session's one-episode files into LeRobot-sized files; repair on resume.
 
 :class:`~torchstore.lerobot.writer.LeRobotWriter` saves every episode into files of its
 own (a data Parquet, an episodes-table Parquet and an MP4 per camera), so a save costs the
@@ -12,23 +12,27 @@ session's first files, the episodes table last; the files they replace are delet
 after. A kill between those renames leaves either the old episode rows (pointing at files
 that still exist; a merged data file may then hold rows of episodes the table places
 elsewhere) or the new table beside episode files it covers;
-:meth:`LeRobotWriter.resume` repairs both (:func:`drop_covered_tables` and the writer's
-data trim).
+:meth:`LeRobotWriter.resume` repairs both (:func:`drop_covered_tables`, then
+:func:`trim_to_table`), and merges what a session killed before ``close()`` left in
+one-episode files (:func:`merge_trailing_run`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchstore.io.parquet import read_table, require_pyarrow, write_tables
-from torchstore.lerobot.layout import data_path, episodes_path, video_path, writer_lock
+import numpy as np
 
-__all__ = ["SavedEpisode", "compact_session", "drop_covered_tables", "pack_by_size"]
+from torchstore.io.parquet import read_table, require_pyarrow, write_table_atomically, write_tables
+from torchstore.lerobot.layout import SCRATCH_DIR, data_path, episodes_path, video_path, writer_lock
+
+__all__ = ["SavedEpisode", "compact_session", "drop_covered_tables", "merge_trailing_run", "pack_by_size", "trim_to_table"]
 
 
 @dataclass
@@ -176,3 +180,99 @@ def drop_covered_tables(files: Sequence[Path]) -> list[Any]:
         covered |= episodes
         tables.append(table)
     return tables
+
+
+def merge_trailing_run(
+    root: Path,
+    tables: list,
+    cameras: Sequence[str],
+    *,
+    data_cap: float,
+    video_cap: float,
+    durable: bool = False,
+    use_dictionary: bool | Sequence[str] = True,
+) -> bool:
+    """Merge the trailing episodes that each have files of their own (what a session
+    killed before ``close()`` leaves); ``tables`` are the episodes tables in file order.
+    Returns whether anything was merged."""
+    if not tables:
+        return False
+    whole = require_pyarrow().concat_tables(tables, promote_options="default")
+    if not {"meta/episodes/chunk_index", "meta/episodes/file_index"} <= set(whole.column_names):
+        return False  # not a table this writer can re-point
+
+    def positions(prefix: str) -> list[tuple[int, int]]:
+        return list(zip(whole.column(f"{prefix}chunk_index").to_pylist(), whole.column(f"{prefix}file_index").to_pylist()))
+
+    data = positions("data/")
+    videos = {key: positions(f"videos/{key}/") for key in cameras}
+    shared = Counter(data)
+    shared_video = {key: Counter(v) for key, v in videos.items()}
+    run: list[SavedEpisode] = []
+    i = whole.num_rows
+    for table in reversed(tables):
+        i -= table.num_rows
+        alone = table.num_rows == 1 and shared[data[i]] == 1
+        if not alone or any(shared_video[k][videos[k][i]] != 1 for k in videos):
+            break
+        meta = (table.column("meta/episodes/chunk_index")[0].as_py(), table.column("meta/episodes/file_index")[0].as_py())
+        run.append(SavedEpisode(table.column("episode_index")[0].as_py(), data[i], meta, {k: videos[k][i] for k in videos}, table))
+    if len(run) < 2:
+        return False
+    compact_session(
+        root,
+        run[::-1],
+        cameras=cameras,
+        data_cap=data_cap,
+        video_cap=video_cap,
+        durable=durable,
+        use_dictionary=use_dictionary,
+    )
+    return True
+
+
+def trim_to_table(
+    root: Path,
+    table,
+    cameras: Sequence[str],
+    *,
+    durable: bool = False,
+    use_dictionary: bool | Sequence[str] = True,
+) -> None:
+    """Make the files match the episodes ``table`` (None: no episode): delete files it does
+    not name and rows of episodes it places elsewhere (a killed save's, or a killed
+    merge's), and the scratch and temporary files of a dead writer."""
+    pa = require_pyarrow()
+    episodes_in: dict[str, set[int]] = {}
+    referenced_video = set()
+    if table is not None:
+        indices = table.column("episode_index").to_pylist()
+        chunks, files = table.column("data/chunk_index").to_pylist(), table.column("data/file_index").to_pylist()
+        for e, c, f in zip(indices, chunks, files, strict=True):
+            episodes_in.setdefault(data_path(c, f), set()).add(e)
+        for key in cameras:
+            for c, f in zip(table.column(f"videos/{key}/chunk_index").to_pylist(), table.column(f"videos/{key}/file_index").to_pylist()):
+                referenced_video.add(video_path(key, c, f))
+    for path in sorted((root / "data").glob("*/*.parquet")):
+        rel = path.relative_to(root).as_posix()
+        if rel not in episodes_in:
+            path.unlink()
+            continue
+        # rows of a killed save, or of episodes a killed merge left in their own files
+        episode = read_table(path, columns=["episode_index"], what=str(path)).column("episode_index").to_numpy()
+        keep = np.isin(episode, sorted(episodes_in[rel]))
+        if not keep.all():
+            kept = read_table(path, what=str(path)).filter(pa.array(keep))
+            episode = episode[keep]
+            groups = [kept.filter(pa.array(episode == e)) for e in dict.fromkeys(episode.tolist())]
+            write_table_atomically(path, groups, durable=durable, use_dictionary=use_dictionary)
+    for path in sorted((root / "videos").glob("*/*/*.mp4")):
+        if path.relative_to(root).as_posix() not in referenced_video:
+            path.unlink()
+    scratch = root / SCRATCH_DIR
+    for path in scratch.rglob("*"):
+        if path.is_file() and not path.name.startswith(".torchstore-"):
+            path.unlink()
+    for folder in (root / "data", root / "videos", root / "meta"):
+        for path in folder.rglob(".*.tmp") if folder.exists() else ():
+            path.unlink()

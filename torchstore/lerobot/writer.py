@@ -30,13 +30,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from torchstore.errors import DestinationExistsError, EpisodeError, LeRobotFormatError
-from torchstore.io.parquet import read_table, require_pyarrow, write_table_atomically, write_tables
-from torchstore.lerobot.compaction import SavedEpisode, compact_session, drop_covered_tables
+from torchstore.io.parquet import require_pyarrow, write_table_atomically, write_tables
+from torchstore.lerobot.compaction import (
+    SavedEpisode,
+    compact_session,
+    drop_covered_tables,
+    merge_trailing_run,
+    trim_to_table,
+)
 from torchstore.lerobot.episodes_table import EpisodeRow, episodes_table
 from torchstore.lerobot.features import DEFAULT_FEATURES, Feature, encode_png, hf_features_metadata
+from torchstore.lerobot.frames import camera_frames, features_from_user, numeric_values
 from torchstore.lerobot.info import info_features, new_info, read_info, write_json_atomically
 from torchstore.lerobot.layout import (
     CODEBASE_VERSION,
@@ -69,80 +75,6 @@ __all__ = ["LeRobotWriter"]
 
 _MB = 1024 * 1024
 _SESSION_LOCK = f"{SCRATCH_DIR}/.torchstore-session.lock"
-
-
-def _features_from_user(features: Mapping[str, Any]) -> dict[str, Feature]:
-    if not isinstance(features, Mapping) or not features:
-        raise LeRobotFormatError("features must be a non-empty mapping of name -> feature spec")
-    out = {}
-    for name, spec in features.items():
-        if name in DEFAULT_FEATURES:
-            raise LeRobotFormatError(
-                f"feature {name!r} is one of LeRobot's default features; it is filled in automatically"
-            )
-        feature = spec if isinstance(spec, Feature) else Feature.from_json(name, spec, source="features")
-        if feature.dtype == "language":
-            raise LeRobotFormatError(f"feature {name!r}: 'language' features are written by annotation tools")
-        out[name] = feature
-    return out
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy()
-    return np.asarray(value)
-
-
-def camera_frames(feature: Feature, value: Any, *, batched: bool) -> np.ndarray:
-    """Camera input as uint8 ``[..., H, W, C]``: CHW is transposed, floats in [0, 1] scaled (like LeRobot)."""
-    arr = _to_numpy(value)
-    hwc = feature.hwc
-    body = arr.shape[1:] if batched else arr.shape
-    if body == (hwc[2], hwc[0], hwc[1]) and body != hwc:
-        arr = np.moveaxis(arr, -3, -1)
-    elif body != hwc:
-        raise LeRobotFormatError(
-            f"feature {feature.name!r} expects frames of shape {list(hwc)} (H, W, C) or "
-            f"{[hwc[2], hwc[0], hwc[1]]} (C, H, W), got {list(body)}"
-        )
-    if arr.dtype == np.uint8:
-        return np.ascontiguousarray(arr)
-    if np.issubdtype(arr.dtype, np.floating):
-        if arr.size and (np.nanmin(arr) < 0 or np.nanmax(arr) > 1 or np.isnan(arr).any()):
-            raise LeRobotFormatError(
-                f"feature {feature.name!r}: float frames must lie in [0, 1]; pass uint8 for 0..255"
-            )
-        return np.ascontiguousarray((arr * 255).round().astype(np.uint8))
-    raise LeRobotFormatError(f"feature {feature.name!r} expects uint8 (or float in [0, 1]) frames, got {arr.dtype}")
-
-
-def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndarray:
-    """Numeric input checked against the feature: ``[rows, *shape]`` (or one frame if ``rows`` is None)."""
-    arr = _to_numpy(value)
-    want = np.dtype(feature.dtype)
-    body = arr.shape if rows is None else arr.shape[1:]
-    if rows is not None and (arr.ndim == 0 or arr.shape[0] != rows):
-        raise LeRobotFormatError(
-            f"feature {feature.name!r} has {arr.shape[0] if arr.ndim else 'no'} rows, expected {rows}"
-        )
-    if body not in (feature.shape, feature.value_shape):
-        raise LeRobotFormatError(
-            f"feature {feature.name!r} expects shape {list(feature.shape)}, got {list(body)}"
-        )
-    if arr.dtype != want:
-        # same family only (Python floats for float32 are fine; ints for floats are not)
-        family = {"b": "b", "i": "int", "u": "int", "f": "f"}
-        same_kind = (
-            family.get(arr.dtype.kind) == family.get(want.kind)
-            and np.can_cast(arr.dtype, want, casting="same_kind")
-        )
-        if arr.dtype == object or not same_kind:
-            raise LeRobotFormatError(
-                f"feature {feature.name!r} expects {feature.dtype}, got {arr.dtype}; convert it explicitly"
-            )
-        arr = arr.astype(want)
-    n = 1 if rows is None else rows
-    return arr.reshape(n, *feature.value_shape) if rows is not None else arr.reshape(feature.value_shape)
 
 
 def _lock_session(root: Path) -> int:
@@ -237,7 +169,7 @@ class LeRobotWriter:
             if isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0:
                 raise LeRobotFormatError(f"{name} must be positive, got {cap!r}")
         root = Path(root)
-        user = _features_from_user(features)
+        user = features_from_user(features)
         if root.exists():
             if not overwrite:
                 raise DestinationExistsError(_exists_message(root))
@@ -758,8 +690,16 @@ class LeRobotWriter:
             self.tasks = read_tasks(tasks_path)
             self._task_ids = {t: i for i, t in enumerate(self.tasks)}
         self.info["total_tasks"] = len(self.tasks)
-        self._trim_leftovers(table)
-        if self._merge_killed_session(rows):  # a session killed before close() merged it
+        trim_to_table(self.root, table, list(self._cameras), durable=self._durable, use_dictionary=self._dictionary)
+        if merge_trailing_run(  # a session killed before close() merged it
+            self.root,
+            rows,
+            list(self._cameras),
+            data_cap=self._data_cap,
+            video_cap=self._video_cap,
+            durable=self._durable,
+            use_dictionary=self._dictionary,
+        ):
             rows = drop_covered_tables(sorted((self.root / "meta" / "episodes").glob("*/*.parquet")))
             table = pa.concat_tables(rows, promote_options="default")
         for name in self.features:
@@ -787,46 +727,6 @@ class LeRobotWriter:
             for key, cam in self._cameras.items():
                 cam.chunk, cam.file = next_file(*last(f"videos/{key}/"), self._chunks)
 
-    def _merge_killed_session(self, tables: list) -> bool:
-        """Merge the trailing episodes that each have files of their own (what a session
-        killed before ``close()`` leaves); returns whether anything was merged."""
-        from collections import Counter
-
-        if not tables:
-            return False
-        whole = require_pyarrow().concat_tables(tables, promote_options="default")
-        if not {"meta/episodes/chunk_index", "meta/episodes/file_index"} <= set(whole.column_names):
-            return False  # not a table this writer can re-point
-
-        def positions(prefix: str) -> list[tuple[int, int]]:
-            return list(zip(whole.column(f"{prefix}chunk_index").to_pylist(), whole.column(f"{prefix}file_index").to_pylist()))
-
-        data = positions("data/")
-        videos = {key: positions(f"videos/{key}/") for key in self._cameras}
-        shared = Counter(data)
-        shared_video = {key: Counter(v) for key, v in videos.items()}
-        run: list[SavedEpisode] = []
-        i = whole.num_rows
-        for table in reversed(tables):
-            i -= table.num_rows
-            alone = table.num_rows == 1 and shared[data[i]] == 1
-            if not alone or any(shared_video[k][videos[k][i]] != 1 for k in videos):
-                break
-            meta = (table.column("meta/episodes/chunk_index")[0].as_py(), table.column("meta/episodes/file_index")[0].as_py())
-            run.append(SavedEpisode(table.column("episode_index")[0].as_py(), data[i], meta, {k: videos[k][i] for k in videos}, table))
-        if len(run) < 2:
-            return False
-        compact_session(
-            self.root,
-            run[::-1],
-            cameras=list(self._cameras),
-            data_cap=self._data_cap,
-            video_cap=self._video_cap,
-            durable=self._durable,
-            use_dictionary=self._dictionary,
-        )
-        return True
-
     def _row_stats(self, table, i: int) -> dict[str, dict[str, np.ndarray]]:
         stats: dict[str, dict[str, np.ndarray]] = {}
         for name in table.column_names:
@@ -843,43 +743,6 @@ class LeRobotWriter:
                 arr = arr.astype(np.float64)
             stats.setdefault(feature, {})[stat] = arr
         return {f: s for f, s in stats.items() if all(k in s for k in ("min", "max", "mean", "std", "count"))}
-
-    def _trim_leftovers(self, table) -> None:
-        """Make the files match the episodes table: drop unreferenced files and stray rows."""
-        pa = require_pyarrow()
-        episodes_in: dict[str, set[int]] = {}
-        referenced_video = set()
-        if table is not None:
-            indices = table.column("episode_index").to_pylist()
-            chunks, files = table.column("data/chunk_index").to_pylist(), table.column("data/file_index").to_pylist()
-            for e, c, f in zip(indices, chunks, files, strict=True):
-                episodes_in.setdefault(data_path(c, f), set()).add(e)
-            for key in self._cameras:
-                for c, f in zip(table.column(f"videos/{key}/chunk_index").to_pylist(), table.column(f"videos/{key}/file_index").to_pylist()):
-                    referenced_video.add(video_path(key, c, f))
-        for path in sorted((self.root / "data").glob("*/*.parquet")):
-            rel = path.relative_to(self.root).as_posix()
-            if rel not in episodes_in:
-                path.unlink()
-                continue
-            # rows of a killed save, or of episodes a killed merge left in their own files
-            episode = read_table(path, columns=["episode_index"], what=str(path)).column("episode_index").to_numpy()
-            keep = np.isin(episode, sorted(episodes_in[rel]))
-            if not keep.all():
-                kept = read_table(path, what=str(path)).filter(pa.array(keep))
-                episode = episode[keep]
-                groups = [kept.filter(pa.array(episode == e)) for e in dict.fromkeys(episode.tolist())]
-                write_table_atomically(path, groups, durable=self._durable, use_dictionary=self._dictionary)
-        for path in sorted((self.root / "videos").glob("*/*/*.mp4")):
-            if path.relative_to(self.root).as_posix() not in referenced_video:
-                path.unlink()
-        scratch = self.root / SCRATCH_DIR
-        for path in scratch.rglob("*"):
-            if path.is_file() and not path.name.startswith(".torchstore-"):
-                path.unlink()
-        for folder in (self.root / "data", self.root / "videos", self.root / "meta"):
-            for path in folder.rglob(".*.tmp") if folder.exists() else ():
-                path.unlink()
 
     # ----------------------------------------------------------------- lifetime
     def _check_open(self) -> None:

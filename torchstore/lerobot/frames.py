@@ -1,0 +1,92 @@
+"""What a recorder is given, checked and shaped: feature specs, camera frames, numbers.
+
+LeRobot's ``add_frame`` rules (shared/specs/lerobot-v3.md section 10): every user feature,
+exact dtype family and shape; camera frames as HWC or CHW, uint8 or floats in ``[0, 1]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from torchstore.errors import LeRobotFormatError
+from torchstore.lerobot.features import DEFAULT_FEATURES, Feature
+
+__all__ = ["features_from_user", "camera_frames", "numeric_values"]
+
+
+def features_from_user(features: Mapping[str, Any]) -> dict[str, Feature]:
+    if not isinstance(features, Mapping) or not features:
+        raise LeRobotFormatError("features must be a non-empty mapping of name -> feature spec")
+    out = {}
+    for name, spec in features.items():
+        if name in DEFAULT_FEATURES:
+            raise LeRobotFormatError(
+                f"feature {name!r} is one of LeRobot's default features; it is filled in automatically"
+            )
+        feature = spec if isinstance(spec, Feature) else Feature.from_json(name, spec, source="features")
+        if feature.dtype == "language":
+            raise LeRobotFormatError(f"feature {name!r}: 'language' features are written by annotation tools")
+        out[name] = feature
+    return out
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def camera_frames(feature: Feature, value: Any, *, batched: bool) -> np.ndarray:
+    """Camera input as uint8 ``[..., H, W, C]``: CHW is transposed, floats in [0, 1] scaled (like LeRobot)."""
+    arr = _to_numpy(value)
+    hwc = feature.hwc
+    body = arr.shape[1:] if batched else arr.shape
+    if body == (hwc[2], hwc[0], hwc[1]) and body != hwc:
+        arr = np.moveaxis(arr, -3, -1)
+    elif body != hwc:
+        raise LeRobotFormatError(
+            f"feature {feature.name!r} expects frames of shape {list(hwc)} (H, W, C) or "
+            f"{[hwc[2], hwc[0], hwc[1]]} (C, H, W), got {list(body)}"
+        )
+    if arr.dtype == np.uint8:
+        return np.ascontiguousarray(arr)
+    if np.issubdtype(arr.dtype, np.floating):
+        if arr.size and (np.nanmin(arr) < 0 or np.nanmax(arr) > 1 or np.isnan(arr).any()):
+            raise LeRobotFormatError(
+                f"feature {feature.name!r}: float frames must lie in [0, 1]; pass uint8 for 0..255"
+            )
+        return np.ascontiguousarray((arr * 255).round().astype(np.uint8))
+    raise LeRobotFormatError(f"feature {feature.name!r} expects uint8 (or float in [0, 1]) frames, got {arr.dtype}")
+
+
+def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndarray:
+    """Numeric input checked against the feature: ``[rows, *shape]`` (or one frame if ``rows`` is None)."""
+    arr = _to_numpy(value)
+    want = np.dtype(feature.dtype)
+    body = arr.shape if rows is None else arr.shape[1:]
+    if rows is not None and (arr.ndim == 0 or arr.shape[0] != rows):
+        raise LeRobotFormatError(
+            f"feature {feature.name!r} has {arr.shape[0] if arr.ndim else 'no'} rows, expected {rows}"
+        )
+    if body not in (feature.shape, feature.value_shape):
+        raise LeRobotFormatError(
+            f"feature {feature.name!r} expects shape {list(feature.shape)}, got {list(body)}"
+        )
+    if arr.dtype != want:
+        # same family only (Python floats for float32 are fine; ints for floats are not)
+        family = {"b": "b", "i": "int", "u": "int", "f": "f"}
+        same_kind = (
+            family.get(arr.dtype.kind) == family.get(want.kind)
+            and np.can_cast(arr.dtype, want, casting="same_kind")
+        )
+        if arr.dtype == object or not same_kind:
+            raise LeRobotFormatError(
+                f"feature {feature.name!r} expects {feature.dtype}, got {arr.dtype}; convert it explicitly"
+            )
+        arr = arr.astype(want)
+    n = 1 if rows is None else rows
+    return arr.reshape(n, *feature.value_shape) if rows is not None else arr.reshape(feature.value_shape)
