@@ -23,6 +23,7 @@ __all__ = [
     "RowIndexError",
     "StorageFullError",
     "EnvUnavailableError",
+    "DatasetFormatError",
 ]
 
 
@@ -88,3 +89,7 @@ class StorageFullError(TorchstoreError, OSError):
 
 class EnvUnavailableError(TorchstoreError, RuntimeError):
     """A store's environment cannot be built: no env id recorded, or gymnasium is missing."""
+
+
+class DatasetFormatError(StoreFormatError):
+    """A Minari dataset or a D4RL-style HDF5 file breaks its format (missing keys, wrong shapes)."""

@@ -143,6 +143,40 @@ def _export_lerobot(args: argparse.Namespace) -> None:
     print(summary)
 
 
+def _verify(args: argparse.Namespace) -> None:
+    from torchstore.data.verify import verify_store
+    from torchstore.errors import IntegrityError
+
+    report = verify_store(args.path, progress=not args.no_progress)
+    if not report.ok:
+        raise IntegrityError(report.verdict())
+    print(report.verdict())
+
+
+def _import_minari(args: argparse.Namespace) -> None:
+    from torchstore.minari import import_minari
+
+    path = import_minari(args.source, args.dest, overwrite=args.overwrite, progress=not args.no_progress)
+    print(f"wrote {path}")
+
+
+def _export_minari(args: argparse.Namespace) -> None:
+    from torchstore.minari import export_minari
+
+    path = export_minari(
+        args.store, args.dataset_id, root=args.root, data_format=args.format,
+        progress=not args.no_progress,
+    )
+    print(f"wrote {path}")
+
+
+def _import_d4rl(args: argparse.Namespace) -> None:
+    from torchstore.minari import import_d4rl
+
+    path = import_d4rl(args.source, args.dest, env_id=args.env_id, overwrite=args.overwrite)
+    print(f"wrote {path}")
+
+
 # ---------------------------------------------------------------- parser
 def _writes(
     p: argparse.ArgumentParser,
@@ -299,6 +333,47 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_export_lerobot)
     _writes(p, "dir")
+
+    p = sub.add_parser(
+        "verify", help="read every byte of a store and check its checksums (exit 1 if damaged)"
+    )
+    p.add_argument("path", type=types.existing_file, help="the store file to check")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_verify)
+
+    p = sub.add_parser(
+        "import-minari", help="import a Minari dataset (folder or local dataset id) into a store"
+    )
+    p.add_argument("source", help="a Minari dataset folder, or a dataset id in the local Minari root")
+    p.add_argument("dest", type=types.output_file, help="the store file to write")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_import_minari)
+    _writes(p, "dest")
+
+    p = sub.add_parser("export-minari", help="write a store as a Minari dataset")
+    p.add_argument("store", type=types.existing_file, help="the store to export")
+    p.add_argument("dataset_id", help="the new dataset's id, like namespace/name-v0")
+    p.add_argument(
+        "--root",
+        type=types.output_folder,
+        default=None,
+        help="the Minari datasets root (default: $MINARI_DATASETS_PATH, else ~/.minari/datasets)",
+    )
+    p.add_argument("--format", choices=("hdf5", "arrow"), default="hdf5", help="Minari data format")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_export_minari)
+
+    p = sub.add_parser(
+        "import-d4rl",
+        help="import a D4RL-style flat HDF5 file (observations, actions, rewards, terminals, timeouts)",
+    )
+    p.add_argument("source", type=types.existing_file, help="the D4RL-style .hdf5 file")
+    p.add_argument("dest", type=types.output_file, help="the store file to write")
+    p.add_argument("--env-id", default=None, help="the env the data comes from (default: none recorded)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
+    p.set_defaults(func=_import_d4rl)
+    _writes(p, "dest")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -38,6 +38,20 @@ from torchstore.io.hdf5 import open_for_read
 __all__ = ["TrajectoryStore"]
 
 
+def _recorded_spec(metadata: dict, env_id: str) -> str | None:
+    """The ``EnvSpec`` JSON a recording or a Minari import kept for ``env_id``, if any."""
+    for source in ("gymnasium", "minari"):
+        entry = metadata.get(source)
+        spec = entry.get("env_spec") if isinstance(entry, dict) else None
+        if isinstance(spec, str):
+            try:
+                if json.loads(spec).get("id") == env_id:
+                    return spec
+            except (ValueError, AttributeError):
+                continue
+    return None
+
+
 class TrajectoryStore:
     """A store file opened for reading (a live writer may keep appending).
 
@@ -195,6 +209,10 @@ class TrajectoryStore:
     def make_env(self, **kwargs: Any):
         """``gymnasium.make(env_id, **kwargs)`` for the environment the store records.
 
+        A store recorded from gymnasium (or imported from Minari) keeps the env's spec,
+        constructor kwargs and wrappers included; the env is rebuilt from it, and
+        ``kwargs`` override the recorded ones.
+
         Raises :class:`EnvUnavailableError` when the store records no env id, gymnasium
         is not installed, or gymnasium does not know the id.
         """
@@ -209,9 +227,12 @@ class TrajectoryStore:
             raise EnvUnavailableError(
                 f"make_env needs gymnasium to build {env_id!r}: pip install gymnasium"
             ) from exc
+        spec = _recorded_spec(self._manifest.metadata, env_id)
         try:
+            if spec is not None:
+                return gymnasium.make(gymnasium.envs.registration.EnvSpec.from_json(spec), **kwargs)
             return gymnasium.make(env_id, **kwargs)
-        except gymnasium.error.Error as exc:
+        except (gymnasium.error.Error, ImportError, AttributeError, ValueError, TypeError) as exc:
             raise EnvUnavailableError(f"gymnasium cannot make {env_id!r} (recorded in {self.path}): {exc}") from exc
 
     def column(self, name: str) -> ColumnSpec:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torchstore.data.store import TrajectoryStore
 
-__all__ = ["summarize", "format_summary", "length_stats"]
+__all__ = ["summarize", "format_summary", "format_size", "length_stats"]
 
 
 def _size(nbytes: float) -> str:
@@ -22,6 +22,10 @@ def _size(nbytes: float) -> str:
             return f"{nbytes:.1f} {unit}" if unit != "B" else f"{int(nbytes)} B"
         nbytes /= 1024
     return f"{nbytes:.1f} TiB"
+
+
+#: ``1.5 MiB`` style sizes (what ``info`` and ``verify`` print).
+format_size = _size
 
 
 def length_stats(lengths: Sequence[int]) -> dict | None:
@@ -57,6 +61,7 @@ def summarize(store: TrajectoryStore) -> dict:
             for c in m.columns
         ],
         "metadata": m.metadata,
+        "verified": False,
     }
 
 
@@ -77,8 +82,12 @@ def format_summary(info: dict) -> str:
         f"rows       {info['rows']:,}",
         f"episodes   {info['episodes']:,}  ({lengths})",
         f"on disk    {_size(info['size_on_disk'])}",
-        "",
     ]
+    if info.get("verified") is False:
+        # opening checks the manifest, commit record and episode index; column bytes are
+        # checked only when read, so a summary says nothing about their health
+        lines.append(f"checksums  not verified (data is checked when read; run: torchstore verify {info['path']})")
+    lines.append("")
     header = ("column", "dtype", "shape", "quantisation")
     rows = [
         (

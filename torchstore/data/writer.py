@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tensordict import TensorDictBase
 
-from torchstore.data.columns import ColumnSpec
+from torchstore.data.columns import ColumnSpec, numpy_dtype
 from torchstore.data.layout import StoreDatasets, build_store_file, read_manifest
 from torchstore.data.manifest import Manifest
 from torchstore.errors import (
@@ -45,7 +45,7 @@ from torchstore.io.hdf5 import (
 )
 from torchstore.io.writer_lock import WriterLock
 
-__all__ = ["TrajectoryStoreWriter", "flatten_rows"]
+__all__ = ["TrajectoryStoreWriter", "flatten_rows", "lossless_cast"]
 
 
 #: Room a commit must find beyond the rows it writes (chunk and metadata allocations).
@@ -94,6 +94,53 @@ def flatten_rows(rows: Mapping[str, Any] | TensorDictBase) -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+def lossless_cast(value: Any, dtype: torch.dtype) -> Any:
+    """``value`` in ``dtype`` when the cast keeps every value exactly; else ``value`` as it was.
+
+    The writer's rule: casts that cannot lose information (int32 to int64, float32 to
+    float64) always apply, and so does a narrowing cast of the same kind (float64 to
+    float32, int64 to int32 or uint8) whose values all survive it unchanged, such as
+    ``np.array([1.0])`` or a Python float for a float32 reward. A narrowing cast that would
+    change a value is left for the column check to refuse, naming the column.
+
+    Examples:
+        >>> lossless_cast(np.array([0.5, -2.0]), torch.float32).dtype
+        dtype('float32')
+        >>> lossless_cast(np.array([0.1]), torch.float32).dtype  # 0.1 is not a float32
+        dtype('float64')
+    """
+    if isinstance(value, torch.Tensor):
+        src = value.dtype
+        if src == dtype or value.is_meta or value.is_complex() or src == torch.bool or dtype == torch.bool:
+            return value
+        if src.is_floating_point != dtype.is_floating_point:
+            return value
+        cast = value.to(dtype)
+        back = cast.to(src)
+        same = back == value
+        if src.is_floating_point:
+            same |= value.isnan() & back.isnan()
+        return cast if bool(same.all()) else value
+    if isinstance(value, Mapping | TensorDictBase):
+        return value
+    try:
+        array = np.asarray(value)
+        target = numpy_dtype(dtype)
+    except (TypeError, ValueError, ColumnError):
+        return value
+    if array.dtype == target or array.dtype.kind not in "fiu" or target.kind not in "fiu":
+        return value
+    if (array.dtype.kind == "f") != (target.kind == "f"):
+        return value
+    if np.can_cast(array.dtype, target, casting="safe"):
+        return array.astype(target)
+    with np.errstate(all="ignore"):
+        cast = array.astype(target)
+        back = cast.astype(array.dtype)
+    same = np.array_equal(back, array, equal_nan=array.dtype.kind == "f")
+    return cast if same else value
 
 
 class TrajectoryStoreWriter:
@@ -267,7 +314,10 @@ class TrajectoryStoreWriter:
     def append(self, rows: Mapping[str, Any] | TensorDictBase, *, raw: bool = False) -> int:
         """Append rows (every declared column, same leading row count) to the open episode.
 
-        ``raw=True`` takes quantised columns as their uint8 codes. Returns the rows added.
+        ``raw=True`` takes quantised columns as their uint8 codes. Values are converted
+        to a column's dtype when no information is lost (:func:`lossless_cast`: a float64
+        reward of 1.0 for a float32 column); a cast that would change a value is refused.
+        Returns the rows added.
         """
         self._check_open()
         arrays = self._validate(rows, raw=raw)
@@ -407,6 +457,8 @@ class TrajectoryStoreWriter:
             value = flat[name]
             if raw and spec.quantize is not None:
                 spec = ColumnSpec(spec.name, torch.uint8, spec.shape)
+            elif spec.quantize is None:
+                value = lossless_cast(value, spec.dtype)
             checked = spec.check_rows(value, rows=n)
             n = checked.shape[0]
             if isinstance(checked, torch.Tensor):
