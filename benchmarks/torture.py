@@ -13,8 +13,9 @@ never waited on. Sections and their outcomes:
   clean error / identical / SILENT (different data returned) / crash / hang / raw;
 - live readers following a writer that commits thousands of tiny episodes:
   false alarms (IntegrityError on intact data) and wrong values;
-- ``StoreReplay`` dumps killed at random moments over an earlier checkpoint:
-  old or new checkpoint loads exactly / lost / hang / raw;
+- ``StoreReplay.dumps`` (the storage's checkpoint, ``replay.h5``; torchrl's own files
+  beside it are torchrl's, written in place) killed at random moments over an earlier
+  checkpoint: old or new checkpoint loads exactly / lost / hang / raw;
 - a second writer while one is live (``resume``, ``overwrite=True``, ``dumps``):
   refused / accepted, and whether the live writer's commits survived.
 
@@ -326,7 +327,7 @@ def writer_kills(workdir: Path, trials: int, rng: random.Random) -> dict[str, Co
             label = "unopenable"  # resume refused a store it should have recovered
         results[kind][label] += 1
         if label != "intact":
-            notes.append(f"{kind} {trap}: {label}: {str(value)[:300]} (writer: {writer_error})")
+            notes.append(f"{kind} {trap}: {label}: {_short(value)} (writer: {writer_error})")
             if label in ("unopenable", "raw", "lost"):
                 # start over, so one bad file does not count many times
                 path.unlink(missing_ok=True)
@@ -456,7 +457,7 @@ def corruptions(workdir: Path, trials: int, rng: random.Random) -> tuple[dict[st
             label = {"torchstore": "clean error", "raw": "raw", "crash": "crash", "hang": "hang"}[kind]
         results[region][label] += 1
         if label not in ("identical", "clean error"):
-            notes.append(f"{region} byte {offset} bit {bit}: {label}: {str(value)[:300]}")
+            notes.append(f"{region} byte {offset} bit {bit}: {label}: {_short(value)}")
     return results, notes
 
 
@@ -559,7 +560,7 @@ def _ring(version: int, rows: int):
 
 def _loaded_version(folder: Path, rows: int) -> int:
     rb = _ring(0, rows)
-    rb.loads(folder)
+    rb.storage.loads(folder / "storage")
     first = float(rb.storage.get(torch.tensor([0]))["obs"][0, 0])
     version = int(round(first / 1e6))
     want = _ring(version, rows).storage.get(torch.arange(rows))
@@ -571,9 +572,9 @@ def _loaded_version(folder: Path, rows: int) -> int:
 
 def dumps_kills(workdir: Path, trials: int, rng: random.Random, rows: int = 200_000) -> tuple[Counter, list[str]]:
     folder = workdir / "ckpt"
-    _ring(0, rows).dumps(folder)
+    _ring(0, rows).storage.dumps(folder / "storage")
     t0 = time.monotonic()
-    _ring(0, rows).dumps(workdir / "timing")
+    _ring(0, rows).storage.dumps(workdir / "timing")
     dump_s = time.monotonic() - t0
     shutil.rmtree(workdir / "timing", ignore_errors=True)
     results = Counter()
@@ -587,7 +588,7 @@ def dumps_kills(workdir: Path, trials: int, rng: random.Random, rows: int = 200_
             os.close(r)
             os.write(w, b"1")
             try:
-                rb.dumps(folder)
+                rb.storage.dumps(folder / "storage")
             finally:
                 os._exit(0)
         os.close(w)
@@ -602,8 +603,9 @@ def dumps_kills(workdir: Path, trials: int, rng: random.Random, rows: int = 200_
         else:
             label = {"torchstore": "lost", "raw": "raw", "crash": "crash", "hang": "hang"}[kind]
             results[label] += 1
-            notes.append(f"dumps kill {trial}: {label}: {str(value)[:300]}")
-            _ring(0, rows).dumps(folder) if label != "hang" else None
+            notes.append(f"dumps kill {trial}: {label}: {_short(value)}")
+            if label != "hang":
+                _ring(0, rows).storage.dumps(folder / "storage")
     return results, notes
 
 
@@ -659,7 +661,7 @@ def second_writers(workdir: Path, trials: int) -> tuple[Counter, list[str]]:
             notes.append(f"second writer ({attempt}) was accepted")
         else:
             results[kind] += 1
-            notes.append(f"second writer ({attempt}): {kind}: {str(value)[:300]}")
+            notes.append(f"second writer ({attempt}): {kind}: {_short(value)}")
         check, out = _check_committed(path, 8)
         if not (check == "ok" and str(out).startswith("intact")):
             results["live writer's commits lost"] += 1
@@ -671,6 +673,14 @@ def second_writers(workdir: Path, trials: int) -> tuple[Counter, list[str]]:
 
 
 # ----------------------------------------------------------------- report
+def _short(value: object) -> str:
+    """The first line and the last lines of an outcome's text (a traceback's cause and site)."""
+    lines = str(value).strip().splitlines()
+    if len(lines) <= 4:
+        return " | ".join(lines)[:400]
+    return (lines[0] + " | ... | " + " | ".join(line.strip() for line in lines[-3:]))[:400]
+
+
 def _row(section: str, trials: int, counts: Counter, order: list[str]) -> str:
     cells = "  ".join(f"{k} {counts.get(k, 0)}" for k in order)
     extra = "  ".join(f"{k} {v}" for k, v in counts.items() if k not in order)
@@ -711,7 +721,7 @@ def run(args: argparse.Namespace) -> int:
         if args.dumps:
             dumps, more = dumps_kills(workdir, args.dumps, rng, rows=args.dump_rows)
             notes += more
-            lines.append(_row("replay dumps killed", args.dumps, dumps, ["loads (old or new)", "lost", "hang", "raw"]))
+            lines.append(_row("StoreReplay.dumps killed", args.dumps, dumps, ["loads (old or new)", "lost", "hang", "raw"]))
             bad += sum(v for k, v in dumps.items() if k != "loads (old or new)")
         if args.second_writers:
             second, more = second_writers(workdir, args.second_writers)

@@ -25,7 +25,7 @@ def test_a_short_torture_run_is_all_on_target(torture, tmp_path, capsys):
     ])
     out = capsys.readouterr().out
     assert "| writer kill, inside commit" in out and "| bit flip: manifest" in out
-    assert "| live readers x2, 300 commits" in out and "| replay dumps killed" in out
+    assert "| live readers x2, 300 commits" in out and "| StoreReplay.dumps killed" in out
     assert "| second writer while one is live" in out
     assert code == 0, out
 
