@@ -415,3 +415,24 @@ def test_encoder_options_follow_lerobot():
         "preset": "fast",
         "tune": "fastdecode",
     }
+
+
+def test_raw_luma_reads_high_bit_depth_codes_exactly(tmp_path):
+    """Depth maps: gray12le codes come back as stored (uint16), not converted to RGB."""
+    import av
+
+    codes = [((np.arange(48 * 64).reshape(48, 64) * 7 + 13 * i) % 4096).astype(np.uint16) for i in range(6)]
+    path = tmp_path / "depth.mp4"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx265", rate=FPS)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "gray12le"
+        stream.options = {"x265-params": "lossless=1:log-level=none"}
+        for frame in codes:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="gray12le")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    with VideoFrameReader(path, fps=FPS, raw_luma=True) as reader:
+        got = reader.read(0.2, 3)
+    assert got.dtype == np.uint16 and got.shape == (3, 48, 64, 1)
+    np.testing.assert_array_equal(got[..., 0], np.stack(codes[2:5]))

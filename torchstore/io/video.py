@@ -704,9 +704,10 @@ class VideoFrameReader:
     jump backwards, or forward by more than a second, seeks to the previous keyframe first.
     """
 
-    def __init__(self, path: str | os.PathLike, *, fps: int) -> None:
+    def __init__(self, path: str | os.PathLike, *, fps: int, raw_luma: bool = False) -> None:
         self.path = Path(path)
         self.fps = _check_fps(fps)
+        self._raw_luma = bool(raw_luma)  # depth maps: the codes of the first plane, not RGB
         self.seeks = 0
         self._container, self._stream = _open_input(self.path)
         try:
@@ -724,7 +725,8 @@ class VideoFrameReader:
     def read(
         self, from_timestamp: float, count: int, *, tolerance_s: float | None = None
     ) -> np.ndarray:
-        """The ``count`` frames starting at ``from_timestamp`` seconds, as uint8 [count, H, W, 3].
+        """The ``count`` frames starting at ``from_timestamp`` seconds, as uint8 [count, H, W, 3]
+        (``raw_luma``: the first plane's codes, uint16 [count, H, W, 1]).
 
         Frame ``k`` is the one shown at ``from_timestamp + k / fps``. Each decoded frame's time
         ``t`` is mapped to frame number ``round(t * fps)`` and must lie within ``tolerance_s``
@@ -736,7 +738,10 @@ class VideoFrameReader:
         _check_int("count", count, 0, optional=False)
         self._tolerance = 0.25 / self.fps if tolerance_s is None else float(tolerance_s)
         first = self._frame_number(float(from_timestamp), "the requested start")
-        out = np.empty((count, self.height, self.width, 3), np.uint8)
+        if self._raw_luma:
+            out = np.empty((count, self.height, self.width, 1), np.uint16)
+        else:
+            out = np.empty((count, self.height, self.width, 3), np.uint8)
         if count:
             self._position(first)
             for k in range(count):
@@ -789,12 +794,23 @@ class VideoFrameReader:
                     )
                 self._last = got
                 if got == number:
+                    if self._raw_luma:
+                        return self._luma(frame)[..., None]
                     # one reformatter for the whole file: to_ndarray(format=...) builds a
                     # new swscale context per frame, 5x slower (same pixels, measured)
                     return self._rgb.reformat(frame, format="rgb24").to_ndarray()
         except BaseException:
             self._decoded = None  # the decoder's position is unknown: seek next time
             raise
+
+    def _luma(self, frame) -> np.ndarray:
+        """The first plane's samples as stored (uint16 for high-bit-depth formats), no
+        conversion: a depth map's quantised codes (gray12le, or the Y plane of yuv*12le)."""
+        plane = frame.planes[0]
+        high = frame.format.components[0].bits > 8
+        dtype = np.dtype("<u2") if high else np.uint8
+        rows = np.frombuffer(plane, dtype=dtype).reshape(frame.height, plane.line_size // dtype.itemsize)
+        return rows[:, : frame.width].astype(np.uint16)
 
     def _next_frame(self, number: int, from_timestamp: float, count: int, k: int):
         found = next(self._decoded, None)

@@ -76,6 +76,10 @@ def features_for_store(store, *, columns: Sequence[str] | None = None, cameras: 
         if spec.name in known and known[spec.name].get("dtype") == "language":
             log.warning("column %r holds LeRobot language annotations, which are not exported", spec.name)
             continue
+        info = known.get(spec.name, {}).get("info") or {}
+        if info.get("is_depth_map") or info.get("video.is_depth_map"):
+            log.warning("column %r holds a LeRobot depth map, which is not exported", spec.name)
+            continue
         if spec.name in known:
             feature = {k: v for k, v in known[spec.name].items() if k != "info"}
             if cameras is not None and feature.get("dtype") in ("video", "image"):

@@ -163,6 +163,9 @@ class Feature:
         """The store column this feature imports into."""
         if self.is_camera:
             dtype: Any = torch.uint8
+            info = self.info or {}
+            if self.is_video and (info.get("is_depth_map") or info.get("video.is_depth_map")):
+                dtype = torch.float32  # depth in metres (torchstore.lerobot.depth)
         elif self.is_text:
             dtype = torch.int64
         else:

@@ -464,6 +464,7 @@ class LeRobotSource:
 
     def _video_frames(self, entry: EpisodeEntry, feature: Feature, tolerance_s: float | None) -> np.ndarray:
         from torchstore.io.video import VideoFrameReader
+        from torchstore.lerobot.depth import depth_coding, is_depth
 
         rel, from_ts = entry.videos[feature.name]
         path = self._path(rel)
@@ -473,12 +474,14 @@ class LeRobotSource:
                 reader[1].close()
             if not path.exists():
                 raise LeRobotFormatError(f"{path} is missing (video of episode {entry.index}, feature {feature.name!r})")
-            reader = (rel, VideoFrameReader(path, fps=self.fps))
+            reader = (rel, VideoFrameReader(path, fps=self.fps, raw_luma=is_depth(feature)))
             self._readers[feature.name] = reader
         try:
             frames = reader[1].read(from_ts, entry.length, tolerance_s=tolerance_s)
         except VideoError as exc:
             raise VideoError(f"episode {entry.index}, feature {feature.name!r}: {exc}") from None
+        if is_depth(feature):
+            frames = depth_coding(feature, source=f"{self.root}/meta/info.json").metres(frames)
         if tuple(frames.shape[1:]) != feature.hwc:
             raise LeRobotFormatError(
                 f"{path} frames are {list(frames.shape[1:])}, info.json declares "
