@@ -98,3 +98,28 @@ def test_a_write_the_disk_refuses_midway_is_a_storage_full_error(tmp_path, bypas
     assert str(path) in error and "File too large" in error and "are intact" in error
     assert again == "StorageFullError"
     _check_intact(path, committed)
+
+
+CREATE = textwrap.dedent(
+    """
+    import resource, signal, sys
+    import torch
+    from torchstore.data import ColumnSpec, TrajectoryStoreWriter
+    from torchstore.errors import StorageFullError
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (5000, resource.RLIM_INFINITY))
+    try:
+        TrajectoryStoreWriter(sys.argv[1], [ColumnSpec("x", torch.float32, (256,))])
+    except StorageFullError as exc:
+        print("ERROR", exc)
+    """
+)
+
+
+def test_no_room_to_create_a_store_is_a_storage_full_error(tmp_path):
+    path = tmp_path / "new.h5"
+    proc = subprocess.run([sys.executable, "-c", CREATE, str(path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("ERROR") and f"{path}: no room to create the store" in proc.stdout
+    assert not path.exists() and not any(tmp_path.glob(".new.h5*"))

@@ -207,10 +207,15 @@ class TrajectoryStoreWriter:
             else:
                 create_atomically(path, lambda f: build_store_file(f, manifest))
             file = open_for_append(aside or path, lock=lock)
-        except BaseException:
+        except BaseException as exc:
             if aside is not None:
                 aside.unlink(missing_ok=True)
             lock.release()
+            code = _disk_full_errno(exc) if isinstance(exc, OSError | RuntimeError) else None
+            if code is not None:
+                raise StorageFullError(
+                    code, f"{path}: no room to create the store ({os.strerror(code)}); nothing was written", str(path)
+                ) from exc
             raise
         self._attach(path, manifest, durable, file=file, lock=lock, aside=aside)
 
