@@ -1,0 +1,163 @@
+"""Recording gymnasium envs: columns from spaces, the natural loop, vector envs, make_env."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+gym = pytest.importorskip("gymnasium", reason="recording needs gymnasium (the train extra)")
+from gymnasium import spaces  # noqa: E402
+
+from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter  # noqa: E402
+from torchstore.errors import ColumnError, EpisodeError  # noqa: E402
+from torchstore.gym import EpisodeRecorder, RecordEpisodes, record, space_columns  # noqa: E402
+
+
+def test_the_natural_loop_writes_float64_and_python_floats_losslessly(tmp_path):
+    env = gym.make("CartPole-v1")
+    columns = [ColumnSpec("obs", "float32", (4,)), ColumnSpec("reward", "float32"), ColumnSpec("done", "bool")]
+    with TrajectoryStoreWriter(tmp_path / "s.h5", columns) as w:
+        obs, _ = env.reset(seed=0)
+        obs, r, term, trunc, _ = env.step(0)
+        assert isinstance(r, float)
+        w.append({"obs": obs[None], "reward": np.array([r]), "done": np.array([term])})
+        w.append({"obs": obs[None], "reward": [r], "done": [trunc]})
+        w.end_episode()
+        with pytest.raises(ColumnError, match=r"'reward' expects float32, got float64\[\]; casting would lose"):
+            w.append({"obs": obs[None], "reward": np.array([0.1]), "done": np.array([False])})
+    with TrajectoryStore(tmp_path / "s.h5") as s:
+        assert s[:]["reward"].tolist() == [1.0, 1.0]
+
+
+def test_columns_come_from_every_space_kind():
+    space = spaces.Dict(
+        box=spaces.Box(-1, 1, (2, 3), np.float32),
+        disc=spaces.Discrete(5),
+        md=spaces.MultiDiscrete([2, 3, 4]),
+        mb=spaces.MultiBinary(6),
+        img=spaces.Box(0, 255, (32, 32, 3), np.uint8),
+        tup=spaces.Tuple((spaces.Discrete(2), spaces.Box(0, 1, (1,), np.float64))),
+    )
+    got = {c.name: (c.dtype, c.shape) for c in space_columns("obs", space)}
+    assert got == {
+        "obs/box": (torch.float32, (2, 3)),
+        "obs/disc": (torch.int64, ()),
+        "obs/md": (torch.int64, (3,)),
+        "obs/mb": (torch.int8, (6,)),
+        "obs/img": (torch.uint8, (32, 32, 3)),
+        "obs/tup/0": (torch.int64, ()),
+        "obs/tup/1": (torch.float64, (1,)),
+    }
+    with pytest.raises(ColumnError, match="'obs' has a Text space"):
+        space_columns("obs", spaces.Text(5))
+    with pytest.raises(ColumnError, match="cannot be a column"):
+        space_columns("obs", spaces.Dict({"bad key": spaces.Discrete(2)}))
+
+
+def test_nested_spaces_record_and_read_back_exactly(tmp_path):
+    obs_space = spaces.Dict(pos=spaces.Box(-1, 1, (2,), np.float32), tup=spaces.Tuple((spaces.Discrete(3), spaces.MultiBinary(2))))
+    act_space = spaces.MultiDiscrete([3, 2])
+    rec = EpisodeRecorder(tmp_path / "n.h5", obs_space, act_space)
+    obs_space.seed(0)
+    act_space.seed(0)
+    steps = [obs_space.sample() for _ in range(6)]
+    actions = [act_space.sample() for _ in range(5)]
+    rec.reset(0, steps[0], seed=7)
+    for t in range(5):
+        rec.step(0, actions[t], steps[t + 1], 0.5, t == 4, False)
+    rec.close()
+    with TrajectoryStore(tmp_path / "n.h5") as s:
+        ep = s.episode(0)
+        assert ep["obs", "pos"].numpy().tolist() == [o["pos"].tolist() for o in steps[:5]]
+        assert ep["next", "obs", "tup", "1"].numpy().tolist() == [o["tup"][1].tolist() for o in steps[1:]]
+        assert ep["action"].numpy().tolist() == [a.tolist() for a in actions]
+        assert ep["terminated"].tolist() == [False] * 4 + [True]
+        assert s.episode_metadata(0) == {"seed": 7}
+        assert s.manifest.seed == 7
+
+
+def test_a_wrong_shape_is_an_error_naming_the_column(tmp_path):
+    rec = EpisodeRecorder(tmp_path / "w.h5", spaces.Box(-1, 1, (3,)), spaces.Discrete(2))
+    rec.reset(0, np.zeros(3, np.float32))
+    with pytest.raises(ColumnError, match=r"column 'obs' expects one step of shape \[3\], got \[4\]"):
+        rec.step(0, 1, np.zeros(4, np.float32), 1.0, False, False)
+    with pytest.raises(EpisodeError, match="before reset"):
+        EpisodeRecorder(tmp_path / "x.h5", spaces.Box(-1, 1, (3,)), spaces.Discrete(2)).step(0, 1, np.zeros(3), 1.0, False, False)
+    rec.close()
+
+
+def test_wrapper_records_one_episode_per_end_keeping_both_flags(tmp_path):
+    env = RecordEpisodes(gym.make("CartPole-v1", max_episode_steps=20), tmp_path / "c.h5")
+    env.action_space.seed(0)
+    ends = []
+    for ep in range(4):
+        env.reset(seed=100 + ep)
+        while True:
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            if term or trunc:
+                ends.append((term, trunc))
+                break
+    env.reset()
+    env.step(0)  # an unfinished episode is dropped at close
+    env.close()
+    with TrajectoryStore(tmp_path / "c.h5") as s:
+        assert s.num_episodes == 4
+        for i, (term, trunc) in enumerate(ends):
+            ep = s.episode(i)
+            assert (bool(ep["terminated"][-1]), bool(ep["truncated"][-1])) == (term, trunc)
+            assert not ep["done"][:-1].any() and ep["done"][-1]
+            assert torch.equal(ep["obs"][1:], ep["next", "obs"][:-1])
+            assert s.episode_metadata(i) == {"seed": 100 + i}
+        assert s.episodes.lengths.max() <= 20
+        assert any(trunc for _, trunc in ends)
+
+
+def test_make_env_rebuilds_the_env_with_its_kwargs(tmp_path):
+    path = record(gym.make("Pendulum-v1", g=9.5), None, 2, tmp_path / "p.h5", seed=3)
+    with TrajectoryStore(path) as s:
+        assert s.manifest.env_id == "Pendulum-v1" and s.manifest.seed == 3
+        assert s.manifest.metadata["gymnasium"]["kwargs"] == {"g": 9.5}
+        env = s.make_env()
+        assert env.unwrapped.g == 9.5
+        assert s.make_env(g=4.0).unwrapped.g == 4.0
+        # replaying the first episode's seed and actions reproduces its observations
+        ep = s.episode(0)
+        obs, _ = env.reset(seed=s.episode_metadata(0)["seed"])
+        assert np.array_equal(obs, ep["obs"][0].numpy())
+        for t in range(5):
+            obs, r, *_ = env.step(ep["action"][t].numpy())
+            assert np.array_equal(obs, ep["next", "obs"][t].numpy()) and r == float(ep["reward"][t])
+        assert s.columns[[c.name for c in s.columns].index("reward")].dtype == torch.float64
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_vector_envs_write_one_stream_per_sub_env(tmp_path, mode):
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    venv = SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1", max_episode_steps=30) for _ in range(3)],
+        autoreset_mode=AutoresetMode(mode),
+    )
+    path = record(venv, None, 7, tmp_path / "v.h5", seed=10)
+    with TrajectoryStore(path) as s:
+        assert s.num_episodes == 7
+        streams = [s.episode_metadata(i)["stream"] for i in range(7)]
+        assert set(streams) == {0, 1, 2}
+        first_seeds = {m["stream"]: m["seed"] for m in map(s.episode_metadata, range(7)) if m["seed"] is not None}
+        assert first_seeds == {0: 10, 1: 11, 2: 12}
+        for i in range(7):
+            ep = s.episode(i)
+            assert torch.equal(ep["obs"][1:], ep["next", "obs"][:-1])  # no reset step inside
+            assert ep["done"][-1] and not ep["done"][:-1].any()
+            assert len(ep["reward"]) <= 30
+        # each sub-env's first episode starts at its seeded reset observation
+        for stream, seed in first_seeds.items():
+            first = next(i for i in range(7) if s.episode_metadata(i) == {"seed": seed, "stream": stream})
+            obs, _ = gym.make("CartPole-v1").reset(seed=seed)
+            assert np.array_equal(s.episode(first)["obs"][0].numpy(), obs)
+
+
+def test_record_refuses_a_bad_episode_count(tmp_path):
+    with pytest.raises(EpisodeError, match="episodes"):
+        record(gym.make("CartPole-v1"), None, 0, tmp_path / "z.h5")
