@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["philox_words", "descend_whole", "update_tree"]
+__all__ = ["philox_words", "descend_whole", "update_tree", "scan_priorities"]
 
 _M0 = np.uint64(0xD2511F53)
 _M1 = np.uint64(0xCD9E8D57)
@@ -200,3 +200,30 @@ def update_tree(
     mins = min_tree.numpy()
     _write_leaves(sums, mins, depth, idx, value.to(sum_tree.dtype).contiguous().numpy())
     _refresh(sums, mins, depth, idx)
+
+
+@numba.njit(cache=True, nogil=True)
+def _scan(index, priority, capacity):  # pragma: no cover - compiled
+    negative = 0
+    bad = -1
+    over = -1
+    top = -1
+    for i in range(index.shape[0]):
+        k = index[i]
+        if k < 0:
+            negative += 1
+            continue
+        p = priority[i]
+        if bad < 0 and not (p >= 0 and p < np.inf):  # NaN fails both comparisons
+            bad = i
+        if over < 0 and k >= capacity:
+            over = i
+        if k > top:
+            top = k
+    return negative, bad, over, top
+
+
+def scan_priorities(index: Tensor, priority: Tensor, capacity: int) -> tuple[int, int, int, int]:
+    """One pass over a priority update: ``(negatives, first bad priority, first index >=
+    capacity, largest index)``; positions are -1 when there is none (negatives skipped)."""
+    return _scan(index.contiguous().numpy(), priority.contiguous().numpy(), capacity)

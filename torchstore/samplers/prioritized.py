@@ -264,6 +264,15 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
                 f"priority must hold one value or one per index ({index.numel()}), "
                 f"got shape {tuple(priority.shape)}"
             )
+        kernels = cpu_kernels(index)
+        if kernels is not None and index.numel():
+            negatives, bad_at, over_at, top = kernels.scan_priorities(
+                index, priority, self._capacity
+            )
+            if not negatives and bad_at < 0 and over_at < 0:  # the common case: one pass
+                self.write_priorities(index, priority)
+                self._high_water = max(self._high_water, top)
+                return
         keep = index >= 0
         if not bool(keep.all()):
             index, priority = index[keep], priority[keep]
