@@ -1,0 +1,216 @@
+"""Minari both ways, exact, against datasets minari's own code writes (HDF5 and Arrow)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+gym = pytest.importorskip("gymnasium", reason="Minari interop needs gymnasium")
+minari = pytest.importorskip("minari", reason='Minari interop needs: pip install "torchstore[interop]"')
+from gymnasium import spaces  # noqa: E402
+from minari.data_collector import EpisodeBuffer  # noqa: E402
+
+from torchstore.cli import main  # noqa: E402
+from torchstore.data import TrajectoryStore  # noqa: E402
+from torchstore.errors import ColumnError, DatasetFormatError, DestinationExistsError  # noqa: E402
+from torchstore.gym import record  # noqa: E402
+from torchstore.minari import export_minari, import_minari  # noqa: E402
+
+FORMATS = ["hdf5", "arrow"]
+
+
+@pytest.fixture(autouse=True)
+def _root(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    monkeypatch.setenv("TORCHSTORE_DISABLE_PROGRESS", "1")
+    warnings.simplefilter("ignore", UserWarning)  # minari warns about missing author fields
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+
+
+def _assert_equal_datasets(a, b) -> None:
+    assert a.total_episodes == b.total_episodes and a.total_steps == b.total_steps
+    for x, y in zip(a.iterate_episodes(), b.iterate_episodes(), strict=True):
+        for field in ("observations", "actions", "rewards", "terminations", "truncations", "infos"):
+            assert _same(getattr(x, field), getattr(y, field)), field
+    ids = list(a.episode_indices)
+    assert [m.get("seed") for m in a.storage.get_episode_metadata(ids)] == [
+        m.get("seed") for m in b.storage.get_episode_metadata(ids)
+    ]
+
+
+def _cartpole_buffers(episodes: int) -> list:
+    """Episodes played on a real CartPole, as minari's EpisodeBuffers (T+1 obs and infos)."""
+    env = gym.make("CartPole-v1")
+    env.action_space.seed(0)
+    buffers = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=ep)
+        observations, actions, rewards, terms, truncs = [obs], [], [], [], []
+        while True:
+            a = env.action_space.sample()
+            obs, r, term, trunc, _ = env.step(a)
+            observations.append(obs)
+            actions.append(a)
+            rewards.append(r)
+            terms.append(term)
+            truncs.append(trunc)
+            if term or trunc:
+                break
+        steps = np.arange(len(observations), dtype=np.int64).reshape(-1, 1)
+        buffers.append(
+            EpisodeBuffer(
+                id=ep, seed=ep, observations=np.stack(observations), actions=np.array(actions),
+                rewards=rewards, terminations=terms, truncations=truncs, infos={"step": steps},
+            )
+        )
+    return buffers
+
+
+def _dict_buffers() -> tuple[list, spaces.Space, spaces.Space]:
+    obs_space = spaces.Dict(pos=spaces.Box(-1, 1, (2,), np.float32), tup=spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (1,), np.float64))))
+    act_space = spaces.Box(-1, 1, (1,), np.float32)
+    rng = np.random.default_rng(0)
+    buffers = []
+    for ep in range(3):
+        T = 4 + ep
+        obs = {"pos": rng.random((T + 1, 2), dtype=np.float32), "tup": (np.arange(T + 1) % 3, rng.random((T + 1, 1)))}
+        buffers.append(
+            EpisodeBuffer(
+                id=ep, seed=10 + ep, observations=obs, actions=rng.random((T, 1), dtype=np.float32),
+                rewards=list(rng.random(T)), terminations=[False] * (T - 1) + [True], truncations=[False] * T,
+                infos={"x": np.arange(T + 1).reshape(T + 1, 1)},
+            )
+        )
+    return buffers, obs_space, act_space
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cartpole_round_trip_is_exact(tmp_path, fmt):
+    source = minari.create_dataset_from_buffers(f"probe/cartpole-{fmt}-v0", _cartpole_buffers(4), env="CartPole-v1", data_format=fmt)
+    store = import_minari(f"probe/cartpole-{fmt}-v0", tmp_path / "c.h5")
+    with TrajectoryStore(store) as s:
+        assert s.num_episodes == 4 and s.num_rows == source.total_steps
+        assert s.manifest.env_id == "CartPole-v1"
+        assert s.episode_metadata(2) == {"seed": 2, "minari_id": 2}
+        ep = s.episode(0)
+        first = next(source.iterate_episodes())
+        assert np.array_equal(ep["obs"].numpy(), first.observations[:-1])
+        assert np.array_equal(ep["next", "obs"][-1].numpy(), first.observations[-1])
+        assert np.array_equal(ep["info", "step"].numpy(), first.infos["step"][:-1])
+        assert s.make_env().spec.id == "CartPole-v1"
+    out = export_minari(store, f"back/cartpole-{fmt}-v0", data_format=fmt)
+    assert out == tmp_path / "minari" / "back" / f"cartpole-{fmt}-v0"
+    back = minari.load_dataset(f"back/cartpole-{fmt}-v0")
+    _assert_equal_datasets(source, back)
+    assert back.env_spec.id == "CartPole-v1"
+    assert back.recover_environment().spec.id == "CartPole-v1"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_dict_and_tuple_spaces_round_trip(tmp_path, fmt):
+    buffers, obs_space, act_space = _dict_buffers()
+    source = minari.create_dataset_from_buffers(
+        f"probe/dict-{fmt}-v0", buffers, observation_space=obs_space, action_space=act_space, data_format=fmt
+    )
+    store = import_minari(tmp_path / "minari" / "probe" / f"dict-{fmt}-v0", tmp_path / "d.h5")
+    with TrajectoryStore(store) as s:
+        assert {c.name for c in s.columns} >= {"obs/pos", "obs/tup/0", "obs/tup/1", "next/obs/tup/1", "info/x"}
+    export_minari(store, f"back/dict-{fmt}-v0", data_format=fmt)
+    back = minari.load_dataset(f"back/dict-{fmt}-v0")
+    _assert_equal_datasets(source, back)
+    assert back.observation_space == obs_space
+
+
+def test_data_collector_datasets_import_when_jax_is_installed(tmp_path):
+    pytest.importorskip("jax", reason="minari's DataCollector needs jax (minari[create]); buffers are tested without it")
+    env = minari.DataCollector(gym.make("CartPole-v1"), record_infos=True, data_format="hdf5")
+    for ep in range(3):
+        env.reset(seed=ep)
+        while True:
+            *_, term, trunc, _ = env.step(env.action_space.sample())
+            if term or trunc:
+                break
+    source = env.create_dataset(dataset_id="probe/collected-v0", algorithm_name="random")
+    store = import_minari("probe/collected-v0", tmp_path / "c.h5")
+    export_minari(store, "back/collected-v0")
+    _assert_equal_datasets(source, minari.load_dataset("back/collected-v0"))
+
+
+def test_a_recording_exports_to_minari(tmp_path):
+    path = record(gym.make("CartPole-v1"), None, 3, tmp_path / "r.h5", seed=5)
+    export_minari(path, "rec/cartpole-v0", data_format="arrow")
+    back = minari.load_dataset("rec/cartpole-v0")
+    with TrajectoryStore(path) as s:
+        for i, ep in enumerate(back.iterate_episodes()):
+            rows = s.episode(i)
+            assert np.array_equal(ep.observations[:-1], rows["obs"].numpy())
+            assert np.array_equal(ep.actions, rows["action"].numpy())
+            assert np.array_equal(ep.rewards, rows["reward"].numpy())
+    assert back.storage.get_episode_metadata([0]).__iter__().__next__()["seed"] == 5
+    with pytest.raises(DestinationExistsError, match="already exists"):
+        export_minari(path, "rec/cartpole-v0")
+
+
+def test_export_refuses_a_store_without_next_observations(tmp_path):
+    from torchstore.demo import write_demo_store
+
+    path = write_demo_store(tmp_path / "demo.h5", episodes=2, steps=5)
+    with TrajectoryStore(path) as s:
+        assert "terminated" not in {c.name for c in s.columns}
+    with pytest.raises(ColumnError, match=r"lacks the columns \['terminated'\]"):
+        export_minari(path, "x/demo-v0")
+
+
+def test_hostile_minari_datasets_are_clear_errors(tmp_path, capsys):
+    minari.create_dataset_from_buffers("probe/cp-v0", _cartpole_buffers(2), env="CartPole-v1", data_format="hdf5")
+    folder = tmp_path / "minari" / "probe" / "cp-v0"
+    data = folder / "data" / "main_data.hdf5"
+    with pytest.raises(DatasetFormatError, match="not a Minari dataset"):
+        import_minari(tmp_path, tmp_path / "x.h5")
+    with pytest.raises(DatasetFormatError, match="no-such-v0: not a readable Minari dataset"):
+        import_minari("probe/no-such-v0", tmp_path / "x.h5")
+    # truncated data file
+    good = data.read_bytes()
+    data.write_bytes(good[: len(good) // 3])
+    with pytest.raises(DatasetFormatError, match="cp-v0"):
+        import_minari(folder, tmp_path / "x.h5")
+    assert not (tmp_path / "x.h5").exists()
+    # observations one row short
+    data.write_bytes(good)
+    import h5py
+
+    with h5py.File(data, "r+") as f:
+        obs = f["episode_1/observations"][:-1]
+        del f["episode_1/observations"]
+        f["episode_1/observations"] = obs
+    with pytest.raises(DatasetFormatError, match=r"episode 1: 'observations' has \d+ rows, expected \d+"):
+        import_minari(folder, tmp_path / "x.h5")
+    # a missing key
+    with h5py.File(data, "r+") as f:
+        del f["episode_0/rewards"]
+    with pytest.raises(DatasetFormatError, match="episode 0"):
+        import_minari(folder, tmp_path / "x.h5")
+    # metadata that is not JSON
+    (folder / "data" / "metadata.json").write_text("{not json")
+    assert main(["import-minari", str(folder), str(tmp_path / "x.h5")]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "not a readable Minari dataset" in err
+
+
+def test_cli_import_and_export(tmp_path, capsys):
+    minari.create_dataset_from_buffers("probe/cli-v0", _cartpole_buffers(2), env="CartPole-v1", data_format="arrow")
+    assert main(["import-minari", "probe/cli-v0", str(tmp_path / "c.h5")]) == 0
+    assert main(["export-minari", str(tmp_path / "c.h5"), "back/cli-v0", "--root", str(tmp_path / "other"), "--format", "hdf5"]) == 0
+    assert f"wrote {tmp_path / 'other' / 'back' / 'cli-v0'}" in capsys.readouterr().out
+    assert main(["import-minari", "probe/cli-v0", str(tmp_path / "c.h5")]) == 1
+    assert "--overwrite" in capsys.readouterr().err
