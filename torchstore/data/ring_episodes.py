@@ -16,14 +16,17 @@ Episode ids are global and increase with age: the ``k``-th episode ever started 
 ``k`` (``next_episode_id`` counts them). Ids are never reused. A rebuild (after a write
 that changed end flags out of the append order) gives every surviving episode a fresh id.
 
-This module is pure tensor code on the CPU (the bookkeeping is small and sequential);
-the storage mirrors :meth:`RingEpisodes.segments` onto its device.
+The bookkeeping is small and sequential, so the slot table lives in NumPy arrays on the
+host (a NumPy operation on a handful of numbers costs a fraction of a torch one, and an
+append is a dozen of them); :meth:`RingEpisodes.segments` hands out tensors, which the
+storage mirrors onto its device.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["RingEpisodes", "segments_from_ends", "age_rows"]
@@ -92,9 +95,9 @@ class RingEpisodes:
         self._head = 0
         self._count = 0
         self._slots = 0
-        self._start = torch.zeros(0, dtype=torch.int64)
-        self._length = torch.zeros(0, dtype=torch.int64)
-        self._id = torch.zeros(0, dtype=torch.int64)
+        self._start = np.zeros(0, dtype=np.int64)
+        self._length = np.zeros(0, dtype=np.int64)
+        self._id = np.zeros(0, dtype=np.int64)
         self.version = getattr(self, "version", 0) + 1
 
     @property
@@ -126,29 +129,35 @@ class RingEpisodes:
         keeps only its last ``capacity`` rows); episodes that lose every row leave the
         index, a partly overwritten one keeps its surviving rows.
         """
-        ends = ends.reshape(-1).to("cpu", torch.bool)
-        n = ends.numel()
+        flags = ends.reshape(-1).to("cpu", torch.bool).numpy()
+        n = flags.shape[0]
         if n == 0:
             return
         if n == 1:
-            self._append_one(bool(ends[0]))
+            self._append_one(bool(flags[0]))
             return
-        offsets, lengths = segments_from_ends(ends)
+        stops = np.flatnonzero(flags) + 1
+        if stops.shape[0] == 0 or stops[-1] != n:
+            stops = np.append(stops, n)
+        offsets = np.empty_like(stops)
+        offsets[0] = 0
+        offsets[1:] = stops[:-1]
+        lengths = stops - offsets
         starts = (self.cursor + offsets) % self.capacity
         if self.is_open and self._count:
             last = (self._head + self._count - 1) % self._slots
             self._length[last] += lengths[0]
             starts, lengths = starts[1:], lengths[1:]
-        k = lengths.numel()
+        k = lengths.shape[0]
         if k:
-            ids = self.next_episode_id + torch.arange(k, dtype=torch.int64)
+            ids = np.arange(self.next_episode_id, self.next_episode_id + k, dtype=np.int64)
             self.next_episode_id += k
             self._push(starts, lengths, ids)
         total = self.rows + n
         self._evict(max(0, total - self.capacity))
         self.rows = min(total, self.capacity)
         self.cursor = (self.cursor + n) % self.capacity
-        self.is_open = not bool(ends[-1])
+        self.is_open = not bool(flags[-1])
         self.version += 1
 
     def _append_one(self, end: bool) -> None:
@@ -156,8 +165,11 @@ class RingEpisodes:
             last = (self._head + self._count - 1) % self._slots
             self._length[last] += 1
         else:
-            one = torch.ones(1, dtype=torch.int64)
-            self._push(one * self.cursor, one, one * self.next_episode_id)
+            self._push(
+                np.array([self.cursor], dtype=np.int64),
+                np.ones(1, dtype=np.int64),
+                np.array([self.next_episode_id], dtype=np.int64),
+            )
             self.next_episode_id += 1
         if self.rows == self.capacity:
             self._evict(1)
@@ -233,10 +245,11 @@ class RingEpisodes:
             raise ValueError(f"cursor ({cursor}) must be in [0, {self.capacity})")
 
     # -------------------------------------------------------------- the table
-    def _push(self, starts: torch.Tensor, lengths: torch.Tensor, ids: torch.Tensor) -> None:
-        k = lengths.numel()
+    def _push(self, starts: Any, lengths: Any, ids: Any) -> None:
+        starts, lengths, ids = (np.asarray(x, dtype=np.int64) for x in (starts, lengths, ids))
+        k = lengths.shape[0]
         self._reserve(self._count + k)
-        pos = (self._head + self._count + torch.arange(k, dtype=torch.int64)) % self._slots
+        pos = (self._head + self._count + np.arange(k, dtype=np.int64)) % self._slots
         self._start[pos] = starts
         self._length[pos] = lengths
         self._id[pos] = ids
@@ -249,24 +262,22 @@ class RingEpisodes:
         order = self._order()
         for name in ("_start", "_length", "_id"):
             old = getattr(self, name)
-            new = torch.zeros(slots, dtype=torch.int64)
+            new = np.zeros(slots, dtype=np.int64)
             new[: self._count] = old[order]
             setattr(self, name, new)
         self._head, self._slots = 0, slots
 
-    def _order(self) -> torch.Tensor:
-        if self._count == 0:
-            return torch.zeros(0, dtype=torch.int64)
-        return (self._head + torch.arange(self._count, dtype=torch.int64)) % self._slots
+    def _order(self) -> np.ndarray:
+        return (self._head + np.arange(self._count, dtype=np.int64)) % max(self._slots, 1)
 
     def _evict(self, k: int) -> None:
         """Drop the ``k`` oldest rows: whole segments first, then trim the next one."""
         if k <= 0:
             return
         m = min(self._count, k + 1)
-        pos = (self._head + torch.arange(m, dtype=torch.int64)) % self._slots
-        cum = torch.cumsum(self._length[pos], 0)
-        whole = int(torch.searchsorted(cum, torch.tensor([k]), right=True)[0])
+        pos = (self._head + np.arange(m, dtype=np.int64)) % self._slots
+        cum = np.cumsum(self._length[pos])
+        whole = int(np.searchsorted(cum, k, side="right"))
         removed = int(cum[whole - 1]) if whole else 0
         self._head = (self._head + whole) % self._slots
         self._count -= whole
@@ -279,7 +290,11 @@ class RingEpisodes:
     def segments(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(start, length, episode_id)``: int64 ``[num_segments]`` copies, oldest first."""
         order = self._order()
-        return self._start[order], self._length[order], self._id[order]
+        return (
+            torch.from_numpy(self._start[order]),
+            torch.from_numpy(self._length[order]),
+            torch.from_numpy(self._id[order]),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         start, length, ids = self.segments()
