@@ -1,6 +1,6 @@
 """What a recorder is given, checked and shaped: feature specs, camera frames, numbers.
 
-LeRobot's ``add_frame`` rules (shared/specs/lerobot-v3.md section 10): every user feature,
+LeRobot's ``add_frame`` rules: every user feature,
 exact dtype family and shape; camera frames as HWC or CHW, uint8 or floats in ``[0, 1]``.
 """
 
