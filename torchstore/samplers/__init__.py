@@ -1,10 +1,12 @@
 """Index policies over a store: uniform, prioritized (sum-tree), sequence windows, ERE, Philox.
 
-The index math lives in modules with no torchrl import (:mod:`~torchstore.samplers.sumtree`,
-:mod:`~torchstore.samplers.ere`, :mod:`~torchstore.samplers.windows`,
-:mod:`~torchstore.samplers.philox`): pure tensor functions, testable and compilable alone.
-The torchrl ``Sampler`` subclasses (:class:`UniformSampler`, :class:`PrioritizedSampler`,
-:class:`SequenceWindowSampler`) wrap them.
+The index math lives in modules with no torchrl import (:mod:`~torchstore.samplers.draws`,
+:mod:`~torchstore.samplers.sumtree`, :mod:`~torchstore.samplers.ere`,
+:mod:`~torchstore.samplers.windows`, :mod:`~torchstore.samplers.philox`): pure tensor
+functions, testable and compilable alone, with compiled CPU twins in
+:mod:`~torchstore.samplers.kernels`. The torchrl ``Sampler`` subclasses
+(:class:`UniformSampler`, :class:`PrioritizedSampler`, :class:`SequenceWindowSampler`),
+:func:`sample_into` and the Lightning DataModules are faces over them.
 """
 
 from __future__ import annotations
