@@ -115,7 +115,7 @@ def open_writer(tmp_path):
     [
         ({"obs": np.ones((2, 3), np.float32)}, r"missing \['done'\]"),
         ({"obs": np.ones((2, 3), np.float32), "done": np.zeros(2, bool), "x": np.ones(2)}, r"unknown \['x'\]"),
-        ({"obs": np.ones((2, 3)), "done": np.zeros(2, bool)}, r"column 'obs' expects float32\[3\], got float64\[3\]"),
+        ({"obs": np.full((2, 3), 0.1), "done": np.zeros(2, bool)}, r"column 'obs' expects float32\[3\], got float64\[3\]"),
         ({"obs": np.ones((2, 4), np.float32), "done": np.zeros(2, bool)}, "expects rows of shape \\[3\\]"),
         ({"obs": np.ones((2, 3), np.float32), "done": np.zeros(3, bool)}, "has 3 rows, other columns have 2"),
         ({"obs": np.ones((2, 3), np.float32), "done": np.zeros(2, np.float32)}, "column 'done' expects bool"),

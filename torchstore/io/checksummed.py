@@ -229,8 +229,11 @@ class ChecksummedDataset:
 
     # ------------------------------------------------------------------ reading
     def refresh(self) -> None:
-        self.data.refresh()
-        self.sums.refresh()
+        try:
+            self.data.refresh()
+            self.sums.refresh()
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise IntegrityError(f"{self.label} cannot be refreshed ({exc}); the file is damaged") from exc
 
     def _read_raw(self, start: int, stop: int) -> np.ndarray:
         out = np.empty((stop - start, *self.row_shape), dtype=self.dtype)
@@ -246,9 +249,9 @@ class ChecksummedDataset:
                 ) from exc
         return out
 
-    def _sum_rows(self, first: int, last: int, committed_rows: int, *, fresh: bool = False) -> np.ndarray:
+    def _sum_rows(self, first: int, last: int, committed_rows: int) -> np.ndarray:
         """Hash-table rows ``first..last``; rows of full blocks are cached (they never change)."""
-        if fresh or last >= self._full_blocks_cached:
+        if last >= self._full_blocks_cached:
             committed_blocks = math.ceil(committed_rows / self.block_rows)
             try:
                 table = self.sums[:committed_blocks]
@@ -259,8 +262,6 @@ class ChecksummedDataset:
                     f"{self.label} checksum table holds {table.shape[0]} blocks, the commit needs "
                     f"{committed_blocks}; the file is truncated or damaged"
                 )
-            if fresh:
-                return table[first : last + 1]
             self._sum_cache = table
             self._full_blocks_cached = committed_rows // self.block_rows
         return self._sum_cache[first : last + 1]
@@ -271,7 +272,7 @@ class ChecksummedDataset:
         """Rows ``[start, stop)``, every block they touch verified against its hash.
 
         ``latest_committed`` re-reads the commit record (this table's count in it). With
-        it, a failing block is read again while a live writer moves the commit on, and
+        it, a block that fails is read again while a live writer moves the commit on, and
         reported only when it fails against a commit that held still during the read.
         """
         if not 0 <= start <= stop <= committed_rows:
@@ -280,46 +281,60 @@ class ChecksummedDataset:
             )
         if start == stop:
             return np.empty((0, *self.row_shape), dtype=self.dtype)
+        b = self.block_rows
+        first, last = start // b, (stop - 1) // b
+        lo, hi = first * b, min((last + 1) * b, committed_rows)
         try:
-            return self._read_verified(start, stop, committed_rows, committed_rows, fresh=False)
-        except IntegrityError as exc:
+            table = self._sum_rows(first, last, committed_rows)
+            raw = self._read_raw(lo, hi)
+        except IntegrityError:
             if latest_committed is None:
                 raise
-            error = exc
+            table, raw = None, np.empty((hi - lo, *self.row_shape), dtype=self.dtype)
+        for i, block in enumerate(range(first, last + 1)):
+            a, z = block * b, min(block * b + b, committed_rows)
+            if table is not None and self._verified(table[i], raw[a - lo : z - lo]):
+                continue
+            if latest_committed is None:
+                raise self._damaged(a, z)
+            raw[a - lo : z - lo] = self._reverify(block, committed_rows, latest_committed)
+        return raw[start - lo : stop - lo]
+
+    def _damaged(self, a: int, z: int) -> IntegrityError:
+        return IntegrityError(
+            f"{self.label} rows {a}..{z - 1} fail their checksum: the committed bytes changed "
+            "on disk (corruption or truncation)"
+        )
+
+    def _reverify(self, block: int, committed_rows: int, latest_committed: Callable[[], int]) -> np.ndarray:
+        """Read one block again until it verifies, or fails against a commit that held still.
+
+        The block's rows up to the newest commit are read, and the rows a reader asked for
+        are accepted if either slot covers them (a newer slot covers the older rows too).
+        """
+        b = self.block_rows
+        a, z = block * b, min(block * b + b, committed_rows)
+        error = self._damaged(a, z)
         deadline = time.monotonic() + _RETRY_SECONDS
         for attempt in range(_RETRY_ATTEMPTS):
             before = latest_committed()
             try:
                 self.refresh()
-                return self._read_verified(start, stop, committed_rows, max(before, committed_rows), fresh=True)
+                avail = min(a + b, max(before, committed_rows))
+                try:
+                    row = self.sums[block]
+                except (OSError, ValueError, KeyError, RuntimeError, IndexError) as exc:
+                    raise IntegrityError(f"{self.label} checksum table cannot be read ({exc})") from exc
+                rows = self._read_raw(a, avail)
+                if self._verified(row, rows[: z - a]) or (avail > z and self._verified(row, rows)):
+                    return rows[: z - a]
+                error = self._damaged(a, z)
             except IntegrityError as exc:
                 error = exc
             if latest_committed() == before or time.monotonic() > deadline:
                 break  # failed against a commit that held still: the bytes really changed
             time.sleep(min(0.0002 * attempt, 0.005))
         raise error
-
-    def _read_verified(self, start: int, stop: int, committed: int, available: int, *, fresh: bool) -> np.ndarray:
-        """Rows ``[start, stop)`` of ``committed``; each block's hash is looked for among the
-        slots covering between ``committed`` and ``available`` rows of it."""
-        b = self.block_rows
-        first, last = start // b, (stop - 1) // b
-        lo = first * b
-        hi_needed = min((last + 1) * b, committed)
-        hi = min((last + 1) * b, available)
-        table = self._sum_rows(first, last, hi if fresh else committed, fresh=fresh)
-        raw = self._read_raw(lo, hi)
-        for i, block in enumerate(range(first, last + 1)):
-            a = block * b
-            z, z_more = min(a + b, hi_needed), min(a + b, hi)
-            if not (self._verified(table[i], raw[a - lo : z - lo]) or (
-                z_more > z and self._verified(table[i], raw[a - lo : z_more - lo])
-            )):
-                raise IntegrityError(
-                    f"{self.label} rows {a}..{z - 1} fail their checksum: the committed bytes changed "
-                    "on disk (corruption or truncation)"
-                )
-        return raw[start - lo : stop - lo]
 
     @staticmethod
     def _verified(row: np.ndarray, rows: np.ndarray) -> bool:
