@@ -11,6 +11,7 @@ offline: lerobot reads local folders only (``root=``), the Hub is switched off.
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -207,6 +208,26 @@ def test_writer_dataset_loads_in_lerobot(tmp_path, backend):
     state = np.concatenate([rows["observation.state"] for rows in episodes])
     np.testing.assert_allclose(ds.meta.stats["observation.state"]["mean"], state.mean(0), rtol=1e-5)
     np.testing.assert_allclose(ds.meta.stats["observation.state"]["max"], state.max(0), rtol=1e-6)
+
+
+def test_merged_sessions_load_in_lerobot_after_every_save(tmp_path, backend):
+    """One-episode files while recording, merged at close and at the next resume after a
+    kill: lerobot loads the folder at each of those points."""
+    root = tmp_path / "ds"
+    lengths = (5, 7, 4, 6, 5)
+    episodes = [episode_rows(e, n) for e, n in enumerate(lengths)]
+    tasks = [frame_tasks(e, n) for e, n in enumerate(lengths)]
+    w = LeRobotWriter(root, fps=FPS, features=FEATURES)
+    for e in range(3):
+        w.add_episode(episodes[e], task=tasks[e])
+        check_in_lerobot(load(root, backend), episodes[: e + 1], tasks[: e + 1], videos={VIDEO}, images={IMAGE})
+    os.close(w._session_fd)  # as a kill: no close(), no merge, and the kernel drops the lock
+    w._closed = True
+    with LeRobotWriter.resume(root) as again:  # merges the killed session's files
+        for e in range(3, 5):
+            again.add_episode(episodes[e], task=tasks[e])
+    assert len(list((root / "data").rglob("*.parquet"))) == 2  # one per session
+    check_in_lerobot(load(root, backend), episodes, tasks, videos={VIDEO}, images={IMAGE})
 
 
 @pytest.mark.parametrize("cameras", ["video", "image"])
@@ -424,3 +445,79 @@ def test_2d_and_bool_features_lerobot_to_torchstore(tmp_path):
     assert specs["grid"].shape == (3, 2) and specs["grid"].dtype == torch.float64
     assert specs["gripper_closed"].dtype == torch.bool and specs["contacts"].shape == (4,)
     check_store(tmp_path / "out.h5", episodes, tasks)
+
+
+# ------------------------------------------------------------------------- stats
+STATS_CASES = {
+    "state": ("float32", (6,)),
+    "grid": ("float64", (3, 2)),
+    "grip": ("bool", (1,)),
+    "contacts": ("bool", (4,)),
+    "count": ("int64", (1,)),
+}
+
+
+def stats_rows(episode: int, n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(300 + episode)
+    return {
+        "state": (rng.standard_normal((n, 6)) * 3 + 1).astype(np.float32),
+        "grid": rng.standard_normal((n, 3, 2)),
+        "grip": rng.random((n, 1)) < 0.3,
+        "contacts": rng.random((n, 4)) < 0.5,
+        "count": rng.integers(0, 20, (n, 1)),
+    }
+
+
+@pytest.mark.parametrize("n", [2, 7, 40, 333])
+def test_episode_stats_are_lerobots(n):
+    """Per-episode stats: lerobot's shapes and types, its histogram quantiles exactly."""
+    from lerobot.datasets.compute_stats import compute_episode_stats
+
+    from torchstore.lerobot.stats import numeric_stats
+
+    rows = stats_rows(n, n)
+    features = {k: {"dtype": d, "shape": list(s), "names": None} for k, (d, s) in STATS_CASES.items()}
+    theirs = compute_episode_stats(rows, features)
+    for key, values in rows.items():
+        ours = numeric_stats(values)
+        for stat, want in theirs[key].items():
+            got = ours[stat]
+            assert got.shape == np.asarray(want).shape, (key, stat)
+            if stat in ("mean", "std"):
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{key} {stat}")
+            else:
+                # bool min/max stay booleans (ints become doubles in the episodes table anyway)
+                assert (got.dtype == np.bool_) == (np.asarray(want).dtype == np.bool_), (key, stat)
+                np.testing.assert_array_equal(got, want, err_msg=f"{key} {stat}")
+
+
+def test_lerobot_aggregates_a_torchstore_datasets_episode_stats(tmp_path):
+    """The episodes table's stats aggregate in lerobot (a (3, 2) feature has (2,) stats) to
+    what stats.json says."""
+    import json
+
+    import pyarrow.parquet as pq
+    from lerobot.datasets.compute_stats import aggregate_stats
+
+    root = tmp_path / "ds"
+    features = {k: {"dtype": d, "shape": list(s), "names": None} for k, (d, s) in STATS_CASES.items()}
+    with LeRobotWriter(root, fps=FPS, features=features) as w:
+        for e, n in enumerate((5, 9, 4)):
+            w.add_episode(stats_rows(e, n), task="t")
+    table = pq.read_table(next((root / "meta/episodes").rglob("*.parquet")))
+    per_episode = []
+    for i in range(table.num_rows):
+        episode = {}
+        for name in table.column_names:
+            if name.startswith("stats/"):
+                _, key, stat = name.split("/")
+                episode.setdefault(key, {})[stat] = np.asarray(table.column(name)[i].as_py())
+        per_episode.append(episode)
+    theirs = aggregate_stats(per_episode)
+    ours = json.loads((root / "meta/stats.json").read_text())
+    assert np.asarray(ours["grid"]["mean"]).shape == (2,)
+    for key in STATS_CASES:
+        for stat, want in theirs[key].items():
+            np.testing.assert_allclose(np.asarray(ours[key][stat], dtype=float), np.asarray(want, dtype=float),
+                                       rtol=1e-9, atol=1e-12, err_msg=f"{key} {stat}")
+    assert ours["grip"]["min"] == [bool(v) for v in theirs["grip"]["min"]]

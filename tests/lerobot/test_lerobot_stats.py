@@ -27,7 +27,9 @@ from torchstore.lerobot.stats import (
 def histogram_quantile(column: np.ndarray, q: float) -> float:
     """lerobot 0.6's quantile, written out step by step: 5000 bins over the padded range,
     walk the bins until the running count reaches q * count, interpolate inside that bin."""
-    lo, hi = float(column.min()), float(column.max())
+    lo, hi = column.min(), column.max()  # numpy scalars: float32 data gets float32 edges
+    if column.dtype.kind != "f":
+        lo, hi = np.float64(lo), np.float64(hi)
     edges = np.linspace(lo - 1e-10, hi + 1e-10, 5001)
     counts, _ = np.histogram(column, bins=edges)
     target, running = q * len(column), 0
@@ -44,8 +46,9 @@ def histogram_quantile(column: np.ndarray, q: float) -> float:
 
 def reference_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     """Stats computed the obvious way with numpy, reducing every axis but the last."""
-    x = np.asarray(values, dtype=np.float64)
-    x = x[:, None] if x.ndim == 1 else x.reshape(-1, x.shape[-1])
+    raw = np.asarray(values)
+    raw = raw[:, None] if raw.ndim == 1 else raw.reshape(-1, raw.shape[-1])
+    x = raw.astype(np.float64)
     out = {
         "min": x.min(0),
         "max": x.max(0),
@@ -57,7 +60,7 @@ def reference_stats(values: np.ndarray) -> dict[str, np.ndarray]:
         if len(values) < 2:
             out[name] = out["mean"]
         else:
-            out[name] = np.array([histogram_quantile(x[:, k], q) for k in range(x.shape[1])])
+            out[name] = np.array([histogram_quantile(raw[:, k], q) for k in range(x.shape[1])])
     return out
 
 
@@ -537,6 +540,8 @@ def test_quantiles_from_sorted_columns_equal_reading_the_histogram(rows, seed, l
 
     rng = np.random.default_rng(seed)
     x = rng.integers(0, levels, (rows, 4)) * scale if levels else rng.standard_normal((rows, 4)) * scale
-    got = _columns_quantiles(x, x.min(0), x.max(0))
-    for c in range(4):
-        np.testing.assert_array_equal(got[:, c], _column_quantiles(x[:, c], x[:, c].min(), x[:, c].max()))
+    for data in (x, x.astype(np.float32)):  # float32 features get float32 edges, as in lerobot
+        got = _columns_quantiles(data.astype(np.float64), data.min(0), data.max(0))
+        for c in range(4):
+            col = data[:, c]
+            np.testing.assert_array_equal(got[:, c], _column_quantiles(col, col.min(), col.max()))

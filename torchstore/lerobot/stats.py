@@ -131,12 +131,15 @@ def _columns_quantiles(x: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> np
     """
     rows, k = x.shape
     out = np.full((len(_Q), k), np.nan)
+    if lows.dtype.kind != "f":  # lerobot: an int (or bool) minus 1e-10 is a float64
+        lows, highs = lows.astype(np.float64), highs.astype(np.float64)
+    # as lerobot computes them: in the feature's float dtype (float32 edges for float32)
     start, stop = lows - _PAD, highs + _PAD
-    step = (stop - start) / _BINS
+    step = (stop - start) / start.dtype.type(_BINS)
     finite = np.isfinite(lows) & np.isfinite(highs)
-    with np.errstate(invalid="ignore"):
-        # steps this far above float64 rounding make the edges strictly increasing
-        regular = finite & (step > 8 * np.finfo(np.float64).eps * np.maximum(np.abs(start), np.abs(stop)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        # steps this far above rounding make the edges strictly increasing
+        regular = finite & (step > 8 * np.finfo(start.dtype).eps * np.maximum(np.abs(start), np.abs(stop)))
     for c in np.flatnonzero(finite & ~regular):  # too narrow a range for this magnitude
         out[:, c] = _column_quantiles(x[:, c], lows[c], highs[c])
     cols = np.flatnonzero(regular)
@@ -145,8 +148,8 @@ def _columns_quantiles(x: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> np
     ordered = np.sort(x[:, cols], axis=0)
     start, stop, step = start[cols], stop[cols], step[cols]
 
-    def edge(j: np.ndarray) -> np.ndarray:
-        return np.where(j >= _BINS, stop, j.astype(np.float64) * step + start)
+    def edge(j: np.ndarray) -> np.ndarray:  # np.linspace's arithmetic, in the edges' dtype
+        return np.where(j >= _BINS, stop, j.astype(start.dtype) * step + start)
 
     target = _Q * rows
     rank = np.ceil(target).astype(np.intp)  # the cumulative count is an integer
@@ -165,7 +168,7 @@ def _columns_quantiles(x: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> np
         through = np.stack([np.searchsorted(ordered[:, i], high[:, i]) for i in range(len(cols))], axis=1)
     through = np.where(j == _BINS - 1, rows, through)
     inside = np.maximum(through - before, 1)
-    value = low + (target[:, None] - before) / inside * (high - low)
+    value = low + (target[:, None] - before) / inside * (high - low)  # float64, as lerobot's
     out[:, cols] = np.where(j == 0, start, value)
     return out
 
@@ -203,7 +206,7 @@ def numeric_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     if n < 2:
         quantiles = np.repeat(mean[None], len(_Q), axis=0)
     else:
-        quantiles = _columns_quantiles(xf, mins.astype(np.float64), maxes.astype(np.float64))
+        quantiles = _columns_quantiles(xf, mins, maxes)
     for i, name in enumerate(QUANTILES):
         stats[name] = quantiles[i]
     return stats
