@@ -33,6 +33,9 @@ if TYPE_CHECKING:
         WindowedStore,
     )
     from torchstore.data.replay import StoreReplay
+    from torchstore.data.verify import verify_store
+    from torchstore.gym import RecordEpisodes, record
+    from torchstore.minari import export_minari, import_d4rl, import_minari
     from torchstore.samplers import (
         ERE,
         PhiloxSampler,
@@ -64,6 +67,12 @@ _EXPORTS = {
     "empty_batch": "torchstore.samplers.device",
     "sample_into": "torchstore.samplers.device",
     "update_priority_": "torchstore.samplers.device",
+    "RecordEpisodes": "torchstore.gym.recorder",
+    "record": "torchstore.gym.recorder",
+    "import_minari": "torchstore.minari.importer",
+    "export_minari": "torchstore.minari.exporter",
+    "import_d4rl": "torchstore.minari.d4rl",
+    "verify_store": "torchstore.data.verify",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -88,6 +97,12 @@ __all__ = [
     "empty_batch",
     "sample_into",
     "update_priority_",
+    "RecordEpisodes",
+    "record",
+    "import_minari",
+    "export_minari",
+    "import_d4rl",
+    "verify_store",
     "TorchstoreError",
     "ColumnError",
     "EpisodeError",

@@ -2,10 +2,27 @@
 
 :class:`RecordEpisodes` wraps an env and records every episode it plays; :func:`record`
 plays a policy for a number of episodes (single or vector envs); the columns come from the
-env's spaces (:func:`space_columns`).
+env's spaces (:func:`space_columns`). Names load on first use, so the space helpers
+import without gymnasium.
 """
 
-from torchstore.gym.recorder import EpisodeRecorder, RecordEpisodes, record
-from torchstore.gym.spaces import space_columns
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torchstore._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from torchstore.gym.recorder import EpisodeRecorder, RecordEpisodes, record
+    from torchstore.gym.spaces import space_columns
+
+_EXPORTS = {
+    "EpisodeRecorder": "torchstore.gym.recorder",
+    "RecordEpisodes": "torchstore.gym.recorder",
+    "record": "torchstore.gym.recorder",
+    "space_columns": "torchstore.gym.spaces",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["EpisodeRecorder", "RecordEpisodes", "record", "space_columns"]
