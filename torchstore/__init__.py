@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     )
     from torchstore.data.replay import StoreReplay
     from torchstore.data.verify import verify_store
+    from torchstore.datasets import load
     from torchstore.gym import RecordEpisodes, record
     from torchstore.minari import export_minari, import_d4rl, import_minari
     from torchstore.samplers import (
@@ -73,6 +74,7 @@ _EXPORTS = {
     "export_minari": "torchstore.minari.exporter",
     "import_d4rl": "torchstore.minari.d4rl",
     "verify_store": "torchstore.data.verify",
+    "load": "torchstore.datasets",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -103,6 +105,7 @@ __all__ = [
     "export_minari",
     "import_d4rl",
     "verify_store",
+    "load",
     "TorchstoreError",
     "ColumnError",
     "EpisodeError",

@@ -390,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_core_commands(sub)
     from torchstore.cli.remote import add_commands
 
-    add_commands(sub)  # catalog, pull, push, sync, remote index
+    add_commands(sub)  # catalog, pull, push, sync, remote index, datasets, list, project
     rerun = "run the same command again to continue"
     for name, line in (
         ("pull", f"interrupted; verified files stay in the cache, {rerun}"),
@@ -418,7 +418,7 @@ def _describe(sub: argparse._SubParsersAction) -> None:
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     found = sub.choices[args.command]
-    nested = getattr(args, "remote_command", None)
+    nested = getattr(args, "remote_command", None) or getattr(args, "project_command", None)
     for action in found._actions:
         if nested and isinstance(action, argparse._SubParsersAction):
             return action.choices[nested]

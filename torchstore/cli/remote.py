@@ -1,4 +1,5 @@
-"""The ``torchstore catalog|pull|push|sync|prune|remote index`` subcommands (argparse only).
+"""The ``torchstore catalog|pull|push|sync|prune|remote index|datasets|list|project``
+subcommands (argparse only).
 
 ``torchstore/cli/main.py`` wires them in with ``add_commands(sub)``; every handler parses
 nothing itself and calls one library function. Plain ``ValueError``s (a malformed
@@ -174,8 +175,103 @@ def _remote_index(args: argparse.Namespace) -> None:
     print(f"wrote {write_index(args.dir, kinds=kinds)}")
 
 
+@_one_line_errors
+def _datasets(args: argparse.Namespace) -> None:
+    from torchstore.datasets import resolve, store_file
+
+    resolved = resolve(
+        args.name,
+        cache_dir=args.cache_dir,
+        offline=True if args.offline else None,
+        refresh=args.refresh,
+        progress=not args.no_progress,
+        timeout=args.timeout,
+    )
+    path = store_file(resolved, args.file)
+    if args.path:
+        print(path)
+        return
+    from torchstore.data.store import TrajectoryStore
+
+    with TrajectoryStore(path) as store:
+        episodes, rows = store.num_episodes, store.num_rows
+    doc = {
+        "name": resolved.name,
+        "pinned": resolved.pinned,
+        "location": resolved.location,
+        "from": resolved.source,
+        "store": str(path),
+        "episodes": episodes,
+        "rows": rows,
+    }
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return
+    print(
+        f"{resolved.name}: {episodes} episodes, {rows} rows in {path}\n"
+        f"  from {resolved.location} ({'the cache' if resolved.source == 'cache' else 'pulled'}), "
+        f"revision {resolved.revision[:12]}; open with torchstore.load({resolved.pinned!r})"
+    )
+
+
+@_one_line_errors
+def _list(args: argparse.Namespace) -> None:
+    from torchstore.datasets import format_local, local_datasets
+
+    found = local_datasets(args.cache_dir)
+    if args.json:
+        print(json.dumps([d.to_dict() for d in found], indent=1))
+    else:
+        print(format_local(found, args.cache_dir))
+
+
+@_one_line_errors
+def _project_push(args: argparse.Namespace) -> None:
+    from torchstore.project import push_project
+
+    done = push_project(
+        args.dir,
+        args.location,
+        args.name,
+        datasets=args.dataset or (),
+        replace=args.replace,
+        cache_dir=args.cache_dir,
+        progress=not args.no_progress,
+    )
+    entry = done.entry
+    state = "is up to date" if done.up_to_date else "pushed"
+    print(
+        f"project {args.name} {state} at {args.location} (revision "
+        f"{(entry.commit or entry.revision)[:12]}, {len(entry.files)} files, {entry.size} bytes)"
+    )
+    for ds in done.manifest.datasets:
+        print(f"  dataset {ds.name}@{ds.revision[:12]} from {ds.location}")
+    for run in done.manifest.runs:
+        print(f"  run {run.path}")
+
+
+@_one_line_errors
+def _project_pull(args: argparse.Namespace) -> None:
+    from torchstore.project import pull_project
+
+    done = pull_project(
+        args.location,
+        args.name,
+        args.dest,
+        cache_dir=args.cache_dir,
+        offline=True if args.offline else None,
+        progress=not args.no_progress,
+    )
+    print(f"pulled project {done.manifest.name} ({done.files} files) into {done.path}")
+    for ds in done.manifest.datasets:
+        print(f"  dataset {ds.name}@{ds.revision[:12]} in {done.path / 'datasets' / ds.name}")
+    for line in done.commands():
+        print(f"  reproduce (in {done.path}): {line}")
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Add ``catalog``, ``pull``, ``push``, ``sync``, ``prune`` and ``remote index`` to a subparser set."""
+    """Add ``catalog``, ``pull``, ``push``, ``sync``, ``prune``, ``remote index``,
+    ``datasets``, ``list`` and ``project push|pull`` to a subparser set."""
     p = sub.add_parser(
         "catalog", help="list what a location holds: name, kind, files, size, sha256"
     )
@@ -302,3 +398,99 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--kind", action="append", metavar="NAME=KIND", help="set an entry's kind (repeatable)"
     )
     q.set_defaults(func=_remote_index)
+
+    _add_dataset_commands(sub)
+
+
+def _cache_dir_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cache-dir",
+        type=types.folder_path,
+        default=None,
+        help="default: $TORCHSTORE_CACHE or ~/.cache/torchstore",
+    )
+
+
+def _add_dataset_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "datasets",
+        help="find a dataset by name (the cache, then $TORCHSTORE_LOCATIONS and "
+        "~/.config/torchstore/locations, then the Hub), pull it and say where it is",
+    )
+    p.add_argument(
+        "name", help="NAME, NAME@REVISION, or a Hub id NAMESPACE/NAME (what torchstore.load takes)"
+    )
+    p.add_argument("--file", default=None, help="the store in the entry, when it holds several")
+    _cache_dir_option(p)
+    p.add_argument(
+        "--offline", action="store_true", help="only the cache and local folders, no network"
+    )
+    p.add_argument(
+        "--refresh",
+        action="store_true",
+        help="ask the locations for the latest revision even when the cache has the name",
+    )
+    p.add_argument(
+        "--timeout",
+        type=types.finite_float(0.0, 24 * 3600.0),
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for a server each time",
+    )
+    p.add_argument("--path", action="store_true", help="print only the store's path")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_datasets)
+
+    p = sub.add_parser(
+        "list", help="the datasets in the local cache, with episodes, size and revision"
+    )
+    _cache_dir_option(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_list)
+
+    p = sub.add_parser(
+        "project",
+        help="push or pull a training project: configs, recipes, runs with their "
+        "safetensors policies, and the datasets they used pinned by revision",
+    )
+    project = p.add_subparsers(dest="project_command", required=True, metavar="SUBCOMMAND")
+    q = project.add_parser("push", help="bundle a project folder and publish it as one entry")
+    q.add_argument(
+        "dir", type=types.existing_folder, help="the project: configs/, recipes/, outputs/"
+    )
+    q.add_argument("location", help="where to publish (see torchstore catalog --help)")
+    q.add_argument("name", help="the project's entry name at LOCATION")
+    q.add_argument(
+        "--dataset",
+        action="append",
+        metavar="NAME[@REVISION]",
+        help="a dataset the project uses besides those its runs name (repeatable; pinned)",
+    )
+    q.add_argument(
+        "--replace",
+        action="store_true",
+        help="publish over an existing entry of other content, as its new revision",
+    )
+    _cache_dir_option(q)
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.set_defaults(func=_project_push)
+
+    q = project.add_parser(
+        "pull", help="restore a project and the exact dataset revisions it pins"
+    )
+    q.add_argument("location", help="where the project is")
+    q.add_argument("name", help="the project's entry name; NAME@REVISION for an earlier one")
+    q.add_argument(
+        "dest",
+        nargs="?",
+        type=types.output_folder,
+        default=None,
+        help="the folder to create (must not exist, or be empty); default: ./NAME",
+    )
+    _cache_dir_option(q)
+    q.add_argument(
+        "--offline", action="store_true", help="answer network locations from the cache only"
+    )
+    q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    q.set_defaults(func=_project_pull)
