@@ -161,3 +161,41 @@ def test_vector_envs_write_one_stream_per_sub_env(tmp_path, mode):
 def test_record_refuses_a_bad_episode_count(tmp_path):
     with pytest.raises(EpisodeError, match="episodes"):
         record(gym.make("CartPole-v1"), None, 0, tmp_path / "z.h5")
+
+
+def test_a_killed_recording_keeps_every_finished_episode(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "rec.py"
+    script.write_text(textwrap.dedent(f"""
+        import gymnasium as gym
+        from torchstore.gym import RecordEpisodes
+        env = RecordEpisodes(gym.make("CartPole-v1"), {str(tmp_path / "k.h5")!r})
+        env.action_space.seed(0)
+        episode = 0
+        while True:
+            env.reset(seed=episode)
+            while True:
+                *_, term, trunc, _ = env.step(env.action_space.sample())
+                if term or trunc:
+                    break
+            episode += 1
+            print(episode, flush=True)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if int(line) >= 5:
+                break
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=120)
+    with TrajectoryStore(tmp_path / "k.h5") as s:
+        assert s.num_episodes >= 5
+        for i in range(s.num_episodes):
+            ep = s.episode(i)
+            assert ep["done"][-1] and not ep["done"][:-1].any()
+            assert s.episode_metadata(i) == {"seed": i}

@@ -195,6 +195,7 @@ def test_hostile_minari_datasets_are_clear_errors(tmp_path, capsys):
         f["episode_1/observations"] = obs
     with pytest.raises(DatasetFormatError, match=r"episode 1: 'observations' has \d+ rows, expected \d+"):
         import_minari(folder, tmp_path / "x.h5")
+    assert not (tmp_path / "x.h5").exists()  # a failed import leaves no partial store
     # a missing key
     with h5py.File(data, "r+") as f:
         del f["episode_0/rewards"]
@@ -214,3 +215,46 @@ def test_cli_import_and_export(tmp_path, capsys):
     assert f"wrote {tmp_path / 'other' / 'back' / 'cli-v0'}" in capsys.readouterr().out
     assert main(["import-minari", "probe/cli-v0", str(tmp_path / "c.h5")]) == 1
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_a_failed_overwrite_keeps_the_old_store(tmp_path):
+    minari.create_dataset_from_buffers("probe/ok-v0", _cartpole_buffers(2), env="CartPole-v1")
+    minari.create_dataset_from_buffers("probe/bad-v0", _cartpole_buffers(3), env="CartPole-v1")
+    import h5py
+
+    with h5py.File(tmp_path / "minari" / "probe" / "bad-v0" / "data" / "main_data.hdf5", "r+") as f:
+        del f["episode_2/terminations"]
+    store = import_minari("probe/ok-v0", tmp_path / "s.h5")
+    with pytest.raises(DatasetFormatError, match="bad-v0 episode 2"):
+        import_minari("probe/bad-v0", store, overwrite=True)
+    with TrajectoryStore(store) as s:
+        assert s.num_episodes == 2
+
+
+def test_infos_that_change_between_episodes_are_named(tmp_path):
+    buffers = _cartpole_buffers(2)
+    buffers[1] = EpisodeBuffer(**{**buffers[1].__dict__, "infos": {"other": buffers[1].infos["step"]}})
+    minari.create_dataset_from_buffers("probe/infos-v0", buffers, env="CartPole-v1")
+    with pytest.raises(DatasetFormatError, match="episode 1: infos lack 'step', which episode 0 has"):
+        import_minari("probe/infos-v0", tmp_path / "x.h5")
+
+
+def test_image_observations_round_trip(tmp_path):
+    image = spaces.Box(0, 255, (32, 32, 3), np.uint8)
+    act = spaces.Discrete(4)
+    rng = np.random.default_rng(1)
+    buffers = [
+        EpisodeBuffer(
+            id=i, seed=i, observations=rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8),
+            actions=rng.integers(0, 4, 5), rewards=[0.0] * 5, terminations=[False] * 4 + [True],
+            truncations=[False] * 5, infos={},
+        )
+        for i in range(2)
+    ]
+    # minari JPEG-encodes images by default; what it reads back is what must survive
+    source = minari.create_dataset_from_buffers("probe/img-v0", buffers, observation_space=image, action_space=act)
+    store = import_minari("probe/img-v0", tmp_path / "img.h5")
+    with TrajectoryStore(store) as s:
+        assert s.column("obs").describe() == "uint8[32, 32, 3]"
+    export_minari(store, "back/img-v0")
+    _assert_equal_datasets(source, minari.load_dataset("back/img-v0"))

@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.errors import ColumnError, DatasetFormatError
+from torchstore.errors import ColumnError, DatasetFormatError, TorchstoreError
 
 __all__ = ["import_d4rl", "episode_lengths"]
 
@@ -107,64 +107,85 @@ def import_d4rl(
         f = h5py.File(source, "r")
     except (OSError, ValueError) as exc:
         raise DatasetFormatError(f"{source} is not a readable HDF5 file ({' '.join(str(exc).split())[:200]})") from exc
-    with f:
-        missing = [k for k in REQUIRED if k not in f]
-        if missing:
-            raise DatasetFormatError(
-                f"{source} lacks {missing}; a D4RL-style file holds {list(REQUIRED)} (+ timeouts, next_observations)"
-            )
-        obs = _array(f, "observations", None, source)
-        n = obs.shape[0]
-        rows: dict[str, np.ndarray] = {"obs": obs, "action": _array(f, "actions", n, source)}
-        reward = _array(f, "rewards", n, source)
-        if reward.ndim == 2 and reward.shape[1] == 1:
-            reward = reward[:, 0]
-        if reward.ndim != 1 or reward.dtype.kind not in "iuf":
-            raise DatasetFormatError(f"{source}: 'rewards' must be numbers of shape [{n}] or [{n}, 1], got {reward.dtype}{list(reward.shape)}")
-        rows["reward"] = reward if reward.dtype.kind == "f" else reward.astype(np.float64)
-        terminated = _flags(f, "terminals", n, source)
-        truncated = _flags(f, "timeouts", n, source) if "timeouts" in f else np.zeros(n, dtype=bool)
-        rows.update(terminated=terminated, truncated=truncated, done=terminated | truncated)
-        if "next_observations" in f:
-            nxt = _array(f, "next_observations", n, source)
-            if nxt.shape != obs.shape:
-                raise DatasetFormatError(
-                    f"{source}: 'next_observations' has shape {list(nxt.shape)}, 'observations' {list(obs.shape)}"
-                )
-            rows["next/obs"] = nxt
-        skipped: list[str] = []
-        if isinstance(f.get("infos"), h5py.Group):
-
-            def visit(name: str, obj: Any) -> None:
-                if isinstance(obj, h5py.Dataset):
-                    if obj.ndim >= 1 and obj.shape[0] == n and obj.dtype.kind in "biuf":
-                        rows[f"info/{name}"] = _array(f, f"infos/{name}", n, source)
-                    else:
-                        skipped.append(name)
-
-            f["infos"].visititems(visit)
-        meta: dict[str, Any] = {}
-        if isinstance(f.get("metadata"), h5py.Group):
-            for key, obj in f["metadata"].items():
-                if isinstance(obj, h5py.Dataset) and obj.ndim == 0:
-                    value = obj[()]
-                    meta[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else np.asarray(value).item()
+    try:
+        with f:
+            rows, meta, skipped = _read(f, source)
+    except (OSError, KeyError, RuntimeError) as exc:
+        if isinstance(exc, TorchstoreError):
+            raise
+        raise DatasetFormatError(
+            f"{source} cannot be read ({' '.join(str(exc).split())[:200]}); the file is truncated or damaged"
+        ) from exc
     if skipped:
         warnings.warn(f"{source}: infos {skipped} are not numeric arrays of one row per transition; skipped", stacklevel=2)
-    if n == 0:
+    if len(rows["obs"]) == 0:
         raise DatasetFormatError(f"{source} holds no transitions")
     try:
         columns = [ColumnSpec(name, a.dtype, a.shape[1:]) for name, a in rows.items()]
     except ColumnError as exc:
         raise DatasetFormatError(f"{source}: {exc}") from exc
-    lengths, unfinished = episode_lengths(terminated | truncated)
+    lengths, unfinished = episode_lengths(rows["done"])
     episode_meta = [None] * len(lengths)
     if unfinished:
         episode_meta[-1] = {"unfinished": True}
     metadata = {"d4rl": {"source": source.name, **{k: v for k, v in meta.items() if _jsonable(v)}}}
-    with TrajectoryStoreWriter(dest, columns, env_id=env_id, metadata=metadata, overwrite=overwrite) as writer:
-        writer.add_episodes(rows, lengths, episode_meta)
+    existed = Path(dest).exists()
+    try:
+        with TrajectoryStoreWriter(dest, columns, env_id=env_id, metadata=metadata, overwrite=overwrite) as writer:
+            writer.add_episodes(rows, lengths, episode_meta)
+    except BaseException:
+        if not existed:  # a failed import leaves no partial store behind (a replaced one stays)
+            Path(dest).unlink(missing_ok=True)
+        raise
     return Path(dest)
+
+
+def _read(f: h5py.File, source: Path) -> tuple[dict[str, np.ndarray], dict[str, Any], list[str]]:
+    """The file's columns (checked), its scalar metadata, and the infos that were skipped."""
+    missing = [k for k in REQUIRED if k not in f]
+    if missing:
+        raise DatasetFormatError(
+            f"{source} lacks {missing}; a D4RL-style file holds {list(REQUIRED)} (+ timeouts, next_observations)"
+        )
+    obs = _array(f, "observations", None, source)
+    n = obs.shape[0]
+    rows: dict[str, np.ndarray] = {"obs": obs, "action": _array(f, "actions", n, source)}
+    reward = _array(f, "rewards", n, source)
+    if reward.ndim == 2 and reward.shape[1] == 1:
+        reward = reward[:, 0]
+    if reward.ndim != 1 or reward.dtype.kind not in "iuf":
+        raise DatasetFormatError(
+            f"{source}: 'rewards' must be numbers of shape [{n}] or [{n}, 1], got {reward.dtype}{list(reward.shape)}"
+        )
+    rows["reward"] = reward if reward.dtype.kind == "f" else reward.astype(np.float64)
+    terminated = _flags(f, "terminals", n, source)
+    truncated = _flags(f, "timeouts", n, source) if "timeouts" in f else np.zeros(n, dtype=bool)
+    rows.update(terminated=terminated, truncated=truncated, done=terminated | truncated)
+    if "next_observations" in f:
+        nxt = _array(f, "next_observations", n, source)
+        if nxt.shape != obs.shape:
+            raise DatasetFormatError(
+                f"{source}: 'next_observations' has shape {list(nxt.shape)}, 'observations' {list(obs.shape)}"
+            )
+        rows["next/obs"] = nxt
+    skipped: list[str] = []
+    if isinstance(f.get("infos"), h5py.Group):
+
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                if obj.ndim >= 1 and obj.shape[0] == n and obj.dtype.kind in "biuf":
+                    rows[f"info/{name}"] = _array(f, f"infos/{name}", n, source)
+                else:
+                    skipped.append(name)
+
+        f["infos"].visititems(visit)
+    meta: dict[str, Any] = {}
+    if isinstance(f.get("metadata"), h5py.Group):
+        for key, obj in f["metadata"].items():
+            if isinstance(obj, h5py.Dataset) and obj.ndim == 0:
+                value = obj[()]
+                meta[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else np.asarray(value).item()
+    return rows, meta, skipped
 
 
 def _jsonable(value: Any) -> bool:

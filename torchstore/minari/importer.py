@@ -207,21 +207,29 @@ def import_minari(
     bar = progress_bar(enabled=progress, total=ds.total_steps, unit="step", desc="import", leave=False)
     pending: list[tuple[dict, dict]] = []
     empty: list[int] = []
-    with TrajectoryStoreWriter(
-        dest, columns, env_id=None if env is None else env.id, metadata={"minari": meta}, overwrite=overwrite
-    ) as writer:
-        for ep_id, ep in itertools.chain([(first_id, first)], episodes):
-            where = f"{label} episode {ep_id}"
-            if len(np.asarray(ep.rewards)) == 0:
-                empty.append(ep_id)
-                continue
-            seed = seeds.get(ep_id)
-            pending.append((_episode_rows(ep, ds, infos, where), {"seed": None if seed is None else int(seed), "minari_id": ep_id}))
-            if sum(len(r["reward"]) for r, _ in pending) >= _COMMIT_ROWS:
-                _flush(writer, pending, bar)
-        _flush(writer, pending, bar)
-    if bar is not None:
-        bar.close()
+    existed = Path(dest).exists()
+    try:
+        with TrajectoryStoreWriter(
+            dest, columns, env_id=None if env is None else env.id, metadata={"minari": meta}, overwrite=overwrite
+        ) as writer:
+            for ep_id, ep in itertools.chain([(first_id, first)], episodes):
+                where = f"{label} episode {ep_id}"
+                if len(np.asarray(ep.rewards)) == 0:
+                    empty.append(ep_id)
+                    continue
+                seed = seeds.get(ep_id)
+                meta_ep = {"seed": None if seed is None else int(seed), "minari_id": ep_id}
+                pending.append((_episode_rows(ep, ds, infos, where), meta_ep))
+                if sum(len(r["reward"]) for r, _ in pending) >= _COMMIT_ROWS:
+                    _flush(writer, pending, bar)
+            _flush(writer, pending, bar)
+    except BaseException:
+        if not existed:  # a failed import leaves no partial store behind (a replaced one stays)
+            Path(dest).unlink(missing_ok=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
     if empty:
         warnings.warn(f"{label}: episodes {empty[:10]} have no steps; a store has no row for them, skipped", stacklevel=2)
     return Path(dest)
