@@ -199,3 +199,49 @@ def test_a_killed_recording_keeps_every_finished_episode(tmp_path):
             ep = s.episode(i)
             assert ep["done"][-1] and not ep["done"][:-1].any()
             assert s.episode_metadata(i) == {"seed": i}
+
+
+def test_the_vector_wrapper_records_each_sub_env(tmp_path):
+    from torchstore.gym import RecordVectorEpisodes
+
+    venv = RecordVectorEpisodes(
+        gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", max_episode_steps=15), tmp_path / "w.h5"
+    )
+    obs, _ = venv.reset(seed=4)
+    finished = 0
+    while finished < 5:
+        obs, _, terms, truncs, _ = venv.step(venv.action_space.sample())
+        finished += int((terms | truncs).sum())
+    venv.close()
+    with TrajectoryStore(tmp_path / "w.h5") as s:
+        assert s.num_episodes == finished
+        assert {s.episode_metadata(i)["stream"] for i in range(finished)} == {0, 1}
+        for i in range(finished):
+            ep = s.episode(i)
+            assert torch.equal(ep["obs"][1:], ep["next", "obs"][:-1]) and len(ep["reward"]) <= 15
+
+
+def test_image_observations_stay_uint8_or_are_quantised(tmp_path):
+    from torchstore.data import Quantize
+
+    obs_space = spaces.Dict(
+        pixels=spaces.Box(0, 255, (32, 32, 3), np.uint8), depth=spaces.Box(0.0, 2.0, (8, 8), np.float32)
+    )
+    rec = EpisodeRecorder(tmp_path / "i.h5", obs_space, spaces.Discrete(2), quantize={"obs/depth": "bounds"})
+    obs_space.seed(0)
+    frames = [obs_space.sample() for _ in range(4)]
+    rec.reset(0, frames[0])
+    for t in range(3):
+        rec.step(0, 1, frames[t + 1], 0.0, False, t == 2)
+    rec.close()
+    with TrajectoryStore(tmp_path / "i.h5") as s:
+        assert s.column("obs/pixels").describe() == "uint8[32, 32, 3]"
+        assert s.column("next/obs/depth").quantize == Quantize(0.0, 2.0)
+        ep = s.episode(0)
+        assert np.array_equal(ep["obs", "pixels"].numpy(), np.stack([f["pixels"] for f in frames[:3]]))
+        depth = np.stack([f["depth"] for f in frames[1:]])
+        assert np.abs(ep["next", "obs", "depth"].numpy() - depth).max() <= 2.0 / 510 + 1e-6
+    with pytest.raises(ColumnError, match=r"quantize names \['obs/nope'\]"):
+        EpisodeRecorder(tmp_path / "j.h5", obs_space, spaces.Discrete(2), quantize={"obs/nope": "bounds"})
+    with pytest.raises(ColumnError, match="no finite bounds"):
+        EpisodeRecorder(tmp_path / "j.h5", spaces.Box(-np.inf, np.inf, (2,)), spaces.Discrete(2), quantize={"obs": "bounds"})

@@ -35,7 +35,7 @@ from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError, EpisodeError
 from torchstore.gym.spaces import flatten_value, space_columns, take
 
-__all__ = ["EpisodeRecorder", "RecordEpisodes", "record", "env_spec_metadata"]
+__all__ = ["EpisodeRecorder", "RecordEpisodes", "RecordVectorEpisodes", "record", "env_spec_metadata"]
 
 OBS, ACTION, NEXT_OBS = "obs", "action", "next/obs"
 
@@ -60,6 +60,30 @@ def env_spec_metadata(spec: Any) -> dict[str, Any]:
     return meta
 
 
+def _quantised(columns: list[ColumnSpec], space: Any, quantize: Mapping[str, Any]) -> list[ColumnSpec]:
+    """``columns`` with the uint8 quantisation ``quantize`` asks for."""
+    from torchstore.data.quantize import Quantize
+    from torchstore.gym.spaces import leaf_space
+
+    names = {c.name for c in columns}
+    unknown = sorted(set(quantize) - names)
+    if unknown:
+        raise ColumnError(f"quantize names {unknown}, which are not observation columns; they are {sorted(names)}")
+    out = []
+    for c in columns:
+        q = quantize.get(c.name)
+        if isinstance(q, str) and q == "bounds":
+            box = leaf_space(space, c.name.split("/")[1:])
+            low, high = np.asarray(getattr(box, "low", np.nan)), np.asarray(getattr(box, "high", np.nan))
+            if not (np.isfinite(low).all() and np.isfinite(high).all()):
+                raise ColumnError(f"column '{c.name}' has no finite bounds to quantise to; give a Quantize(low, high)")
+            q = Quantize(float(low.min()), float(high.max()))
+        elif q is not None and not isinstance(q, Quantize):
+            raise ColumnError(f"quantize['{c.name}'] must be a Quantize or \"bounds\", got {q!r:.80}")
+        out.append(ColumnSpec(c.name, c.dtype, c.shape, q) if q is not None else c)
+    return out
+
+
 class EpisodeRecorder:
     """Steps of one or more episode streams in, committed episodes out.
 
@@ -70,6 +94,8 @@ class EpisodeRecorder:
         streams: how many independent episode streams (sub-envs) feed it.
         spec: the env's ``EnvSpec`` (for the manifest and ``make_env``), or None.
         reward_dtype: the reward column's dtype; gymnasium rewards are float64.
+        quantize: observation columns to keep as uint8 codes (``{"obs": Quantize(0, 1)}``,
+            or ``"bounds"`` for the Box's own finite bounds); applies to ``next/`` too.
         metadata: extra manifest metadata.
         overwrite: replace an existing store.
 
@@ -86,12 +112,13 @@ class EpisodeRecorder:
         streams: int = 1,
         spec: Any = None,
         reward_dtype: Any = "float64",
+        quantize: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
         overwrite: bool = False,
     ):
         self.path = Path(path)
         self.observation_space, self.action_space = observation_space, action_space
-        obs = space_columns(OBS, observation_space)
+        obs = _quantised(space_columns(OBS, observation_space), observation_space, quantize or {})
         self.columns: list[ColumnSpec] = [
             *obs,
             *space_columns(ACTION, action_space),
@@ -99,7 +126,7 @@ class EpisodeRecorder:
             ColumnSpec("terminated", "bool"),
             ColumnSpec("truncated", "bool"),
             ColumnSpec("done", "bool"),
-            *(ColumnSpec(f"next/{c.name}", c.dtype, c.shape) for c in obs),
+            *(ColumnSpec(f"next/{c.name}", c.dtype, c.shape, c.quantize) for c in obs),
         ]
         self._shapes = {c.name: c.shape for c in self.columns}
         self._spec = spec
@@ -301,40 +328,102 @@ def record(
     return Path(path)
 
 
-def _record_vector(env, policy, episodes, path, seed, kwargs) -> Path:
-    from gymnasium.vector import AutoresetMode
+class _VectorStreams:
+    """Turns a vector env's batched resets and steps into per-sub-env episode streams.
 
-    n = env.num_envs
-    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-    mode = AutoresetMode(mode) if isinstance(mode, str) else mode
-    recorder = _recorder(env, path, n, **kwargs)
+    Handles every gymnasium autoreset mode: NEXT_STEP (the step after an end only resets
+    that sub-env: it is not a step of any episode), SAME_STEP (the final observation is in
+    ``info["final_obs"]``, the returned one already starts the next episode) and DISABLED
+    (the caller resets ended sub-envs, with ``reset_mask``).
+    """
+
+    def __init__(self, env: Any, recorder: EpisodeRecorder):
+        from gymnasium.vector import AutoresetMode
+
+        self.n = env.num_envs
+        mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self.mode = AutoresetMode(mode) if isinstance(mode, str) else mode
+        self.modes = AutoresetMode
+        self.recorder = recorder
+        self._restart = np.zeros(self.n, dtype=bool)
+
+    def reset(self, obs: Any, seed: int | None, mask: Any = None) -> None:
+        for i in range(self.n):
+            if mask is None or mask[i]:
+                self.recorder.reset(i, take(obs, i), None if seed is None else seed + i)
+                self._restart[i] = False
+
+    def step(self, actions, obs, rewards, terms, truncs, info, *, limit: int | None = None) -> np.ndarray:
+        """Record one batched step; returns which sub-envs ended an episode."""
+        ended = np.zeros(self.n, dtype=bool)
+        for i in range(self.n):
+            if self._restart[i]:
+                self.recorder.reset(i, take(obs, i))
+                continue
+            final = take(obs, i)
+            done = bool(terms[i] or truncs[i])
+            if done and self.mode == self.modes.SAME_STEP:
+                final = take(info["final_obs"], i)
+            self.recorder.step(i, take(actions, i), final, rewards[i], terms[i], truncs[i])
+            ended[i] = done
+            if done and self.mode == self.modes.SAME_STEP:
+                self.recorder.reset(i, take(obs, i))
+            if limit is not None and self.recorder.episodes >= limit:
+                break
+        self._restart = ended if self.mode == self.modes.NEXT_STEP else np.zeros(self.n, dtype=bool)
+        return ended
+
+
+def _vector_wrapper_base():
+    import gymnasium
+
+    return gymnasium.vector.VectorWrapper
+
+
+class RecordVectorEpisodes(_vector_wrapper_base()):
+    """A ``gymnasium.vector.VectorWrapper`` recording each sub-env as its own episode stream.
+
+    Arguments as :class:`RecordEpisodes`. Episodes are committed as each sub-env ends
+    one; each episode's metadata names its sub-env (``stream``) and reset seed
+    (``seed + i`` for sub-env ``i`` of a seeded reset, None after an autoreset).
+    """
+
+    def __init__(self, env: Any, path: str | os.PathLike, **kwargs: Any):
+        super().__init__(env)
+        self.recorder = _recorder(env, path, env.num_envs, **kwargs)
+        self._streams = _VectorStreams(env, self.recorder)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        mask = (options or {}).get("reset_mask")
+        self._streams.reset(obs, seed if isinstance(seed, int) else None, mask)
+        return obs, info
+
+    def step(self, actions: Any):
+        obs, rewards, terms, truncs, info = self.env.step(actions)
+        self._streams.step(actions, obs, rewards, terms, truncs, info)
+        return obs, rewards, terms, truncs, info
+
+    def close(self, **kwargs: Any) -> None:
+        try:
+            self.recorder.close()
+        finally:
+            super().close(**kwargs)
+
+
+def _record_vector(env, policy, episodes, path, seed, kwargs) -> Path:
+    recorder = _recorder(env, path, env.num_envs, **kwargs)
+    streams = _VectorStreams(env, recorder)
     try:
         obs, _ = env.reset(seed=seed)
-        for i in range(n):
-            recorder.reset(i, take(obs, i), None if seed is None else seed + i)
-        restart = np.zeros(n, dtype=bool)  # NEXT_STEP: this step only resets the sub-env
+        streams.reset(obs, seed)
         while recorder.episodes < episodes:
             actions = policy(obs)
             obs, rewards, terms, truncs, info = env.step(actions)
-            ended = np.zeros(n, dtype=bool)
-            for i in range(n):
-                if restart[i]:
-                    recorder.reset(i, take(obs, i))
-                    continue
-                final = take(obs, i)
-                if mode == AutoresetMode.SAME_STEP and (terms[i] or truncs[i]):
-                    final = take(info["final_obs"], i)
-                recorder.step(i, take(actions, i), final, rewards[i], terms[i], truncs[i])
-                ended[i] = bool(terms[i] or truncs[i])
-                if ended[i] and mode == AutoresetMode.SAME_STEP:
-                    recorder.reset(i, take(obs, i))
-                if recorder.episodes >= episodes:
-                    break
-            restart = ended if mode == AutoresetMode.NEXT_STEP else np.zeros(n, dtype=bool)
-            if mode == AutoresetMode.DISABLED and ended.any() and recorder.episodes < episodes:
+            ended = streams.step(actions, obs, rewards, terms, truncs, info, limit=episodes)
+            if streams.mode == streams.modes.DISABLED and ended.any() and recorder.episodes < episodes:
                 obs, _ = env.reset(options={"reset_mask": ended})
-                for i in np.flatnonzero(ended):
-                    recorder.reset(int(i), take(obs, int(i)))
+                streams.reset(obs, None, ended)
     except BaseException:
         recorder.close()
         raise

@@ -22,7 +22,7 @@ import numpy as np
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError
 
-__all__ = ["space_columns", "flatten_value", "unflatten_value", "take"]
+__all__ = ["space_columns", "flatten_value", "unflatten_value", "take", "leaf_space"]
 
 
 def space_columns(prefix: str, space: Any) -> list[ColumnSpec]:
@@ -100,3 +100,12 @@ def take(value: Any, index: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(take(v, index) for v in value)
     return np.asarray(value)[index]
+
+
+def leaf_space(space: Any, path: Sequence[str]) -> Any:
+    """The sub-space at ``path`` (Dict keys and Tuple positions, as column names spell them)."""
+    from gymnasium import spaces
+
+    for part in path:
+        space = space.spaces[int(part)] if isinstance(space, spaces.Tuple) else space.spaces[part]
+    return space
