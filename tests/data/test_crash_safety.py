@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import struct
 import time
@@ -239,3 +240,34 @@ def test_kills_at_random_moments_of_resume_leave_a_store_readers_open(tmp_path):
         assert status == "ok", f"trial {trial}: {status}\n{text}"
         status, text = run_forked(_resume_and_extend, path, have, timeout=120)
         assert status == "ok", f"trial {trial} resume: {status}\n{text}"
+
+
+def _resume_and_die(path: str) -> None:
+    writer = TrajectoryStoreWriter.resume(path)
+    writer.append({k: v[:5] for k, v in episode_rows(99).items()})
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_writers_stale_free_space_info_is_not_trusted(tmp_path):
+    """The free-space managers persisted at the last close may be reused or half-rewritten
+    by a writer that is then killed; recovery must not load them (seen as a resume that
+    failed a metadata checksum after a kill inside an earlier resume)."""
+    path = str(tmp_path / "s.h5")
+    with TrajectoryStoreWriter(path, COLUMNS) as w:
+        for i in range(3):
+            w.add_episode(episode_rows(i), metadata={"i": i})
+    for i in (3, 4):  # closed cleanly twice: free-space info persisted
+        with TrajectoryStoreWriter.resume(path) as w:
+            w.add_episode(episode_rows(i), metadata={"i": i})
+    assert run_forked(_resume_and_die, path, timeout=120)[0] == "crashed"
+    data = bytearray(open(path, "rb").read())
+    headers = [m.start() for m in re.finditer(b"FSHD", bytes(data))]
+    assert headers, "no persisted free-space manager to damage"
+    for start in headers:
+        data[start + 6] ^= 0xFF  # inside each free-space header, past its signature
+    with open(path, "wb") as f:
+        f.write(bytes(data))
+    status, text = run_forked(_resume_and_extend, path, 5, timeout=120)
+    assert status == "ok", f"{status}: {text}"
+    status, text = run_forked(_check, path, 7)
+    assert status == "ok", f"{status}: {text}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -132,6 +133,38 @@ def test_a_forked_child_releasing_an_inherited_lock_leaves_the_parents(tmp_path)
         os.waitpid(pid, 0)
         assert lock_path(path).exists()
         assert live_writer(path)["pid"] == os.getpid()
+
+
+def test_a_forked_child_does_not_keep_a_killed_writers_lock(tmp_path):
+    """A worker forked by a writer outlives it: the writer's store must still be free."""
+    path = tmp_path / "s.h5"
+    read_end, write_end = os.pipe()
+    writer = os.fork()
+    if writer == 0:
+        try:
+            os.close(read_end)
+            lock = WriterLock.acquire(path)  # noqa: F841 - held until this process is killed
+            worker = os.fork()
+            if worker == 0:
+                time.sleep(600)
+                os._exit(0)
+            os.write(write_end, str(worker).encode().ljust(16))
+            time.sleep(600)
+        finally:
+            os._exit(1)
+    os.close(write_end)
+    worker = int(os.read(read_end, 16).decode())
+    try:
+        assert live_writer(path)["pid"] == writer
+        os.kill(writer, signal.SIGKILL)
+        os.waitpid(writer, 0)
+        os.kill(worker, 0)  # the worker lives on ...
+        assert live_writer(path) is None  # ... without the lock
+        WriterLock.acquire(path).release()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+        os.close(read_end)
 
 
 def _contend(path: str, log: str, rounds: int) -> None:

@@ -19,11 +19,12 @@ import json
 import os
 import socket
 import time
+import weakref
 from pathlib import Path
 
 from torchstore.errors import DestinationError, StoreLockedError
 
-__all__ = ["lock_path", "live_writer", "WriterLock"]
+__all__ = ["lock_path", "live_writer", "locked_message", "WriterLock"]
 
 #: How long an acquire retries a lock that is busy. A lock held by a writer stays busy for
 #: the writer's lifetime; this only rides out :func:`live_writer` probes, which hold a
@@ -110,8 +111,28 @@ def locked_message(path: str | os.PathLike, info: dict, what: str = "store") -> 
     )
 
 
+#: Locks held by this process. A forked child closes its inherited copies at once: an
+#: ``flock`` belongs to the open file, so a child (a data-loader worker, say) that outlived
+#: a killed writer would otherwise keep its store locked.
+_HELD: weakref.WeakSet[WriterLock] = weakref.WeakSet()
+
+
+def _drop_inherited_locks() -> None:
+    for lock in list(_HELD):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
 class WriterLock:
     """The exclusive writer lock of one file, held until :meth:`release` (or process death).
+
+    The lock belongs to the process that took it: a forked child does not inherit it.
 
     Examples:
         >>> with WriterLock.acquire("demo.h5"):
@@ -173,7 +194,9 @@ class WriterLock:
                 info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "what": what}
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, json.dumps(info).encode(), 0)
-                return cls(path, sidecar, fd)
+                lock = cls(path, sidecar, fd)
+                _HELD.add(lock)
+                return lock
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -185,12 +208,9 @@ class WriterLock:
         return self._fd is not None
 
     def release(self) -> None:
-        """Remove the sidecar and drop the lock (idempotent).
-
-        In a forked child that inherited the lock, only the child's descriptor is closed:
-        the parent still holds the lock and its sidecar stays.
-        """
+        """Remove the sidecar and drop the lock (idempotent; nothing in a forked child)."""
         fd, self._fd = self._fd, None
+        _HELD.discard(self)
         if fd is None:
             return
         try:
