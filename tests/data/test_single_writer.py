@@ -235,3 +235,13 @@ def test_overwrite_while_this_process_reads_the_old_store(tmp_path):
         assert np.array_equal(old.episode(2)["x"].numpy(), _rows(2)["x"])
     with TrajectoryStore(path) as new:
         assert new.num_episodes == 1
+
+
+def test_a_new_store_clears_a_killed_overwrites_leftover(tmp_path):
+    path = _store(tmp_path / "s.h5", episodes=3)
+    assert run_forked(_overwrite_then_die, path, timeout=120)[0] == "crashed"
+    assert (tmp_path / ".s.h5.partial").exists()
+    path.unlink()
+    _store(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.h5"]
+    _check_all(path, 1)

@@ -196,13 +196,13 @@ class TrajectoryStoreWriter:
         lock = WriterLock.acquire(path)
         try:
             aside = None
+            partial = path.with_name(f".{path.name}.partial")
             # Leftovers of killed writers of this path (only the lock holder makes them).
-            for stale in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
+            for stale in (partial, *path.parent.glob(f".{glob.escape(path.name)}.tmp-*")):
                 stale.unlink(missing_ok=True)
             if path.exists():
                 # Write the new store aside; the old one stays whole until close() renames.
-                aside = path.with_name(f".{path.name}.partial")
-                aside.unlink(missing_ok=True)
+                aside = partial
                 create_in_place(aside, lambda f: build_store_file(f, manifest))
             else:
                 create_atomically(path, lambda f: build_store_file(f, manifest))
