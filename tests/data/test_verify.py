@@ -61,6 +61,7 @@ def test_a_truncated_store_is_damaged_not_an_exception(store):
         f.truncate(size // 2)
     report = verify_store(store, progress=False)
     assert not report.ok and report.problems[0]
+    assert report.verdict().count(str(store)) == 1
 
 
 def test_cli_verify_exit_status_and_one_line_verdict(store, capsys, monkeypatch):

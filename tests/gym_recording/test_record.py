@@ -245,3 +245,22 @@ def test_image_observations_stay_uint8_or_are_quantised(tmp_path):
         EpisodeRecorder(tmp_path / "j.h5", obs_space, spaces.Discrete(2), quantize={"obs/nope": "bounds"})
     with pytest.raises(ColumnError, match="no finite bounds"):
         EpisodeRecorder(tmp_path / "j.h5", spaces.Box(-np.inf, np.inf, (2,)), spaces.Discrete(2), quantize={"obs": "bounds"})
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from torchstore.data.writer import lossless_cast  # noqa: E402
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=20))
+def test_a_float64_cast_to_float32_happens_only_when_every_value_survives(values):
+    source = np.array(values, dtype=np.float64)
+    out = lossless_cast(source, torch.float32)
+    with np.errstate(over="ignore"):
+        exact = np.array_equal(source.astype(np.float32).astype(np.float64), source, equal_nan=True)
+    assert (out.dtype == np.float32) == exact
+    if exact:
+        assert np.array_equal(out.astype(np.float64), source, equal_nan=True)
+        as_tensor = lossless_cast(torch.from_numpy(source), torch.float32)
+        assert as_tensor.dtype == torch.float32

@@ -108,3 +108,20 @@ def test_hostile_d4rl_files_are_clear_errors(tmp_path, capsys):
     assert main(["import-d4rl", str(tmp_path / "good.hdf5"), str(tmp_path / "y.h5"), "--env-id", "Hopper-v5"]) == 0
     with TrajectoryStore(tmp_path / "y.h5") as s:
         assert s.num_rows == 10 and s.manifest.env_id == "Hopper-v5"
+
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from torchstore.minari.d4rl import episode_lengths  # noqa: E402
+
+
+@given(st.lists(st.booleans(), min_size=1, max_size=200))
+def test_episodes_end_exactly_at_the_flags(flags):
+    ends = np.array(flags, dtype=bool)
+    lengths, unfinished = episode_lengths(ends)
+    assert sum(lengths) == len(ends) and all(n > 0 for n in lengths)
+    stops = np.cumsum(lengths) - 1
+    finished = stops[:-1] if unfinished else stops
+    assert finished.tolist() == np.flatnonzero(ends).tolist()
+    assert unfinished == (not ends[-1])

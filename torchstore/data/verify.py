@@ -116,7 +116,8 @@ def verify_store(
     try:
         store = TrajectoryStore(path)
     except (TorchstoreError, OSError) as exc:
-        report.problems.append(" ".join(str(exc).split()) or type(exc).__name__)
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        report.problems.append(text.removeprefix(f"{report.path}: "))
         return report
     with store:
         tables = store._ds
