@@ -266,3 +266,25 @@ def _read_all_quietly(path, reference) -> None:
             assert np.array_equal(got, ref), f"silent wrong data in column {name}"
         for i in range(store.num_episodes):
             assert store.episode_metadata(i) == {"i": i}
+
+
+def test_a_damaged_global_heap_of_a_format1_store_is_an_error_not_a_hang(tmp_path):
+    """Format 1 kept the manifest as a heap string; HDF5 loops on some damaged heap sizes."""
+    from tests.data.test_store import _format1_store
+
+    good = _format1_store(tmp_path).read_bytes()
+    heap = good.index(b"GCOL")
+    bad = tmp_path / "heap.h5"
+
+    def open_it():
+        try:
+            TrajectoryStore(bad).close()
+        except TorchstoreError:
+            pass
+
+    for offset in range(heap + 16, heap + 32):  # the manifest object's index, count and size
+        for bit in (0, 3, 6):
+            damaged = bytearray(good)
+            damaged[offset] ^= 1 << bit
+            bad.write_bytes(damaged)
+            assert run_forked(open_it, timeout=60) == ("ok", ""), f"heap byte {offset - heap}, bit {bit}"

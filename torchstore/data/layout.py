@@ -87,6 +87,44 @@ def commit_record(rows: int, episodes: int, meta: int, *, checked: bool) -> np.n
     return np.concatenate([counts, digest])
 
 
+#: Where format 1 stores keep the global heap of their manifest (it is allocated first).
+_HEAP_WINDOW = 64 * 1024
+
+
+def _check_global_heap(filename: str, source: str) -> None:
+    """Walk the global heap collections near the start of a format 1 store.
+
+    HDF5 does not checksum the global heap, and reading a string from a collection whose
+    object sizes are damaged can loop forever; a collection whose objects do not tile it
+    exactly is reported instead of handed to HDF5.
+    """
+    try:
+        with open(filename, "rb") as fh:
+            data = fh.read(_HEAP_WINDOW)
+    except OSError:
+        return
+    pos = data.find(b"GCOL")
+    while pos >= 0:
+        start = pos
+        size = int.from_bytes(data[start + 8 : start + 16], "little")
+        end = start + size
+        if data[start + 4] == 1 and end <= len(data):
+            at = start + 16
+            while at + 16 <= end:
+                index = int.from_bytes(data[at : at + 2], "little")
+                length = int.from_bytes(data[at + 8 : at + 16], "little")
+                if index == 0:  # the free space: the rest of the collection
+                    at = end if at + length == end else -1
+                    break
+                at += 16 + (length + 7) // 8 * 8
+            if at < 0 or at > end:
+                raise StoreFormatError(
+                    f"{source}: the global heap holding the manifest is damaged (an object "
+                    f"overruns its collection at byte {start})"
+                )
+        pos = data.find(b"GCOL", start + 4)
+
+
 def read_manifest(f: h5py.File, source: str) -> Manifest:
     """The manifest of an open store file, verified against its hash.
 
@@ -97,8 +135,10 @@ def read_manifest(f: h5py.File, source: str) -> Manifest:
         attrs = f.attrs
         if MANIFEST_ATTR not in attrs:
             raise StoreFormatError(f"{source} is an HDF5 file but not a torchstore store (no '{MANIFEST_ATTR}' attribute)")
-        text = attrs[MANIFEST_ATTR]
         expected = attrs[MANIFEST_HASH_ATTR] if MANIFEST_HASH_ATTR in attrs else None
+        if expected is None:  # format 1: the manifest is a string in the global heap
+            _check_global_heap(f.filename, source)
+        text = attrs[MANIFEST_ATTR]
     except StoreFormatError:
         raise
     except Exception as exc:  # h5py raises KeyError/OSError/RuntimeError for a damaged header
