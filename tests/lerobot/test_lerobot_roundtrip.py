@@ -553,3 +553,15 @@ def test_language_annotations_import_as_codes_of_their_json(tmp_path):
     export_lerobot(tmp_path / "a.h5", tmp_path / "back", progress=False)  # annotations left out
     back = json.loads((tmp_path / "back/meta/info.json").read_text())
     assert "language_persistent" not in back["features"] and "x" in back["features"]
+
+
+@pytest.mark.parametrize("slab_bytes", [1, 200, 2**30])
+def test_export_reads_the_store_in_slabs_of_any_size(recorded, tmp_path, monkeypatch, slab_bytes):
+    import torchstore.lerobot.export as export
+
+    root, written = recorded
+    import_lerobot(root, tmp_path / "a.h5", progress=False)
+    monkeypatch.setattr(export, "_SLAB_BYTES", slab_bytes)
+    export_lerobot(tmp_path / "a.h5", tmp_path / "again", progress=False)
+    import_lerobot(tmp_path / "again", tmp_path / "b.h5", progress=False)
+    check_store(tmp_path / "b.h5", written, video_mae=2 * VIDEO_MAE)  # encoded twice

@@ -168,8 +168,7 @@ def export_lerobot(
                 if use_task_index:
                     writer._preset_tasks(tasks_table)  # task_index values stay those of the store
                 read = list(mapping) + (["task_index"] if use_task_index else [])
-                for i in range(store.num_episodes):
-                    td = store.episode(i, read)
+                for i, td in _episodes(store, read):
                     rows = {name: _leaf(td, column) for column, (name, _) in mapping.items()}
                     for column, (name, spec) in mapping.items():
                         if spec["dtype"] == "string":  # codes back to the imported strings
@@ -202,6 +201,31 @@ def export_lerobot(
     finally:
         if own:
             store.close()
+
+
+# Rows read from the store per read: one read for many small episodes (a read per
+# episode costs more than its rows), bounded for memory.
+_SLAB_BYTES = 64 * 2**20
+
+
+def _episodes(store, columns: list[str]):
+    """``(index, rows)`` of every episode, read a slab of consecutive episodes at a time."""
+    row_bytes = sum(int(np.prod(store.column(c).shape, dtype=np.int64)) * store.column(c).dtype.itemsize for c in columns)
+    budget = max(1, _SLAB_BYTES // max(row_bytes, 1))
+    n = store.num_episodes
+    bounds = [store.episodes.range(e) for e in range(n)]
+    i = 0
+    while i < n:
+        first, stop = bounds[i]
+        j = i + 1
+        while j < n and bounds[j][1] - first <= budget:
+            stop = bounds[j][1]
+            j += 1
+        slab = store.read_slab(first, stop, columns)
+        for e in range(i, j):
+            a, b = bounds[e]
+            yield e, slab[a - first : b - first]
+        i = j
 
 
 def _leaf(td, column: str) -> np.ndarray:

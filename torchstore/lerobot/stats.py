@@ -47,7 +47,6 @@ __all__ = [
     "RunningStats",
     "stats_to_json",
     "stats_from_json",
-    "check_finite",
 ]
 
 STAT_NAMES: tuple[str, ...] = (
@@ -188,6 +187,25 @@ def numeric_stats(values: np.ndarray) -> dict[str, np.ndarray]:
         raise ValueError("numeric_stats needs values of shape [n, *shape], got a 0-d array")
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"numeric_stats needs a numeric or bool dtype, got {arr.dtype}")
+    if arr.nbytes <= _MEMO_BYTES:
+        # episodes of one length repeat their frame_index and timestamp columns, and a
+        # task_index is often one value: such columns are computed once
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        hit = _MEMO.get(key)
+        if hit is None:
+            hit = _MEMO[key] = _numeric_stats(arr)
+            if len(_MEMO) > _MEMO_SIZE:
+                _MEMO.pop(next(iter(_MEMO)))
+        return {k: v.copy() for k, v in hit.items()}
+    return _numeric_stats(arr)
+
+
+_MEMO: dict[tuple, dict[str, np.ndarray]] = {}
+_MEMO_SIZE = 256
+_MEMO_BYTES = 1 << 16
+
+
+def _numeric_stats(arr: np.ndarray) -> dict[str, np.ndarray]:
     n = arr.shape[0]
     if n == 0:
         raise ValueError("numeric_stats needs at least one frame, got 0")
@@ -453,18 +471,6 @@ def aggregate_features(
         except ValueError as e:
             raise ValueError(f"feature {feature!r}: {e}") from e
     return out
-
-
-def check_finite(stats: Mapping[str, Mapping[str, Any]]) -> None:
-    """Raise what :func:`stats_to_json` would for NaN or inf, without building the JSON."""
-    for feature, feature_stats in stats.items():
-        for name, value in feature_stats.items():
-            arr = _to_numpy(value)
-            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-                raise ValueError(
-                    f"feature {feature!r}: stat {name!r} holds NaN or inf, which stats.json "
-                    "cannot store (check the feature's values)"
-                )
 
 
 def stats_to_json(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict:

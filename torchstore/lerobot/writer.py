@@ -66,7 +66,6 @@ from torchstore.lerobot.rejected import RejectedEpisode, now_iso, read_rejected,
 from torchstore.lerobot.stats import (
     ImageStatsAccumulator,
     RunningStats,
-    check_finite,
     numeric_stats,
     stats_to_json,
 )
@@ -323,7 +322,7 @@ class LeRobotWriter:
             batch = value[None] if value.ndim == 3 else value
             self._buffer[name].extend(encode_png(f) for f in batch)
         else:
-            self._buffer[name].append(value)
+            self._buffer[name].append(value[None])  # one frame: a block of one row
 
     def _encode(self, name: str, frames: np.ndarray) -> None:
         from torchstore.io.background_encoder import BackgroundVideoEncoder
@@ -376,8 +375,10 @@ class LeRobotWriter:
             for name, value in checked.items():
                 if self.features[name].is_camera:
                     self._record(name, value)  # stats, then PNG bytes or the episode's MP4
+                elif self.features[name].dtype == "string":
+                    self._buffer[name].extend(value)  # one string per frame
                 else:
-                    self._buffer[name].extend(value)  # one entry per frame
+                    self._buffer[name].append(value)  # the episode's rows as one block
             self._frame_tasks.extend(tasks)
         except BaseException:
             self.clear_episode_buffer()
@@ -429,7 +430,7 @@ class LeRobotWriter:
             if feature.dtype == "string":
                 columns[name] = self._buffer[name]
             else:
-                columns[name] = np.stack(self._buffer[name]).reshape(n, *feature.value_shape)
+                columns[name] = np.concatenate(self._buffer[name]).reshape(n, *feature.value_shape)
         columns["timestamp"] = (frame_index / self.fps).astype(np.float32)
         columns["frame_index"] = frame_index
         columns["episode_index"] = np.full(n, index, dtype=np.int64)
@@ -481,8 +482,7 @@ class LeRobotWriter:
         stats = self._stats(columns)
         running = self._running.plus(stats)
         table = self._data_table(columns)
-        if self._bulk:
-            check_finite(stats)  # refuses NaN now rather than at close()
+        if self._bulk:  # a NaN fails at close(), where stats.json refuses it
             self._buffer_episode(index, n, frame_tasks, table, stats)
             self._running = running
             return
