@@ -264,3 +264,26 @@ def test_a_float64_cast_to_float32_happens_only_when_every_value_survives(values
         assert np.array_equal(out.astype(np.float64), source, equal_nan=True)
         as_tensor = lossless_cast(torch.from_numpy(source), torch.float32)
         assert as_tensor.dtype == torch.float32
+
+
+def test_spaces_round_trip_through_the_manifest_json():
+    import json
+
+    from torchstore.gym.spaces import space_from_json, space_to_json
+
+    for space in (
+        spaces.Box(-np.inf, np.inf, (3,)),
+        spaces.Box(np.array([0.0, -1.5]), np.array([1.0, np.inf]), dtype=np.float64),
+        spaces.Box(0, 255, (8, 8, 3), np.uint8),
+        spaces.Discrete(5, start=2),
+        spaces.MultiDiscrete([2, 3]),
+        spaces.MultiBinary([2, 2]),
+        spaces.Dict(a=spaces.Tuple((spaces.Discrete(2), spaces.Box(-1, 1, (1,))))),
+    ):
+        text = json.dumps(space_to_json(space), allow_nan=False)
+        assert space_from_json(json.loads(text)) == space
+    assert space_to_json(spaces.Box(0, 255, (84, 84, 3), np.uint8))["low"] == 0  # uniform bounds stay small
+    with pytest.raises(ColumnError, match="malformed"):
+        space_from_json({"type": "Box", "shape": [2]})
+    with pytest.raises(ColumnError, match="unknown type 'Graph'"):
+        space_from_json({"type": "Graph"})

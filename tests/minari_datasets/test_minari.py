@@ -258,3 +258,48 @@ def test_image_observations_round_trip(tmp_path):
         assert s.column("obs").describe() == "uint8[32, 32, 3]"
     export_minari(store, "back/img-v0")
     _assert_equal_datasets(source, minari.load_dataset("back/img-v0"))
+
+
+class _NestedEnv(gym.Env):
+    """An unregistered env with Dict/Tuple observations and MultiBinary actions."""
+
+    observation_space = spaces.Dict(
+        pos=spaces.Box(-1, 1, (2,), np.float32),
+        tup=spaces.Tuple((spaces.Discrete(3), spaces.Box(0, np.inf, (1,), np.float64))),
+    )
+    action_space = spaces.MultiBinary(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), float(action.sum()), self.t >= 4 + int(self.np_random.integers(3)), False, {}
+
+    def _obs(self):
+        return {"pos": self.np_random.uniform(-1, 1, 2).astype(np.float32),
+                "tup": (int(self.np_random.integers(3)), self.np_random.uniform(0, 5, 1))}
+
+
+def test_a_vector_recording_with_nested_spaces_exports_exactly(tmp_path):
+    venv = gym.vector.SyncVectorEnv([_NestedEnv for _ in range(2)])
+    path = record(venv, None, 5, tmp_path / "nested.h5", seed=1)
+    export_minari(path, "rec/nested-v0")
+    back = minari.load_dataset("rec/nested-v0")
+    assert back.observation_space == _NestedEnv.observation_space
+    assert back.action_space == _NestedEnv.action_space
+    with TrajectoryStore(path) as s:
+        assert s.num_episodes == back.total_episodes == 5
+        for i, ep in enumerate(back.iterate_episodes()):
+            rows = s.episode(i)
+            assert np.array_equal(ep.observations["tup"][1][:-1], rows["obs", "tup", "1"].numpy())
+            assert np.array_equal(ep.observations["pos"][-1], rows["next", "obs", "pos"][-1].numpy())
+            assert np.array_equal(ep.actions, rows["action"].numpy())
+            assert np.array_equal(ep.rewards, rows["reward"].numpy())
+    # and back into a store: the same rows
+    again = import_minari("rec/nested-v0", tmp_path / "again.h5")
+    with TrajectoryStore(path) as a, TrajectoryStore(again) as b:
+        for name in ("obs/pos", "obs/tup/0", "next/obs/tup/1", "action", "reward", "terminated"):
+            assert np.array_equal(a.read_column(name, 0, a.num_rows), b.read_column(name, 0, b.num_rows)), name

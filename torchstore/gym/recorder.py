@@ -9,7 +9,8 @@ information is lost (the writer's rule, :func:`~torchstore.data.writer.lossless_
 An episode is committed when it ends, so a killed recording keeps every finished one.
 
 The manifest records the env id, the first reset seed and, under ``metadata["gymnasium"]``,
-the env spec (``EnvSpec.to_json``, kwargs included), from which
+the observation and action spaces and the env spec (``EnvSpec.to_json``, kwargs
+included), from which
 :meth:`TrajectoryStore.make_env <torchstore.data.store.TrajectoryStore.make_env>` rebuilds
 the env. Each episode's metadata holds its reset seed (None when the reset was not seeded)
 and, for vector envs, the sub-env (``stream``) it came from.
@@ -33,7 +34,7 @@ import numpy as np
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError, EpisodeError
-from torchstore.gym.spaces import flatten_value, space_columns, take
+from torchstore.gym.spaces import flatten_value, space_columns, space_to_json, take
 
 __all__ = ["EpisodeRecorder", "RecordEpisodes", "RecordVectorEpisodes", "record", "env_spec_metadata"]
 
@@ -203,8 +204,12 @@ class EpisodeRecorder:
     def _open(self, seed: int | None) -> None:
         from torchstore.data.writer import TrajectoryStoreWriter
 
-        gym_meta = env_spec_metadata(self._spec)
-        metadata = {**self._metadata, "gymnasium": gym_meta} if gym_meta else self._metadata
+        gym_meta = {
+            **env_spec_metadata(self._spec),
+            "observation_space": space_to_json(self.observation_space),
+            "action_space": space_to_json(self.action_space),
+        }
+        metadata = {**self._metadata, "gymnasium": gym_meta}
         self._writer = TrajectoryStoreWriter(
             self.path,
             self.columns,

@@ -22,7 +22,7 @@ import numpy as np
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError
 
-__all__ = ["space_columns", "flatten_value", "unflatten_value", "take", "leaf_space"]
+__all__ = ["space_columns", "flatten_value", "unflatten_value", "take", "leaf_space", "space_to_json", "space_from_json"]
 
 
 def space_columns(prefix: str, space: Any) -> list[ColumnSpec]:
@@ -109,3 +109,75 @@ def leaf_space(space: Any, path: Sequence[str]) -> Any:
     for part in path:
         space = space.spaces[int(part)] if isinstance(space, spaces.Tuple) else space.spaces[part]
     return space
+
+
+def _bound(values: np.ndarray) -> Any:
+    """Box bounds as JSON: one number when uniform, else nested lists; infinities as strings."""
+    def number(v: Any) -> Any:
+        return v if np.isfinite(v) else str(v)  # "inf" / "-inf"
+
+    listed = np.asarray(values).tolist()
+    flat = np.asarray(values).ravel()
+    if flat.size and (flat == flat[0]).all():
+        return number(flat[0].item())
+
+    def walk(x: Any) -> Any:
+        return [walk(v) for v in x] if isinstance(x, list) else number(x)
+
+    return walk(listed)
+
+
+def space_to_json(space: Any) -> dict[str, Any]:
+    """A space as plain JSON (no NaN or infinity tokens): what a recording's manifest keeps.
+
+    Examples:
+        >>> from gymnasium import spaces
+        >>> space_to_json(spaces.Box(0.0, 1.0, (2,)))
+        {'type': 'Box', 'dtype': 'float32', 'shape': [2], 'low': 0.0, 'high': 1.0}
+    """
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return {"type": "Dict", "spaces": {k: space_to_json(v) for k, v in space.spaces.items()}}
+    if isinstance(space, spaces.Tuple):
+        return {"type": "Tuple", "spaces": [space_to_json(v) for v in space.spaces]}
+    if isinstance(space, spaces.Box):
+        return {"type": "Box", "dtype": str(space.dtype), "shape": list(space.shape),
+                "low": _bound(space.low), "high": _bound(space.high)}
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(), "dtype": str(space.dtype)}
+    if isinstance(space, spaces.MultiBinary):
+        return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
+    raise ColumnError(f"a {type(space).__name__} space cannot be recorded")
+
+
+def _unbound(value: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    to_float = np.vectorize(lambda v: float(v) if isinstance(v, str) else v, otypes=[np.float64])
+    array = to_float(np.asarray(value, dtype=object))
+    return np.broadcast_to(array, shape).astype(dtype)
+
+
+def space_from_json(data: Mapping[str, Any]) -> Any:
+    """The inverse of :func:`space_to_json`; anything malformed is a :class:`ColumnError`."""
+    from gymnasium import spaces
+
+    try:
+        kind = data["type"]
+        if kind == "Dict":
+            return spaces.Dict({k: space_from_json(v) for k, v in data["spaces"].items()})
+        if kind == "Tuple":
+            return spaces.Tuple([space_from_json(v) for v in data["spaces"]])
+        if kind == "Box":
+            shape, dtype = tuple(data["shape"]), np.dtype(data["dtype"])
+            return spaces.Box(_unbound(data["low"], shape, dtype), _unbound(data["high"], shape, dtype), shape, dtype)
+        if kind == "Discrete":
+            return spaces.Discrete(int(data["n"]), start=int(data.get("start", 0)))
+        if kind == "MultiDiscrete":
+            return spaces.MultiDiscrete(np.asarray(data["nvec"]), dtype=data.get("dtype", "int64"), start=np.asarray(data["start"]))
+        if kind == "MultiBinary":
+            return spaces.MultiBinary(data["n"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ColumnError(f"a recorded space is malformed ({exc!r:.200})") from exc
+    raise ColumnError(f"a recorded space has an unknown type {data.get('type')!r:.80}")

@@ -3,8 +3,8 @@
 The inverse of :func:`~torchstore.minari.import_minari`: each episode's ``T`` rows give
 ``T + 1`` observations (``obs`` rows, then the last ``next/obs``), ``T`` actions, rewards,
 terminations and truncations, and infos from ``info/*`` and ``next/info/*``. The spaces
-come from the manifest (a Minari import keeps them), else from the recorded env
-(``store.make_env()``), else from the columns (unbounded ``Box`` spaces, ``Dict`` for
+come from the manifest (a Minari import and a gymnasium recording keep them), else from
+the env (``store.make_env()``), else from the columns (unbounded ``Box`` spaces, ``Dict`` for
 nested names). Images are written raw (``jpeg_encoding=False``), so values stay exact.
 """
 
@@ -78,6 +78,11 @@ def _spaces(store: Any) -> tuple[Any, Any, Any]:
         from minari.serialization import deserialize_space
 
         return deserialize_space(minari_meta["observation_space"]), deserialize_space(minari_meta["action_space"]), spec
+    recorded = meta.get("gymnasium") if isinstance(meta.get("gymnasium"), dict) else {}
+    if isinstance(recorded.get("observation_space"), dict) and isinstance(recorded.get("action_space"), dict):
+        from torchstore.gym.spaces import space_from_json
+
+        return space_from_json(recorded["observation_space"]), space_from_json(recorded["action_space"]), spec
     if store.manifest.env_id:
         with contextlib.suppress(EnvUnavailableError):
             env = store.make_env()
