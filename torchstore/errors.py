@@ -24,6 +24,7 @@ __all__ = [
     "StorageFullError",
     "EnvUnavailableError",
     "DatasetFormatError",
+    "ResidencyError",
 ]
 
 
@@ -93,3 +94,7 @@ class EnvUnavailableError(TorchstoreError, RuntimeError):
 
 class DatasetFormatError(StoreFormatError):
     """A Minari dataset or a D4RL-style HDF5 file breaks its format (missing keys, wrong shapes)."""
+
+
+class ResidencyError(TorchstoreError, ValueError):
+    """A resident budget is malformed or cannot hold what sampling needs resident."""

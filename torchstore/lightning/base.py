@@ -36,7 +36,9 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from torchstore.data.packed import PackedColumns
 from torchstore.data.store import TrajectoryStore
+from torchstore.data.windowed import BlockWindow
 from torchstore.lightning.batches import (
     Batches,
     EvalBatches,
@@ -49,6 +51,7 @@ from torchstore.samplers.draws import uniform_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.philox import PhiloxStream
 from torchstore.samplers.prioritized import PrioritizedSampler
+from torchstore.samplers.refill import parse_budget
 from torchstore.samplers.windows import RowSet
 
 __all__ = ["StoreDataModule", "Output", "SamplerKind"]
@@ -120,9 +123,28 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
         ere: ERE | None = None,
+        resident: int | str = "all",
+        resident_blocks: int = 4,
     ):
         super().__init__()
         self.sampler = choice(SamplerKind, sampler, "sampler")
+        #: ``"all"``, or the budget of a store larger than memory (rows, or a size string)
+        self.resident = resident
+        self._budget = parse_budget(resident)
+        self.windowed = self._budget[0] != "all"
+        self.resident_blocks = check_int("resident_blocks", resident_blocks, 1)
+        if self.windowed and ere is not None:
+            raise ValueError(
+                f"ere draws from the newest rows of the whole store; with resident={resident!r} "
+                "only resident blocks can be drawn: use resident='all' with ere"
+            )
+        if self.windowed and shard_episodes:
+            raise ValueError(
+                f"with resident={resident!r} DDP ranks already read disjoint blocks of the "
+                "store; drop shard_episodes"
+            )
+        #: the :class:`~torchstore.data.windowed.BlockWindow` sampled with a budget, else None
+        self.window: BlockWindow | None = None
         for name, value in (
             ("prioritized_alpha", prioritized_alpha),
             ("prioritized_beta", prioritized_beta),
@@ -228,7 +250,8 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             train = self.split.train
             if self.shard_episodes:
                 train = shard_episodes(train, self.rank, self.world_size)
-            self._load(store, device)
+            if not self.windowed:
+                self._load(store, device)
             episodes = store.episodes.to(device)
         self.device = device
         self.num_rows = episodes.num_rows
@@ -237,6 +260,8 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         #: the core's Philox stream (key ``seed``, sub-stream the rank), computed in blocks
         self.philox = PhiloxStream(self.seed, self.rank, device, block=STREAM_BLOCK)
         self._setup_policy()
+        if self.windowed:
+            self._setup_window(device)
         self._after_load()
         self._ready = True
         if self._pending_state is not None:
@@ -245,6 +270,67 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
 
     def _after_load(self) -> None:
         """Called at the end of setup, once rows, the stream and the policy exist."""
+
+    # ------------------------------------------------------------ windowed residency
+    def _window_columns(self) -> list[str]:
+        """Columns the window holds (windowed mode)."""
+        return self._required_columns()
+
+    def _window_align(self) -> bool:
+        """Whether blocks must hold whole episodes (windows or context steps need them)."""
+        return False
+
+    def _window_length(self) -> int | None:
+        """Length of sequence windows drawn from the window, ``None`` for rows."""
+        return None
+
+    def _after_window(self, window: BlockWindow) -> None:
+        """Called once the window exists (statistics, derived keys)."""
+
+    def _setup_window(self, device: torch.device) -> None:
+        """Open the store for the run and build the :class:`BlockWindow` over the training rows."""
+        store = self._store if self._store is not None else TrajectoryStore(self.store_path)
+        self._window_store = store
+        rows = self.train_rows
+        self.window = BlockWindow(
+            store,
+            self._window_columns(),
+            segments=(rows.start, rows.length, rows.episode),
+            budget=self.resident,
+            resident_blocks=self.resident_blocks,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            rank=self.rank,
+            world_size=self.world_size,
+            device=device,
+            align=self._window_align(),
+            window=self._window_length(),
+            priorities=None if self.priorities is None else self.priorities.tree,
+            beta=self.prioritized_beta,
+        )
+        self._after_window(self.window)
+
+    def _val_packed(self, index: Tensor, packed: PackedColumns) -> tuple[PackedColumns, Tensor]:
+        """``(packed, positions)`` to gather validation rows ``index`` from.
+
+        Resident: ``packed`` itself. Windowed: the rows ``index`` spans, read now in one
+        contiguous read per column (validation episodes are not in the window).
+        """
+        if self.window is None:
+            return packed, index
+        lo, hi = int(index.min()), int(index.max()) + 1
+        return self.window.read_rows(lo, hi), index - lo
+
+    def close(self) -> None:
+        """Stop the window's refill thread and close the store it reads (windowed mode)."""
+        if self.window is not None:
+            self.window.close()
+            self.window = None
+            self._ready = False
+        store = getattr(self, "_window_store", None)
+        if store is not None and store is not self._store:
+            store.close()
+        self._window_store = None
 
     def _setup_policy(self) -> None:
         self.priorities: PrioritizedSampler | None = None
@@ -324,6 +410,8 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         if isinstance(priority, Tensor):
             priority = priority.detach().to(self.device)
         self.priorities.update_priority(index, priority)
+        if self.window is not None:
+            self.window.refresh_priorities(index)
 
     def _extra_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {}
@@ -333,18 +421,27 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             state["priorities"] = to_cpu(priorities)
         if self.ere is not None:
             state["ere"] = self.ere.state_dict()
+        if self.window is not None:
+            state["window"] = self.window.state_dict()
         return state
 
     def _load_extra_state(self, state: dict[str, Any]) -> None:
         if self.ere is not None and "ere" in state:
             self.ere.load_state_dict(state["ere"])
-        if self.priorities is None:
-            return
-        if "priorities" not in state:
+        if self.priorities is not None:
+            if "priorities" not in state:
+                raise ValueError(
+                    "the checkpoint holds no priorities; it was saved with sampler='uniform'"
+                )
+            self.priorities.load_state_dict(state["priorities"])
+        if (self.window is None) != ("window" not in state):
             raise ValueError(
-                "the checkpoint holds no priorities; it was saved with sampler='uniform'"
+                "the checkpoint was saved with resident="
+                f"{'a budget' if 'window' in state else 'all'}, this datamodule has "
+                f"resident={self.resident!r}; resume with the same residency"
             )
-        self.priorities.load_state_dict(state["priorities"])
+        if self.window is not None:
+            self.window.load_state_dict(state["window"])
 
     def _ensure_ready(self) -> None:
         if not self._ready:
@@ -368,6 +465,9 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         state = self.__dict__.copy()
         if state.get("_store") is not None:  # an open file does not pickle: reopen by path
             state["_store"] = None
+        if state.get("window") is not None:  # a thread and an open file: set up again
+            state["window"] = state["_window_store"] = None
+            state["_ready"] = False
         return state
 
     # ------------------------------------------------------------ dataloaders

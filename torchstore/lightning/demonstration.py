@@ -44,7 +44,7 @@ import torch
 from tensordict import TensorDict
 
 from torchstore.data.columns import column_key, set_nested
-from torchstore.data.resident import ResidentStore
+from torchstore.data.packed import PackedColumns
 from torchstore.data.store import TrajectoryStore
 from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
 from torchstore.lightning.normalizer import Normalization, Normalizer, load_or_compute_stats
@@ -133,6 +133,8 @@ class DemonstrationDataModule(StoreDataModule):
         prioritized_alpha: float = 0.6,
         prioritized_beta: float = 0.4,
         ere: ERE | None = None,
+        resident: int | str = "all",
+        resident_blocks: int = 4,
     ):
         self.obs_keys = _names(obs_keys, "obs_keys")
         self.action_keys = _names(action_keys, "action_keys")
@@ -155,6 +157,8 @@ class DemonstrationDataModule(StoreDataModule):
             prioritized_alpha=prioritized_alpha,
             prioritized_beta=prioritized_beta,
             ere=ere,
+            resident=resident,
+            resident_blocks=resident_blocks,
         )
 
     def _required_columns(self) -> list[str]:
@@ -179,6 +183,23 @@ class DemonstrationDataModule(StoreDataModule):
         )
         self._normalizer = Normalizer(stats, self.normalization).to(device)
 
+    def _window_columns(self) -> list[str]:
+        return list(dict.fromkeys(self.obs_keys + self.action_keys))
+
+    def _window_align(self) -> bool:
+        return True  # histories and chunks stay inside a resident episode
+
+    def _after_window(self, window: Any) -> None:
+        if not self.normalize:
+            return
+        floating = {s.name for s in window.packed.columns if s.dtype.is_floating_point}
+        names = [k for k in self._window_columns() if k in floating]
+        # statistics over all committed rows, read from disk in chunks (or the cache)
+        stats = load_or_compute_stats(
+            window.store, window.disk_columns(), names, cache=self.stats_cache
+        )
+        self._normalizer = Normalizer(stats, self.normalization).to(window.device)
+
     @property
     def normalizer(self) -> Normalizer | None:
         """The :class:`Normalizer` batches were normalised with (``None`` without normalisation)."""
@@ -187,6 +208,10 @@ class DemonstrationDataModule(StoreDataModule):
 
     # ------------------------------------------------------------ batches
     def _draw_train(self) -> TensorDict | dict:
+        if self.window is not None:
+            at, row, seg, weight = self.window.draw_rows(self.philox, self.batch_size)
+            window = self.window
+            return self._windows(row, seg, window.rows, weight, at=at, packed=window.packed)
         row, seg, weight = self._draw_rows(self.batch_size, segments=True)
         return self._windows(row, seg, self.train_rows, weight)
 
@@ -195,18 +220,45 @@ class DemonstrationDataModule(StoreDataModule):
         weight = None
         if self.priorities is not None:
             weight = torch.ones(row.shape, dtype=torch.float32, device=self.device)
-        return self._windows(row, seg, self.val_rows, weight)
+        if self.window is None:
+            return self._windows(row, seg, self.val_rows, weight)
+        rows = self.val_rows
+        first, length = rows.start[seg], rows.length[seg]
+        index, _ = self._context(row, first, length)
+        packed, _ = self._val_packed(index, self.window.packed)
+        lo = int(index.min())
+        return self._windows(
+            row, seg, rows, weight, at=row - lo, packed=packed, first=first - lo
+        )
+
+    def _context(
+        self, t: torch.Tensor, first: torch.Tensor, length: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return context_windows(
+            t, first, length, before=self.n_obs_steps - 1, after=self.action_horizon - 1
+        )
 
     def _windows(
-        self, t: torch.Tensor, seg: torch.Tensor, rows: RowSet, weight: torch.Tensor | None
+        self,
+        t: torch.Tensor,
+        seg: torch.Tensor,
+        rows: RowSet,
+        weight: torch.Tensor | None,
+        *,
+        at: torch.Tensor | None = None,
+        packed: Any = None,
+        first: torch.Tensor | None = None,
     ) -> TensorDict | dict:
+        """Histories and chunks of store rows ``t``; with ``packed``, gathered around
+        positions ``at`` of it (``first``: the episodes' first positions, else ``rows``')."""
         n_obs = self.n_obs_steps
-        index, mask = context_windows(
-            t, rows.start[seg], rows.length[seg], before=n_obs - 1, after=self.action_horizon - 1
-        )
+        first = rows.start[seg] if first is None else first
+        index, mask = self._context(t if at is None else at, first, rows.length[seg])
+        obs_packed = self.obs_resident.packed if packed is None else packed
+        action_packed = self.action_resident.packed if packed is None else packed
         leaves = {
-            "obs": self._group(self.obs_resident, index[:, :n_obs], self.obs_keys),
-            "action": self._group(self.action_resident, index[:, n_obs - 1 :], self.action_keys),
+            "obs": self._group(obs_packed, index[:, :n_obs], self.obs_keys),
+            "action": self._group(action_packed, index[:, n_obs - 1 :], self.action_keys),
             "obs_mask": mask[:, :n_obs],
             "action_mask": mask[:, n_obs - 1 :],
             "index": t,
@@ -216,8 +268,7 @@ class DemonstrationDataModule(StoreDataModule):
             leaves["priority_weight"] = weight
         return self._finish(leaves, t.shape[0])
 
-    def _group(self, resident: ResidentStore, rows: torch.Tensor, names: list[str]) -> dict:
-        packed = resident.packed
+    def _group(self, packed: PackedColumns, rows: torch.Tensor, names: list[str]) -> dict:
         blocks = packed.gather_blocks(rows.reshape(-1))
         tree: dict = {}
         norm = self._normalizer
@@ -233,6 +284,6 @@ class DemonstrationDataModule(StoreDataModule):
             f"DemonstrationDataModule({str(self.store_path)!r}, batch_size={self.batch_size}, "
             f"obs_keys={self.obs_keys}, action_keys={self.action_keys}, "
             f"n_obs_steps={self.n_obs_steps}, action_horizon={self.action_horizon}, "
-            f"sampler={self.sampler.value!r}, "
+            f"sampler={self.sampler.value!r}, resident={self.resident!r}, "
             f"train_episodes={len(self.split.train)}, val_episodes={len(self.split.val)})"
         )

@@ -143,10 +143,12 @@ class OfflineDataModule(StoreDataModule):
         shard_episodes: bool = False,
         ere: ERE | None = None,
         window: int | None = None,
+        resident: int | str = "all",
+        resident_blocks: int = 4,
     ):
         self.layout = choice(Layout, layout, "layout")
-        self.window = None if window is None else check_int("window", window, 1)
-        if self.window is not None and choice(SamplerKind, sampler, "sampler") is not (
+        self.window_length = None if window is None else check_int("window", window, 1)
+        if self.window_length is not None and choice(SamplerKind, sampler, "sampler") is not (
             SamplerKind.UNIFORM
         ):
             raise ValueError(
@@ -171,6 +173,8 @@ class OfflineDataModule(StoreDataModule):
             prioritized_alpha=prioritized_alpha,
             prioritized_beta=prioritized_beta,
             ere=ere,
+            resident=resident,
+            resident_blocks=resident_blocks,
         )
 
     # ------------------------------------------------------------ boundary
@@ -222,32 +226,54 @@ class OfflineDataModule(StoreDataModule):
 
     # ------------------------------------------------------------ setup
     def _load(self, store: TrajectoryStore, device: torch.device) -> None:
-        self.resident = store.resident(self._names, device=device)
+        self.resident_view = store.resident(self._names, device=device)
         self._derived = self._derive_terminated(self._names)
 
+    def _window_columns(self) -> list[str]:
+        return list(self._names)
+
+    def _window_align(self) -> bool:
+        return self.window_length is not None
+
+    def _window_length(self) -> int | None:
+        return self.window_length
+
+    def _after_window(self, window: Any) -> None:
+        self._derived = self._derive_terminated(self._names)
+
+    @property
+    def _packed(self) -> Any:
+        return self.window.packed if self.window is not None else self.resident_view.packed
+
     def _after_load(self) -> None:
-        if self.window is None:
+        if self.window_length is None:
             return
         train = self.train_rows
-        self._train_windows = int(window_counts(train.length, self.window).sum())
+        self._train_windows = int(window_counts(train.length, self.window_length).sum())
         if self._train_windows == 0:
             longest = int(train.length.max()) if len(train.length) else 0
             raise ValueError(
-                f"window ({self.window}) is longer than every training episode (the longest "
+                f"window ({self.window_length}) is longer than every training episode (the longest "
                 f"has {longest} rows); use a shorter window"
             )
 
     def _train_units(self) -> int:
-        return len(self.train_rows) if self.window is None else self._train_windows
+        return len(self.train_rows) if self.window_length is None else self._train_windows
 
     def _val_units(self) -> int:
-        if self.window is None:
+        if self.window_length is None:
             return len(self.val_rows)
-        return int(window_counts(self.val_rows.length, self.window).sum())
+        return int(window_counts(self.val_rows.length, self.window_length).sum())
 
     # ------------------------------------------------------------ batches
     def _draw_train(self) -> TensorDict | dict:
-        if self.window is None:
+        if self.window is not None:
+            if self.window_length is None:
+                packed, row, _, weight = self.window.draw_rows(self.philox, self.batch_size)
+                return self._assemble(row, weight, at=packed)
+            packed, rows, episode = self.window.draw_windows(self.philox, self.batch_size)
+            return self._assemble(rows, None, episode=episode, at=packed)
+        if self.window_length is None:
             index, _, weight = self._draw_rows(self.batch_size)
             return self._assemble(index, weight)
         total = self._train_windows
@@ -256,19 +282,23 @@ class OfflineDataModule(StoreDataModule):
         return self._assemble_windows(self.train_rows, g)
 
     def _make_val(self, i: int) -> TensorDict | dict:
-        if self.window is not None:
+        if self.window_length is not None:
             return self._assemble_windows(self.val_rows, self._val_numbers(i))
         index = self.val_rows.rows(self._val_numbers(i))
         weight = None
         if self.priorities is not None:
             weight = torch.ones(index.shape, dtype=torch.float32, device=self.device)
-        return self._assemble(index, weight)
+        packed, at = self._val_packed(index, self._packed)
+        return self._assemble(index, weight, at=at, packed=packed)
 
     def _assemble_windows(self, rows: Any, g: torch.Tensor) -> TensorDict | dict:
         w = choose_windows(
-            rows.start, rows.length, rows.episode, g, capacity=self.num_rows, T=self.window
+            rows.start, rows.length, rows.episode, g, capacity=self.num_rows, T=self.window_length
         )
-        return self._assemble(w.index, None, episode=w.episode_id)
+        if self.window is None:
+            return self._assemble(w.index, None, episode=w.episode_id)
+        packed, at = self._val_packed(w.index, self._packed)
+        return self._assemble(w.index, None, episode=w.episode_id, at=at, packed=packed)
 
     def _assemble(
         self,
@@ -276,9 +306,13 @@ class OfflineDataModule(StoreDataModule):
         weight: torch.Tensor | None,
         *,
         episode: torch.Tensor | None = None,
+        at: torch.Tensor | None = None,
+        packed: Any = None,
     ) -> TensorDict | dict:
-        packed = self.resident.packed
-        blocks = packed.gather_blocks(index.reshape(-1))
+        """A batch of store rows ``index``, gathered at positions ``at`` of ``packed``
+        (the resident view or the window, at ``index`` itself by default)."""
+        packed = self._packed if packed is None else packed
+        blocks = packed.gather_blocks((index if at is None else at).reshape(-1))
         if episode is None and self.layout is Layout.FLAT and self.output is Output.TENSORDICT:
             extra = (
                 {"index": index} if weight is None else {"index": index, "priority_weight": weight}
@@ -303,6 +337,6 @@ class OfflineDataModule(StoreDataModule):
     def __repr__(self) -> str:
         return (
             f"OfflineDataModule({str(self.store_path)!r}, batch_size={self.batch_size}, "
-            f"sampler={self.sampler.value!r}, layout={self.layout.value!r}, window={self.window}, "
+            f"sampler={self.sampler.value!r}, layout={self.layout.value!r}, window={self.window_length}, resident={self.resident!r}, "
             f"train_episodes={len(self.split.train)}, val_episodes={len(self.split.val)})"
         )
