@@ -168,7 +168,7 @@ def test_export_refuses_a_store_without_next_observations(tmp_path):
     with TrajectoryStore(path) as s:
         assert "terminated" not in {c.name for c in s.columns}
     with pytest.raises(ColumnError, match=r"lacks the columns \['terminated'\]"):
-        export_minari(path, "x/demo-v0")
+        export_minari(path, "probe/demo-v0")
 
 
 def test_hostile_minari_datasets_are_clear_errors(tmp_path, capsys):
@@ -303,3 +303,40 @@ def test_a_vector_recording_with_nested_spaces_exports_exactly(tmp_path):
     with TrajectoryStore(path) as a, TrajectoryStore(again) as b:
         for name in ("obs/pos", "obs/tup/0", "next/obs/tup/1", "action", "reward", "terminated"):
             assert np.array_equal(a.read_column(name, 0, a.num_rows), b.read_column(name, 0, b.num_rows)), name
+
+
+def test_export_in_chunks_and_hostile_ids(tmp_path, monkeypatch):
+    import torchstore.minari.exporter as exporter
+
+    path = record(gym.make("CartPole-v1"), None, 6, tmp_path / "r.h5", seed=0)
+    monkeypatch.setattr(exporter, "CHUNK_STEPS", 30)  # several create/update rounds
+    export_minari(path, "probe/chunks-v0", data_format="arrow")
+    back = minari.load_dataset("probe/chunks-v0")
+    with TrajectoryStore(path) as s:
+        assert back.total_episodes == 6 and back.total_steps == s.num_rows
+        for i, ep in enumerate(back.iterate_episodes()):
+            assert np.array_equal(ep.observations[1:], s.episode(i)["next", "obs"].numpy())
+    from torchstore.errors import UnsafePathError
+
+    for bad, error in (("", ValueError), ("no version", ValueError), ("../../escape-v0", UnsafePathError), ("/abs/x-v0", UnsafePathError)):
+        with pytest.raises(error, match="dataset_id"):
+            export_minari(path, bad)
+    assert sorted(p.name for p in (tmp_path / "minari").iterdir()) == ["probe"]
+    assert not (tmp_path / "escape-v0").exists()
+
+
+def test_a_failed_export_leaves_no_partial_dataset(tmp_path, monkeypatch):
+    import torchstore.minari.exporter as exporter
+
+    path = record(gym.make("CartPole-v1"), None, 4, tmp_path / "r.h5", seed=0)
+    monkeypatch.setattr(exporter, "CHUNK_STEPS", 10)
+    calls = []
+
+    def failing(self, buffer):
+        calls.append(len(buffer))
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(minari.MinariDataset, "update_dataset_from_buffer", failing)
+    with pytest.raises(OSError, match="simulated"):
+        export_minari(path, "probe/partial-v0")
+    assert calls and not (tmp_path / "minari" / "probe" / "partial-v0").exists()

@@ -12,19 +12,28 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from torchstore.errors import ColumnError, DestinationExistsError, EnvUnavailableError
+from torchstore.errors import (
+    ColumnError,
+    DestinationExistsError,
+    EnvUnavailableError,
+    EpisodeError,
+    UnsafePathError,
+)
 from torchstore.gym.spaces import unflatten_value
 from torchstore.minari.importer import require_minari
 
 __all__ = ["export_minari"]
 
 FORMATS = ("hdf5", "arrow")
+#: Steps handed to minari at a time (its writers take whole episode buffers in memory).
+CHUNK_STEPS = 65536
 
 
 @contextlib.contextmanager
@@ -109,6 +118,75 @@ def _check_columns(store: Any, obs_space: Any, act_space: Any) -> None:
         )
 
 
+def _check_id(dataset_id: Any) -> None:
+    from minari.dataset.minari_dataset import parse_dataset_id
+
+    if not isinstance(dataset_id, str) or not dataset_id:
+        raise ValueError(f"dataset_id ({dataset_id!r}) must be a non-empty string like name-v0")
+    if dataset_id.startswith("/") or any(part in ("", ".", "..") for part in dataset_id.split("/")):
+        raise UnsafePathError(f"dataset_id ({dataset_id!r}) must not be absolute or hold empty, '.' or '..' parts")
+    try:
+        parse_dataset_id(dataset_id)
+    except ValueError as exc:
+        raise ValueError(f"dataset_id ({dataset_id!r}) must look like (namespace/)name-vN") from exc
+
+
+def _episode_buffers(store: Any, obs_space: Any, act_space: Any, bar: Any) -> Iterator[list]:
+    """The store's episodes as minari ``EpisodeBuffer`` lists of about :data:`CHUNK_STEPS` steps."""
+    from minari.data_collector import EpisodeBuffer
+
+    info_names = [c.name for c in store.columns if c.name.startswith("info/")]
+    chunk: list = []
+    steps = 0
+    for i in range(store.num_episodes):
+        ep = store.episode(i)
+        flat = {
+            (k if isinstance(k, str) else "/".join(k)): v.numpy()
+            for k, v in ep.items(include_nested=True, leaves_only=True)
+        }
+        whole = {n: np.concatenate([flat[n], flat[f"next/{n}"][-1:]]) for n in flat if n.startswith(("obs", "info/"))}
+        infos: dict[str, Any] = {}
+        for name in info_names:
+            node = infos
+            parts = name.split("/")[1:]
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+            node[parts[-1]] = whole[name]
+        chunk.append(
+            EpisodeBuffer(
+                id=i,
+                seed=store.episode_metadata(i).get("seed"),
+                observations=unflatten_value("obs", obs_space, whole),
+                actions=unflatten_value("action", act_space, flat),
+                rewards=flat["reward"],
+                terminations=flat["terminated"],
+                truncations=flat["truncated"],
+                infos=infos,
+            )
+        )
+        steps += len(flat["reward"])
+        if bar is not None:
+            bar.update(len(flat["reward"]))
+        if steps >= CHUNK_STEPS:
+            yield chunk
+            chunk, steps = [], 0
+    if chunk:
+        yield chunk
+
+
+def _env_for(spec: Any) -> Any:
+    """``spec`` if gymnasium can build it here (minari makes the env), else None."""
+    if spec is None:
+        return None
+    import gymnasium
+
+    try:
+        gymnasium.make(spec).close()
+    except Exception:  # noqa: BLE001 - the env is not installed here: write no spec
+        return None
+    return spec
+
+
 def export_minari(
     store: Any,
     dataset_id: str,
@@ -118,6 +196,9 @@ def export_minari(
     progress: bool = True,
 ) -> Path:
     """Write ``store`` as the Minari dataset ``dataset_id``; returns the dataset's folder.
+
+    Episodes are handed to minari in chunks of about :data:`CHUNK_STEPS` steps, so a store
+    larger than memory exports. A failed export removes the partial dataset.
 
     Args:
         store: a :class:`~torchstore.data.store.TrajectoryStore` or a store path.
@@ -130,90 +211,58 @@ def export_minari(
     Raises:
         DestinationExistsError: the dataset id already exists under the root.
         ColumnError: the store lacks a column a Minari episode needs.
+        UnsafePathError: the id would land outside the root (``..`` parts).
     """
     from torchstore.data.store import TrajectoryStore
     from torchstore.io.progress import progress_bar
 
     minari = require_minari()
-    from minari.data_collector import EpisodeBuffer
-
     if data_format not in FORMATS:
         raise ValueError(f"data_format ({data_format!r}) must be one of {FORMATS}")
-    if not isinstance(dataset_id, str) or not dataset_id:
-        raise ValueError(f"dataset_id ({dataset_id!r}) must be a non-empty string like name-v0")
+    _check_id(dataset_id)
     own = not isinstance(store, TrajectoryStore)
     if own:
         store = TrajectoryStore(store)
     try:
+        if store.num_episodes == 0:
+            raise EpisodeError(f"{store.path} holds no episodes; a Minari dataset needs at least one")
         obs_space, act_space, spec = _spaces(store)
         _check_columns(store, obs_space, act_space)
-        info_names = [c.name for c in store.columns if c.name.startswith("info/")]
-        buffers = []
-        bar = progress_bar(enabled=progress, total=store.num_rows, unit="step", desc="export", leave=False)
-        for i in range(store.num_episodes):
-            ep = store.episode(i)
-            flat = {
-                (k if isinstance(k, str) else "/".join(k)): v.numpy()
-                for k, v in ep.items(include_nested=True, leaves_only=True)
-            }
-            whole = {n: np.concatenate([flat[n], flat[f"next/{n}"][-1:]]) for n in flat if n.startswith(("obs", "info/"))}
-            infos: dict[str, Any] = {}
-            for name in info_names:
-                node = infos
-                parts = name.split("/")[1:]
-                for part in parts[:-1]:
-                    node = node.setdefault(part, {})
-                node[parts[-1]] = whole[name]
-            seed = store.episode_metadata(i).get("seed")
-            buffers.append(
-                EpisodeBuffer(
-                    id=i,
-                    seed=seed,
-                    observations=unflatten_value("obs", obs_space, whole),
-                    actions=unflatten_value("action", act_space, flat),
-                    rewards=flat["reward"],
-                    terminations=flat["terminated"],
-                    truncations=flat["truncated"],
-                    infos=infos,
-                )
-            )
-            if bar is not None:
-                bar.update(len(flat["reward"]))
-        if bar is not None:
-            bar.close()
         meta = store.manifest.metadata.get("minari") or {}
         with _datasets_root(root):
             from minari.storage import get_dataset_path
 
+            target = get_dataset_path(dataset_id)
+            if target.exists():
+                raise DestinationExistsError(f"the Minari dataset {dataset_id!r} already exists at {target}")
+            env = _env_for(spec)
+            bar = progress_bar(enabled=progress, total=store.num_rows, unit="step", desc="export", leave=False)
+            dataset = None
             try:
-                env = spec
-                if env is not None:
-                    import gymnasium
-
-                    try:
-                        gymnasium.make(env).close()
-                    except Exception:  # noqa: BLE001 - the env is not installed here: write no spec
-                        env = None
-                dataset = minari.create_dataset_from_buffers(
-                    dataset_id,
-                    buffers,
-                    env=env,
-                    observation_space=obs_space,
-                    action_space=act_space,
-                    algorithm_name=meta.get("algorithm_name"),
-                    author=meta.get("author") and set(meta["author"]),
-                    author_email=meta.get("author_email") and set(meta["author_email"]),
-                    code_permalink=meta.get("code_permalink"),
-                    description=meta.get("description") or f"exported from the torchstore store {store.path.name}",
-                    data_format=data_format,
-                    jpeg_encoding=False,
-                )
-            except ValueError as exc:
-                if "already exists" in str(exc):
-                    raise DestinationExistsError(
-                        f"the Minari dataset {dataset_id!r} already exists under {get_dataset_path()}"
-                    ) from exc
+                for chunk in _episode_buffers(store, obs_space, act_space, bar):
+                    if dataset is not None:
+                        dataset.update_dataset_from_buffer(chunk)
+                        continue
+                    dataset = minari.create_dataset_from_buffers(
+                        dataset_id,
+                        chunk,
+                        env=env,
+                        observation_space=obs_space,
+                        action_space=act_space,
+                        algorithm_name=meta.get("algorithm_name"),
+                        author=meta.get("author") and set(meta["author"]),
+                        author_email=meta.get("author_email") and set(meta["author_email"]),
+                        code_permalink=meta.get("code_permalink"),
+                        description=meta.get("description") or f"exported from the torchstore store {store.path.name}",
+                        data_format=data_format,
+                        jpeg_encoding=False,
+                    )
+            except BaseException:
+                shutil.rmtree(target, ignore_errors=True)  # it did not exist before
                 raise
+            finally:
+                if bar is not None:
+                    bar.close()
         return Path(dataset.storage.data_path).parent
     finally:
         if own:
