@@ -340,3 +340,18 @@ def test_a_failed_export_leaves_no_partial_dataset(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="simulated"):
         export_minari(path, "probe/partial-v0")
     assert calls and not (tmp_path / "minari" / "probe" / "partial-v0").exists()
+
+
+def test_a_damaged_arrow_dataset_is_a_clear_error(tmp_path):
+    minari.create_dataset_from_buffers("probe/arrow-v0", _cartpole_buffers(3), env="CartPole-v1", data_format="arrow")
+    data = tmp_path / "minari" / "probe" / "arrow-v0" / "data"
+    part = next((data / "1").glob("*.arrow"))
+    raw = part.read_bytes()
+    part.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(DatasetFormatError, match="episode 1"):
+        import_minari("probe/arrow-v0", tmp_path / "x.h5")
+    assert not (tmp_path / "x.h5").exists()
+    part.write_bytes(raw)
+    (data / "2" / "metadata.json").write_text("[1, 2")
+    with pytest.raises(DatasetFormatError, match="arrow-v0"):
+        import_minari("probe/arrow-v0", tmp_path / "x.h5")
