@@ -122,11 +122,11 @@ def test_prioritized_draws_follow_the_whole_store_priorities(store_path):
         tree = SumTree(n)
         prio = (torch.arange(n) % 5 + 1).double()
         tree.update(torch.arange(n), prio)
-        w = window(store, 150, k=3, batch=32, priorities=tree, beta=0.5)
+        w = window(store, 240, k=3, batch=64, priorities=tree, beta=0.5)
         stream = PhiloxStream(3, block=4096)
         counts = torch.zeros(n, dtype=torch.int64)
-        for _ in range(2500):
-            _, row, _, weight = w.draw_rows(stream, 32)
+        for _ in range(1200):
+            _, row, _, weight = w.draw_rows(stream, 64)
             torch.testing.assert_close(weight, (prio[row] / prio.min()).pow(-0.5).float())
             counts += torch.bincount(row, minlength=n)
         w.close()

@@ -337,10 +337,10 @@ class BlockWindow:
     def _phase_weight(self) -> float:
         if self.tree is None:
             return float(sum(self._block_units[self._slot_block[s]] for s in self._slots))
-        total = float(self.priorities.total())
+        total = float(self.priorities.values().sum())
         if total <= 0:
             return 0.0
-        return float(self.tree.total()) / total * self.total_units
+        return float(self.tree.values().sum()) / total * self.total_units
 
     def _ready(self) -> None:
         """Make sure the current phase has a batch left (opening or advancing phases)."""
