@@ -628,9 +628,10 @@ def test_restoring_into_other_columns_or_capacity_is_refused(tmp_path):
         StoreReplay(5).load_state_dict(rb.storage.state_dict())
 
 
-def test_ndim_other_than_one_is_refused():
-    with pytest.raises(ValueError, match="ndim \\(2\\) must be 1"):
-        StoreReplay(10, ndim=2)
+@pytest.mark.parametrize("ndim", [0, 3, True])
+def test_ndim_other_than_one_or_two_is_refused(ndim):
+    with pytest.raises(ValueError, match="must be 1 or 2"):
+        StoreReplay(10, ndim=ndim)
 
 
 @pytest.mark.parametrize("capacity", [0, -3, 2.5, True])

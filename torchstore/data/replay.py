@@ -23,14 +23,23 @@ Layout rules, written down once:
   any of them is a column (torchrl's nested layout, where the root ``done`` is the state
   *before* the step), else from the flat ``done``, ``truncated`` and ``terminated``;
   flags present are OR-ed. With none of them the ring holds one open episode.
-* ``ndim`` must be 1. Extra batch dims of written TensorDicts become per-row shape.
+* ``ndim`` is 1 or 2. With ``ndim=1`` extra batch dims of written TensorDicts become
+  per-row shape. With ``ndim=2`` (torchrl's multi-env layout) written data is
+  ``[T, n_envs, ...]`` after torchrl's transpose (``rb.extend`` of ``[n_envs, T]``
+  batches does it), the capacity is rounded up to a multiple of ``n_envs`` on the first
+  write (as torchrl does), cursors address time rows, ``len`` counts elements
+  (``time rows * n_envs``), ``shape`` is ``[time rows, n_envs]`` and ``get`` takes
+  torchrl's index forms (``(time, env)`` tuples, time rows, slices). Rows are stored
+  time-major (flat row ``t * n_envs + e``) and each env stream keeps its own episode
+  index, so windows never cross an env stream.
 * Writes outside the append order (torchrl's max-value writer, a ``set`` at another row)
   are correct but rebuild the episode index in ``O(capacity)`` and give the surviving
   episodes fresh ids; ``rb[idx] = v`` rebuilds only when it changes an end flag.
 
 Not supported, each refused with a clear error: ``update_if_present``
 (``supports_conditional_update`` is False), torchrl's checkpointers and their save/load
-hooks, and sharing with spawned processes. A tensorclass is stored, and returned, as its
+hooks, sharing with spawned processes, and, with ``ndim=2``, checkpoint files
+(``dumps``/``loads``; ``state_dict`` works), ``flatten()`` and prioritized windows. A tensorclass is stored, and returned, as its
 TensorDict. ``set`` and ``get`` are opaque to ``torch.compile`` (a compiled
 ``extend`` + ``sample`` loop does not recompile); graph-safe sampling reads ``packed``,
 ``fill_level`` and ``cursor_tensor`` directly.
@@ -111,7 +120,8 @@ class StoreReplay(TensorStorage):
         columns: the columns (``ColumnSpec`` list or mapping name -> spec kwargs); inferred
             from the first write (dtype and per-row shape of every leaf) when omitted.
         device: where the rows live and batches land (``"auto"``: the first write's).
-        ndim: must be 1 (time-major multi-env storage is not supported).
+        ndim: 1, or 2 for torchrl's ``[T, n_envs]`` multi-env layout (the last batch dim
+            of an extended ``[n_envs, T]`` batch is time).
         compilable: torchrl's flag (tensor counters instead of shared ones).
 
     Examples:
@@ -136,10 +146,10 @@ class StoreReplay(TensorStorage):
         ndim: int = 1,
         compilable: bool = False,
     ):
-        if ndim != 1:
+        if isinstance(ndim, bool) or ndim not in (1, 2):
             raise ValueError(
-                f"StoreReplay ndim ({ndim}) must be 1; flatten multi-env batches to rows "
-                "(td.reshape(-1)) before extending"
+                f"StoreReplay ndim ({ndim!r}) must be 1 or 2; flatten batches with more env "
+                "dims to [T, n_envs] (or to rows) before extending"
             )
         if (
             isinstance(capacity, bool)
@@ -148,8 +158,10 @@ class StoreReplay(TensorStorage):
         ):
             raise ValueError(f"StoreReplay capacity ({capacity!r}) must be a positive int")
         self._episodes = RingEpisodes(int(capacity))
+        self._streams = [self._episodes]
+        self._width = 1
         super().__init__(
-            storage=None, max_size=int(capacity), device=device, ndim=1, compilable=compilable
+            storage=None, max_size=int(capacity), device=device, ndim=ndim, compilable=compilable
         )
         self._declared = None if columns is None else validate_columns(columns)
         self._packed: PackedColumns | None = None
@@ -160,7 +172,7 @@ class StoreReplay(TensorStorage):
         scalar_device = "cpu" if self.device == "auto" else self.device
         self.fill_level = torch.zeros((), dtype=torch.int64, device=scalar_device)
         self.cursor_tensor = torch.zeros((), dtype=torch.int64, device=scalar_device)
-        if self._declared is not None and self.device != "auto":
+        if self._declared is not None and self.device != "auto" and ndim == 1:
             self._allocate(self._declared)
 
     # ----------------------------------------------------------------- public state
@@ -170,8 +182,18 @@ class StoreReplay(TensorStorage):
 
     @property
     def cursor(self) -> int:
-        """Physical row the next ring write goes to."""
-        return self._episodes.cursor
+        """Physical (flat) row the next ring write goes to (``time row * n_envs`` when ndim=2)."""
+        return self._episodes.cursor * self._width
+
+    @property
+    def n_envs(self) -> int:
+        """Env streams per time row (1 with ``ndim=1``; known after the first write with 2)."""
+        return self._width
+
+    @property
+    def time_capacity(self) -> int:
+        """Time rows in the ring (``capacity // n_envs``; the capacity with ``ndim=1``)."""
+        return self.max_size // self._width
 
     @property
     def columns(self) -> tuple[ColumnSpec, ...] | None:
@@ -187,7 +209,9 @@ class StoreReplay(TensorStorage):
 
     @property
     def next_episode_id(self) -> int:
-        return self._episodes.next_episode_id
+        if self._width == 1:
+            return self._episodes.next_episode_id
+        return max(s.next_episode_id for s in self._streams) * self._width
 
     def episode_segments(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(start, length, episode_id)``: int64 ``[n]`` on the device, oldest first.
@@ -195,15 +219,35 @@ class StoreReplay(TensorStorage):
         One entry per surviving (part of an) episode, the one being written included. The
         rows of segment ``i`` are ``(start[i] + arange(length[i])) % capacity``; no segment
         crosses an episode end or the ring's wrap point (the cursor).
+
+        With ``ndim=2`` the segments of every env stream are listed, stream by stream:
+        ``start`` is then a *time* row of stream :meth:`segment_streams` ``[i]`` (its rows
+        are ``((start[i] + arange(length[i])) % time_capacity, env)``) and episode ids are
+        ``stream_id * n_envs + env``, unique over the ring.
         """
-        version = self._episodes.version
+        return self._segment_table()[1]
+
+    def segment_streams(self) -> torch.Tensor:
+        """The env stream of each :meth:`episode_segments` entry (all 0 with ``ndim=1``)."""
+        return self._segment_table()[2]
+
+    def _segment_table(self) -> tuple[Any, ...]:
+        version = tuple(s.version for s in self._streams)
         cached = self._segments_cache
         if cached is None or cached[0] != version:
-            table = torch.stack(self._episodes.segments())
+            width = self._width
+            parts = []
+            for env, stream in enumerate(self._streams):
+                start, length, ids = stream.segments()
+                parts.append(
+                    torch.stack([start, length, ids * width + env, torch.full_like(ids, env)])
+                )
+            table = torch.cat(parts, 1)
             device = torch.device("cpu") if self.device == "auto" else self.device
-            cached = (version, tuple(table.to(device).unbind(0)))
+            columns = table.to(device).unbind(0)
+            cached = (version, columns[:3], columns[3])
             self._segments_cache = cached
-        return cached[1]
+        return cached
 
     def align_writer(self, target: Any) -> None:
         """Point a buffer's (or writer's) round-robin cursor at this ring's cursor.
@@ -212,7 +256,7 @@ class StoreReplay(TensorStorage):
         that is not full, call this so new rows append after the restored ones.
         """
         writer = getattr(target, "_writer", target)
-        writer._cursor = self.cursor
+        writer._cursor = self._episodes.cursor
 
     @property
     def checkpointer(self) -> StoreReplayCheckpointer:
@@ -233,27 +277,53 @@ class StoreReplay(TensorStorage):
     # ----------------------------------------------------------------- torchrl sizes
     @_compile_disable()
     def __len__(self) -> int:
-        return self._episodes.rows
+        return self._episodes.rows * self._width
 
     @property
     def _len(self) -> int:
-        return self._episodes.rows
+        return self._episodes.rows * self._width
 
     @_len.setter
     def _len(self, value: int) -> None:
         # torchrl's writer.write_at (ConsumingSampler) assigns the length directly.
         value = int(value)
         index = getattr(self, "_episodes", None)
-        if index is None or value == index.rows:
+        if index is None or value == index.rows * self._width:
             return
-        if not 0 <= value <= self.max_size:
-            raise ValueError(f"length ({value}) must be in [0, {self.max_size}]")
-        self._rebuild(rows=value, cursor=index.cursor)
+        if not 0 <= value <= self.max_size or value % self._width:
+            raise ValueError(
+                f"length ({value}) must be in [0, {self.max_size}] and a multiple of "
+                f"n_envs ({self._width})"
+            )
+        self._rebuild(rows=value // self._width, cursor=index.cursor)
         self._sync_scalars()
 
     @property
     def _total_shape(self) -> torch.Size | None:
-        return torch.Size([self.max_size]) if self.initialized else None
+        if not self.initialized:
+            return None
+        if self.ndim == 1:
+            return torch.Size([self.max_size])
+        return torch.Size([self.time_capacity, self._width])
+
+    def _init_streams(self, n_envs: int) -> None:
+        """ndim=2, first write: one episode index per env; capacity rounded up as torchrl."""
+        if n_envs < 1:
+            raise ColumnError(f"ndim=2 rows need at least one env (got {n_envs} along dim 1)")
+        time_capacity = -(self.max_size // -n_envs)
+        self.max_size = time_capacity * n_envs
+        self._width = n_envs
+        self._streams = [RingEpisodes(time_capacity) for _ in range(n_envs)]
+        self._episodes = self._streams[0]
+        self._segments_cache = None
+
+    def flatten(self) -> StoreReplay:
+        if self.ndim == 1:
+            return self
+        raise NotImplementedError(
+            "StoreReplay(ndim=2).flatten() is not supported: build a StoreReplay(ndim=1) and "
+            "extend it with storage[:].reshape(-1)"
+        )
 
     # ----------------------------------------------------------------- allocation
     def _allocate(self, columns: Sequence[ColumnSpec]) -> None:
@@ -301,6 +371,11 @@ class StoreReplay(TensorStorage):
         and the index is rebuilt. ``set_cursor=False`` (``rb[idx] = v``) rewrites rows in
         place and rebuilds the index only if an episode-end flag of a valid row changed.
         """
+        if self.ndim > 1:
+            self._set_nd(cursor, data, set_cursor)
+            self._sync_scalars()
+            self._bump_mutation_revision()
+            return
         rows, single = self._normalise_cursor(cursor)
         batch, tensor_input = _as_batch(data, single)
         if not self.initialized:
@@ -322,6 +397,74 @@ class StoreReplay(TensorStorage):
             self._rewrite(rows, values, ends)
         self._sync_scalars()
         self._bump_mutation_revision()
+
+    def _set_nd(self, cursor: Any, data: Any, set_cursor: bool) -> None:
+        """ndim=2 writes: time-row cursors (torchrl's writers) or any torch index."""
+        if not set_cursor and self.initialized:
+            grid = torch.arange(self.max_size, dtype=torch.int64).reshape(
+                self.time_capacity, self._width
+            )
+            try:
+                sel = grid[_torch_index(cursor)]
+            except (IndexError, TypeError, ValueError) as exc:
+                raise IndexError(f"bad index {cursor!r} for a [time, env] ring: {exc}") from None
+            batch, _ = _as_batch(data, sel.ndim == 0, dims=max(sel.ndim, 1))
+            rows = sel.reshape(-1)
+            if tuple(batch.batch_size) != tuple(sel.shape or (1,)):
+                raise ValueError(
+                    f"the index addresses shape {list(sel.shape)} but the data has batch "
+                    f"shape {list(batch.batch_size)}"
+                )
+            flat = batch.reshape(-1)
+            values, ends = self._validate(flat, rows.numel())
+            self._rewrite(rows, values, ends)
+            return
+        single = _is_int_cursor(cursor)
+        batch, tensor_input = _as_batch(data, single, dims=2)
+        if not self.initialized:
+            self._init_streams(int(batch.batch_size[1]))
+            flat = batch.reshape(-1)
+            self._infer(flat)
+            self._tensor_mode = tensor_input
+        width = self._width
+        if batch.batch_size[1] != width:
+            raise ColumnError(
+                f"ndim=2 rows must hold {width} envs along dim 1 (the first write's), got "
+                f"batch shape {list(batch.batch_size)}"
+            )
+        rows, _ = self._normalise_cursor(cursor)
+        steps = batch.batch_size[0]
+        count = rows[1] if isinstance(rows, tuple) else rows.numel()
+        if steps != count:
+            raise ValueError(f"the cursor addresses {count} time rows but the data holds {steps}")
+        if steps == 0:
+            return
+        values, ends = self._validate(batch.reshape(-1), steps * width)
+        if not set_cursor:
+            self._rewrite(_flat_rows(self._row_tensor(rows), width), values, ends)
+            return
+        cap = self.time_capacity
+        self._set_last_cursor((rows[0] + rows[1] - 1) % cap if isinstance(rows, tuple) else rows)
+        ends = (
+            torch.zeros(steps, width, dtype=torch.bool)
+            if ends is None
+            else ends.cpu().reshape(steps, width)
+        )
+        first = rows[0] if isinstance(rows, tuple) else None
+        if first is None and _is_ring_run(rows, cap):
+            first = int(rows[0])
+        if first is not None and self._episodes.accepts_append(first):
+            keep = min(steps, cap)
+            start = (first + steps - keep) % cap
+            drop = (steps - keep) * width
+            self._write_run(start * width, {k: v[drop:] for k, v in values.items()})
+            for env, stream in enumerate(self._streams):
+                stream.append(ends[:, env])
+            self._segments_cache = None
+            return
+        index = self._row_tensor(rows)
+        self._packed.write(_flat_rows(index, width).to(self.device), values)
+        self._rebuild(rows=min(self._episodes.rows + steps, cap), cursor=(int(index[-1]) + 1) % cap)
 
     def _write_with_cursor(self, rows, values, ends, n: int) -> None:
         cap = self.max_size
@@ -351,7 +494,7 @@ class StoreReplay(TensorStorage):
         if before is not None:
             old, valid = before
             if bool(((old != self._end_flags(index)) & valid).any()):
-                self._rebuild(rows=len(self), cursor=self._episodes.cursor)
+                self._rebuild(rows=self._episodes.rows, cursor=self._episodes.cursor)
 
     def _write_run(self, start: int, values: Mapping[str, torch.Tensor]) -> None:
         n = next(iter(values.values())).shape[0]
@@ -399,7 +542,7 @@ class StoreReplay(TensorStorage):
 
     def _normalise_cursor(self, cursor: Any) -> tuple[tuple[int, int] | torch.Tensor, bool]:
         """``(first, n)`` for a contiguous run, or an int64 index tensor; and single-row."""
-        cap = self.max_size
+        cap = self.time_capacity
         if isinstance(cursor, tuple) and len(cursor) == 1:
             cursor = cursor[0]
         if isinstance(cursor, (int, np.integer)) and not isinstance(cursor, bool):
@@ -434,7 +577,7 @@ class StoreReplay(TensorStorage):
     def _row_tensor(self, rows) -> torch.Tensor:
         if isinstance(rows, tuple):
             first, n = rows
-            return (first + torch.arange(n, dtype=torch.int64)) % self.max_size
+            return (first + torch.arange(n, dtype=torch.int64)) % self.time_capacity
         return rows
 
     def _end_flags(self, index: torch.Tensor) -> torch.Tensor:
@@ -448,6 +591,17 @@ class StoreReplay(TensorStorage):
         return flags.cpu()
 
     def _rebuild(self, *, rows: int, cursor: int) -> None:
+        if self.ndim > 1:
+            width = self._width
+            ages = age_rows(rows, cursor, self.time_capacity)
+            if self._end_names and self._packed is not None:
+                flags = self._end_flags(_flat_rows(ages, width)).reshape(rows, width)
+            else:
+                flags = torch.zeros(rows, width, dtype=torch.bool)
+            for env, stream in enumerate(self._streams):
+                stream.rebuild(flags[:, env], rows=rows, cursor=cursor)
+            self._segments_cache = None
+            return
         if self._end_names and self._packed is not None:
             ends = self._end_flags(age_rows(rows, cursor, self.max_size))
         else:
@@ -455,11 +609,13 @@ class StoreReplay(TensorStorage):
         self._episodes.rebuild(ends, rows=rows, cursor=cursor)
 
     def _sync_scalars(self) -> None:
-        self.fill_level.fill_(self._episodes.rows)
-        self.cursor_tensor.fill_(self._episodes.cursor)
+        self.fill_level.fill_(len(self))
+        self.cursor_tensor.fill_(self.cursor)
 
     def _empty(self) -> None:
-        self._episodes.reset()
+        for stream in self._streams:
+            stream.reset()
+        self._segments_cache = None
         self._sync_scalars()
         self._bump_mutation_revision()
 
@@ -475,6 +631,8 @@ class StoreReplay(TensorStorage):
         packed = self._packed
         if packed is None:
             raise RuntimeError("Cannot get elements out of a non-initialized storage.")
+        if self.ndim > 1:
+            return self._get_nd(index)
         if type(index) is tuple and len(index) == 1:
             index = index[0]
         n = self._episodes.rows
@@ -533,12 +691,57 @@ class StoreReplay(TensorStorage):
             out = out.reshape(index.shape)
         return out
 
+    def _get_nd(self, index: Any) -> Any:
+        """ndim=2 reads over the valid ``[time rows, n_envs]``, with torch's index rules."""
+        width = self._width
+        steps = self._episodes.rows
+        if (
+            type(index) is tuple
+            and len(index) == 2
+            and all(
+                type(i) is torch.Tensor
+                and i.ndim == 1
+                and not i.dtype.is_floating_point
+                and i.dtype != torch.bool
+                for i in index
+            )
+            and index[0].shape == index[1].shape
+        ):
+            # A sampler's (time, env) coordinates: checked, then one gather.
+            t, e = (i.to(torch.int64).to(self.device) for i in index)
+            if t.numel():
+                for what, v, size in (("time", t, steps), ("env", e, width)):
+                    low, high = (int(x) for x in torch.aminmax(v))
+                    if high >= size or low < -size:
+                        bad = high if high >= size else low
+                        raise IndexError(
+                            f"{what} index {bad} is out of range for a StoreReplay holding "
+                            f"[{steps}, {width}] (time rows, envs)"
+                        )
+                t, e = t % max(steps, 1), e % width
+            flat = t * width + e
+            return self._from_blocks(self._packed.gather_blocks(flat), flat)
+        grid = torch.arange(steps * width, dtype=torch.int64).reshape(steps, width)
+        try:
+            sel = grid[_torch_index(index)]
+        except (IndexError, TypeError, ValueError) as exc:
+            raise IndexError(
+                f"bad index for a StoreReplay holding [{steps}, {width}] (time rows, envs): {exc}"
+            ) from None
+        flat = sel.reshape(-1).to(self.device)
+        out = self._from_blocks(self._packed.gather_blocks(flat), flat)
+        if self._tensor_mode:
+            return out.reshape(*sel.shape, *out.shape[1:])
+        return out.reshape(sel.shape)
+
     def _from_blocks(self, blocks: list[torch.Tensor], index: Any) -> Any:
         if self._tensor_mode:
             return self._packed.leaf(blocks, _TENSOR_COLUMN)
         if not self._returns_index:
             return self._packed.batch_from_blocks(blocks)
         index = index() if callable(index) else index
+        if self._width > 1:
+            index = index // self._width  # torchrl's writer stores the time row
         return self._packed.batch_from_blocks(blocks, extra={_INDEX_KEY: index})
 
     def _slice(self, start: int, stop: int) -> Any:
@@ -559,17 +762,31 @@ class StoreReplay(TensorStorage):
             "returns_index": self._returns_index,
             "episodes": self._episodes.state_dict(),
             "last_cursor_index": self._last_cursor_index,
+            "ndim": self.ndim,
+            "n_envs": self._width,
+            "streams": [s.state_dict() for s in self._streams],
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict` (copies; the caller's tensors are not kept)."""
+        ndim = int(state_dict.get("ndim", 1))
+        if ndim != self.ndim:
+            raise ValueError(f"state holds a ring of ndim={ndim}, this one has ndim={self.ndim}")
+        n_envs = int(state_dict.get("n_envs", 1))
+        if ndim > 1 and state_dict["initialized"]:
+            if not self.initialized and self._width == 1:
+                self._init_streams(n_envs)
+            elif n_envs != self._width:
+                raise ValueError(f"state holds {n_envs} env streams, this ring has {self._width}")
         if int(state_dict.get("capacity", self.max_size)) != self.max_size:
             raise ValueError(
                 f"state holds a ring of capacity {state_dict['capacity']}, "
                 f"this one has {self.max_size}"
             )
         if not state_dict["initialized"]:
-            self._episodes.reset()
+            for stream in self._streams:
+                stream.reset()
+            self._segments_cache = None
         else:
             columns = [ColumnSpec.from_dict(c) for c in state_dict["columns"]]
             self._adopt_columns(columns)
@@ -584,7 +801,10 @@ class StoreReplay(TensorStorage):
                 block.copy_(saved)
             self._tensor_mode = bool(state_dict.get("tensor_mode", False))
             self._returns_index = bool(state_dict.get("returns_index", False))
-            self._episodes.load_state_dict(state_dict["episodes"])
+            streams = state_dict.get("streams") or [state_dict["episodes"]]
+            for stream, saved in zip(self._streams, streams, strict=True):
+                stream.load_state_dict(saved)
+            self._segments_cache = None
         last = state_dict.get("last_cursor_index")
         self._set_last_cursor(-1 if last is None else int(last))
         self._sync_scalars()
@@ -625,7 +845,9 @@ class StoreReplay(TensorStorage):
         (``loads`` restores the exact ring). Rows are laid out oldest first from row 0;
         call :meth:`align_writer` before extending a ring that is not full.
         """
-        return replay_from_store(cls, store, capacity, device=device, compilable=compilable, columns=columns)
+        return replay_from_store(
+            cls, store, capacity, device=device, compilable=compilable, columns=columns
+        )
 
     # ----------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
@@ -666,8 +888,35 @@ def _is_ring_run(index: torch.Tensor, cap: int) -> bool:
     return bool(torch.equal(index, expected))
 
 
-def _as_batch(data: Any, single: bool) -> tuple[TensorDictBase, bool]:
-    """Written data as a TensorDict with one leading row dim; and whether it was a bare tensor."""
+def _is_int_cursor(cursor: Any) -> bool:
+    if isinstance(cursor, (int, np.integer)) and not isinstance(cursor, bool):
+        return True
+    return (
+        isinstance(cursor, torch.Tensor) and cursor.ndim == 0 and not cursor.dtype.is_floating_point
+    )
+
+
+def _flat_rows(time_rows: torch.Tensor, width: int) -> torch.Tensor:
+    """Flat rows of every env at ``time_rows`` (time-major: ``t * width + e``)."""
+    if width == 1:
+        return time_rows
+    env = torch.arange(width, dtype=torch.int64, device=time_rows.device)
+    return (time_rows.reshape(-1, 1) * width + env).reshape(-1)
+
+
+def _torch_index(index: Any) -> Any:
+    """An index torch tensors accept (numpy arrays and lists become tensors)."""
+    if isinstance(index, tuple):
+        return tuple(_torch_index(i) for i in index)
+    if isinstance(index, (np.ndarray, list)):
+        return torch.as_tensor(np.asarray(index))
+    if isinstance(index, range):
+        return torch.as_tensor(list(index), dtype=torch.int64)
+    return index
+
+
+def _as_batch(data: Any, single: bool, dims: int = 1) -> tuple[TensorDictBase, bool]:
+    """Written data as a TensorDict with ``dims`` leading row dims; and whether it was a tensor."""
     if isinstance(data, list):
         if not data:
             raise ValueError("cannot write an empty list of rows")
@@ -680,28 +929,32 @@ def _as_batch(data: Any, single: bool) -> tuple[TensorDictBase, bool]:
     if isinstance(data, torch.Tensor):
         if single:
             data = data.unsqueeze(0)
-        if data.ndim == 0:
-            raise ColumnError("written rows need a leading row dimension, got a 0-d tensor")
-        return TensorDict({_TENSOR_COLUMN: data}, batch_size=data.shape[:1]), True
+        if data.ndim < dims:
+            raise ColumnError(
+                f"written rows need {dims} leading batch dimension(s), got a tensor of shape "
+                f"{list(data.shape)}"
+            )
+        return TensorDict({_TENSOR_COLUMN: data}, batch_size=data.shape[:dims]), True
     if is_tensorclass(data):
         data = data.to_tensordict()
     if isinstance(data, Mapping) and not is_tensor_collection(data):
         data = TensorDict(dict(data), batch_size=[])
-        if not single:
-            data.auto_batch_size_(1)
+        if not single or dims > 1:
+            data.auto_batch_size_(dims - 1 if single else dims)
     elif not is_tensor_collection(data):
         raise ColumnError(
             f"StoreReplay stores TensorDicts, mappings or tensors, got {type(data).__name__}"
         )
     if single:
         data = data.unsqueeze(0)
-    if data.batch_dims == 0:
+    if data.batch_dims < dims:
         raise ColumnError(
-            "written rows need a leading row dimension shared by every column (batch_size is [])"
+            f"written rows need {dims} leading batch dimension(s) shared by every column "
+            f"(batch_size is {list(data.batch_size)})"
         )
-    if data.batch_dims > 1:
+    if data.batch_dims > dims:
         data = data.copy()
-        data.batch_size = data.batch_size[:1]
+        data.batch_size = data.batch_size[:dims]
     return data, False
 
 

@@ -31,6 +31,15 @@ _META_VERSION = 1
 _SLAB_ROWS = 65536
 
 
+def _refuse_multi_env(replay: StoreReplay, what: str) -> None:
+    if replay.ndim != 1:
+        raise NotImplementedError(
+            f"StoreReplay(ndim={replay.ndim}).{what} is not supported: the checkpoint file "
+            "holds one episode stream; checkpoint a multi-env ring with state_dict() and "
+            "torch.save"
+        )
+
+
 def dump_replay(replay: StoreReplay, path: Path) -> None:
     """Write the ring to ``path/replay.h5`` as a trajectory store, oldest rows first.
 
@@ -41,6 +50,7 @@ def dump_replay(replay: StoreReplay, path: Path) -> None:
     """
     if not replay.initialized:
         raise RuntimeError("Cannot save a non-initialized storage.")
+    _refuse_multi_env(replay, "dumps")
     if path.exists() and not path.is_dir():
         raise DestinationError(f"{path} is a file; a replay checkpoint is written into a folder")
     path.mkdir(parents=True, exist_ok=True)
@@ -73,8 +83,10 @@ def dump_replay(replay: StoreReplay, path: Path) -> None:
                     )
             writer.end_episode()
 
+
 def load_replay(replay: StoreReplay, path: Path) -> None:
     """Restore the exact ring (rows, cursor, episode ids) from :func:`dump_replay` output."""
+    _refuse_multi_env(replay, "loads")
     file = path / REPLAY_FILE if path.is_dir() else path
     if not file.exists():
         raise FileNotFoundError(f"no replay checkpoint at {file}")
@@ -94,9 +106,7 @@ def load_replay(replay: StoreReplay, path: Path) -> None:
                 f"{file}: manifest says {rows} rows, the store holds {store.num_rows}"
             )
         if not (0 <= rows <= replay.max_size and 0 <= cursor < replay.max_size):
-            raise StoreFormatError(
-                f"{file}: ring position rows={rows}, cursor={cursor} is invalid"
-            )
+            raise StoreFormatError(f"{file}: ring position rows={rows}, cursor={cursor} is invalid")
         fill_from_store(replay, store, age_rows(rows, cursor, replay.max_size), 0)
         replay._episodes.load(
             store.episodes.lengths,
@@ -112,7 +122,10 @@ def load_replay(replay: StoreReplay, path: Path) -> None:
         replay._set_last_cursor(-1 if last is None else int(last))
     replay._sync_scalars()
 
-def fill_from_store(replay: StoreReplay, store: TrajectoryStore, physical: torch.Tensor, first: int) -> None:
+
+def fill_from_store(
+    replay: StoreReplay, store: TrajectoryStore, physical: torch.Tensor, first: int
+) -> None:
     """Copy store rows ``first ..`` (raw codes) to physical rows ``physical``."""
     done = 0
     total = physical.numel()
@@ -126,6 +139,7 @@ def fill_from_store(replay: StoreReplay, store: TrajectoryStore, physical: torch
         else:
             replay._packed.write(rows.to(replay.device), values)
         done += n
+
 
 def replay_from_store(
     cls: type[StoreReplay],
@@ -192,4 +206,3 @@ def replay_from_store(
     finally:
         if owned:
             store.close()
-

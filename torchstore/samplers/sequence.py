@@ -46,7 +46,12 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchstore.errors import EmptyStorageError
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.prioritized import PrioritizedSampler
-from torchstore.samplers.uniform import _SamplerCommon, ring_geometry, storage_device
+from torchstore.samplers.uniform import (
+    _SamplerCommon,
+    ring_geometry,
+    storage_device,
+    unravel_rows,
+)
 from torchstore.samplers.windows import (
     Windows,
     clip_segments,
@@ -56,6 +61,19 @@ from torchstore.samplers.windows import (
 )
 
 __all__ = ["SequenceWindowSampler"]
+
+
+def _n_envs(storage: Any) -> int:
+    """Env streams per time row of a StoreReplay (1 for a 1-D storage)."""
+    if getattr(storage, "ndim", 1) <= 1:
+        return 1
+    width = getattr(storage, "n_envs", None)
+    if width is None:
+        raise TypeError(
+            f"SequenceWindowSampler over an N-d {type(storage).__name__} needs its per-stream "
+            "episode index; use StoreReplay(ndim=2)"
+        )
+    return int(width)
 
 
 class SequenceWindowSampler(_SamplerCommon, Sampler):
@@ -132,6 +150,7 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
         return batch_size // self.length
 
     def _segments(self, storage: Any) -> tuple[Tensor, Tensor, Tensor, int]:
+        """Segments in the ring's time rows (per env stream with ``ndim=2``), and the modulus."""
         if not hasattr(storage, "episode_segments"):
             raise TypeError(
                 "SequenceWindowSampler needs a storage with an episode index "
@@ -139,8 +158,11 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             )
         start, length, episode_id = storage.episode_segments()
         n, capacity, cursor = ring_geometry(storage)
+        width = _n_envs(storage)
+        if width > 1:  # every env stream shares the time cursor
+            n, capacity, cursor = n // width, capacity // width, cursor // width
         if self._ere is not None and n > 0:
-            count = int(self._ere.recent_count(n))
+            count = -(int(self._ere.recent_count(n * width)) // -width)
             start, length = clip_segments(
                 start, length, cursor=cursor, count=count, capacity=capacity
             )
@@ -162,7 +184,8 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
 
         Returns:
             ``(index, info)``: ``index`` ``[n, T]`` int64 physical rows on the storage's
-            device; ``info`` with ``"episode_id"`` ``[n]``, ``"start_step"`` ``[n]`` (offset of
+            device (flat rows ``time * n_envs + env`` with ``ndim=2``: every window stays in
+            one env stream); ``info`` with ``"episode_id"`` ``[n]``, ``"start_step"`` ``[n]`` (offset of
             the window in the surviving part of its episode) and ``"mask"`` ``[n, T]``.
 
         Raises:
@@ -175,7 +198,13 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
                 "Cannot sample from an empty storage: SequenceWindowSampler needs an episode"
             )
         start, length, episode_id, capacity = self._segments(storage)
+        width = _n_envs(storage)
         weight = None
+        if self.priority is not None and width > 1:
+            raise NotImplementedError(
+                "prioritized windows over an ndim=2 StoreReplay are not supported; use "
+                "SequenceWindowSampler without priority= or a StoreReplay(ndim=1)"
+            )
         if self.priority is None:
             windows = sample_windows(
                 start,
@@ -193,6 +222,10 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
                 start, length, episode_id, capacity, num_windows
             )
         device = storage_device(storage)
+        index = windows.index
+        if width > 1:
+            env = storage.segment_streams().to(index.device)[windows.segment]
+            index = index * width + env.unsqueeze(-1)
         info = {
             "episode_id": windows.episode_id.to(device),
             "start_step": windows.start_step.to(device),
@@ -200,7 +233,7 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
         }
         if weight is not None:
             info["priority_weight"] = weight.to(device)
-        return windows.index.to(device), info
+        return index.to(device), info
 
     def _sample_prioritized(
         self, start: Tensor, length: Tensor, episode_id: Tensor, capacity: int, n: int
@@ -276,7 +309,7 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
         }
         if "priority_weight" in info:
             flat_info["priority_weight"] = info["priority_weight"].repeat_interleave(T)
-        return index.reshape(-1), flat_info
+        return unravel_rows(storage, index.reshape(-1)), flat_info
 
     # ------------------------------------------------------------ priorities (delegated)
     @property

@@ -38,7 +38,7 @@ from torchstore.samplers.draws import uniform_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.philox import PhiloxStream
 
-__all__ = ["UniformSampler", "ring_geometry", "storage_device", "fill_count"]
+__all__ = ["UniformSampler", "ring_geometry", "storage_device", "fill_count", "unravel_rows"]
 
 _STATE_FILE = "sampler_state.pt"
 
@@ -52,8 +52,39 @@ def ring_geometry(storage: Any) -> tuple[int, int, int]:
         last = getattr(storage, "_last_cursor_index", None) if n >= capacity else None
         # A full torchrl storage whose last write is unknown (e.g. after load_state_dict)
         # is taken to have wrapped exactly: cursor 0.
-        cursor = n if n < capacity else (0 if last is None else int(last) + 1)
+        # torchrl's cursor counts time rows; with ndim > 1 a row holds the inner elements.
+        width = _inner_numel(storage) if getattr(storage, "ndim", 1) > 1 else 1
+        cursor = n if n < capacity else (0 if last is None else (int(last) + 1) * width)
     return n, capacity, int(cursor) % capacity
+
+
+def _inner_numel(storage: Any) -> int:
+    inner = 1
+    for size in tuple(storage.shape)[1:]:
+        inner *= int(size)
+    return inner
+
+
+def unravel_rows(storage: Any, index: Tensor) -> Tensor | tuple[Tensor, ...]:
+    """Flat element indices as the storage's ``get`` takes them.
+
+    A 1-D storage takes them as they are. An N-d one (torchrl's ``ndim=2`` multi-env
+    layout, time-major) takes a tuple of per-dim indices, as torchrl's samplers return:
+    ``(flat // n_envs, flat % n_envs)`` for two dims. Only the inner dims are read (fixed
+    after the first write), so a compiled caller does not recompile as time rows fill.
+    """
+    if getattr(storage, "ndim", 1) <= 1:
+        return index
+    width = getattr(storage, "n_envs", None)
+    inner = (int(width),) if width is not None else tuple(int(d) for d in storage.shape[1:])
+    numel = 1
+    for size in inner:
+        numel *= size
+    time = torch.div(index, numel, rounding_mode="floor")
+    rest = index - time * numel
+    if len(inner) == 1:
+        return time, rest
+    return (time, *torch.unravel_index(rest, inner))
 
 
 def ring_geometry_capacity(storage: Any) -> int:
@@ -294,8 +325,10 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
     def _sampleable_count(self, storage: Any, batch_size: int) -> int:
         return self._recent_range(storage)[1] if len(storage) else 0
 
-    def sample(self, storage: Any, batch_size: int) -> tuple[Tensor, dict[str, Any]]:
-        """Draw ``batch_size`` row indices.
+    def sample(
+        self, storage: Any, batch_size: int
+    ) -> tuple[Tensor | tuple[Tensor, ...], dict[str, Any]]:
+        """Draw ``batch_size`` row indices (per-dim index tuples on an N-d storage).
 
         Raises:
             EmptyStorageError: if the storage holds no rows.
@@ -306,8 +339,8 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
                 "Cannot sample from an empty storage: UniformSampler needs at least one row"
             )
         if self.philox is not None:
-            return self._sample_seeded(storage, batch_size), {}
-        return self._sample_generator(storage, batch_size), {}
+            return unravel_rows(storage, self._sample_seeded(storage, batch_size)), {}
+        return unravel_rows(storage, self._sample_generator(storage, batch_size)), {}
 
     def _sample_seeded(self, storage: Any, batch_size: int) -> Tensor:
         philox = self._follow_stream(storage)
