@@ -631,6 +631,8 @@ class StoreReplay(TensorStorage):
         packed = self._packed
         if packed is None:
             raise RuntimeError("Cannot get elements out of a non-initialized storage.")
+        if _is_key(index):
+            return self._column(index)
         if self.ndim > 1:
             return self._get_nd(index)
         if type(index) is tuple and len(index) == 1:
@@ -690,6 +692,25 @@ class StoreReplay(TensorStorage):
         if index.ndim > 1:
             out = out.reshape(index.shape)
         return out
+
+    def _column(self, key: str | tuple[str, ...]) -> torch.Tensor:
+        """One column over the valid rows (``[len]``; ``[time rows, n_envs]`` with ndim=2),
+        as ``LazyTensorStorage.get(key)`` returns it (torchrl's ``Sequence`` unit reads it)."""
+        if self._tensor_mode:
+            raise KeyError(f"this StoreReplay holds bare tensors, it has no column {key!r}")
+        name = name_from_key(key)
+        if name == _INDEX_KEY and self._returns_index and name not in self._packed._specs:
+            rows = torch.arange(len(self), device=self.device)
+            value = rows // self._width
+        elif name not in self._packed._specs:
+            raise KeyError(
+                f"StoreReplay has no column {key!r}; columns: {list(self._packed._specs)}"
+            )
+        else:
+            value = self._slice(0, len(self)).get(key)
+        if self.ndim > 1:
+            return value.reshape(self._episodes.rows, self._width, *value.shape[1:])
+        return value
 
     def _get_nd(self, index: Any) -> Any:
         """ndim=2 reads over the valid ``[time rows, n_envs]``, with torch's index rules."""
@@ -886,6 +907,13 @@ def _is_ring_run(index: torch.Tensor, cap: int) -> bool:
     first = int(index[0])
     expected = (first + torch.arange(index.numel(), dtype=torch.int64, device=index.device)) % cap
     return bool(torch.equal(index, expected))
+
+
+def _is_key(index: Any) -> bool:
+    """A column key (``"obs"``, ``("next", "done")``), as opposed to a row index."""
+    if isinstance(index, str):
+        return True
+    return type(index) is tuple and len(index) > 0 and all(isinstance(i, str) for i in index)
 
 
 def _is_int_cursor(cursor: Any) -> bool:
