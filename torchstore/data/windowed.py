@@ -258,10 +258,14 @@ class BlockWindow:
         self._slot_block[self._spare] = block
         self._pending = self._pool.submit(self._read, self._spare, block)
 
-    def _start(self) -> None:
-        """Read the current phase's blocks (blocking) and start reading the next one."""
-        self._slots = list(range(self.k))
-        self._spare = self.k
+    def _start(self, slots: list[int] | None = None) -> None:
+        """Read the current phase's blocks (blocking) and start reading the next one.
+
+        ``slots``: the slot of each active block (a checkpoint's layout: prioritized draws
+        descend a tree over slot positions, so a resumed window keeps the layout).
+        """
+        self._slots = list(range(self.k)) if slots is None else [int(s) for s in slots]
+        self._spare = next(s for s in range(self.k + 1) if s not in self._slots)
         for slot, block in zip(self._slots, self.schedule.active()):
             self._slot_block[slot] = block
             self._read(slot, block)
@@ -431,13 +435,21 @@ class BlockWindow:
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {**self.schedule.state_dict(), "opened": self._opened}
+        slots = self._slots if self._started else list(range(self.k))
+        return {**self.schedule.state_dict(), "opened": self._opened, "slots": list(slots),
+                "blocks": len(self.blocks)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        slots = [int(s) for s in state["slots"]]
+        if int(state["blocks"]) != len(self.blocks) or len(slots) != self.k or len(set(slots)) != self.k or not set(slots) <= set(range(self.k + 1)):
+            raise ResidencyError(
+                f"the checkpoint's window cut the rows into {state['blocks']} blocks and held "
+                f"{len(slots)} resident, this one {len(self.blocks)} and {self.k}; resume with the same resident budget and resident_blocks"
+            )
         self.close_reads()
         self.schedule.load_state_dict(state)
         self._opened = bool(state["opened"])
-        self._start()
+        self._start(slots)
 
     def close_reads(self) -> None:
         """Finish the read in flight (if any) and forget the resident blocks."""
