@@ -1,6 +1,6 @@
 """Drop-in cases a torchrl user meets, each run on LazyTensorStorage and on StoreReplay.
 
-Column reads (``storage.get(key)``), torchrl's ``Sequence`` sample unit, and state dicts:
+Column reads (``storage.get(key)``), torchrl's ``Sequence`` sample unit, pytree data:
 every case does the same operations on both storages, for ``ndim`` 1 and 2, and asserts
 the same observable results.
 """
@@ -11,11 +11,12 @@ import logging
 
 import pytest
 import torch
-from tensordict import TensorDict
-from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+from tensordict import LazyStackedTensorDict, TensorDict
+from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
 from torchrl.data.replay_buffers import Sequence
 
 from torchstore.data.replay import StoreReplay
+from torchstore.errors import ColumnError
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)
 
@@ -72,3 +73,82 @@ def test_sequence_sample_unit_gives_the_same_batches(ndim, length):
     torchrl, ours = run_both(run, ndim)
     assert ours == torchrl
     assert torchrl[0][0] == (3 * length,)
+
+
+# --------------------------------------------------------------------- pytrees
+def _t(ndim: int) -> torch.Tensor:
+    t = torch.arange(12.0).reshape(12, 1)
+    return t if ndim == 1 else t.reshape(2, 6, 1)
+
+
+PYTREES = {
+    "tuple": lambda t: (t, t.long()),
+    "dict-of-list": lambda t: {"a": t, "b": [t * 2]},
+    "dict-of-tuple": lambda t: {"a": t, "b": (t * 3,)},
+    "non-string-key": lambda t: {"a": t, 30: t + 1},
+    "nested-dict": lambda t: {"a": t, "n": {"b": t - 1}},
+    "lazy-stack": lambda t: LazyStackedTensorDict(
+        *[TensorDict({"x": t.expand(*t.shape[:-1], 2) + i}, t.shape[:-1]) for i in range(3)],
+        stack_dim=t.ndim - 1,
+    ),
+}
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+@pytest.mark.parametrize("case", list(PYTREES))
+def test_pytrees_come_back_in_the_same_structure(case, ndim):
+    def run(storage):
+        rb = ReplayBuffer(storage=storage, batch_size=3)
+        rb.extend(PYTREES[case](_t(ndim)))
+        torch.manual_seed(0)
+        reads = [rb.sample(), storage[1], storage[0:2], rb[:]]
+        return [(type(r).__name__, str(r)) for r in reads]
+
+    torchrl, ours = run_both(run, ndim)
+    assert ours == torchrl
+
+
+@pytest.mark.parametrize("case", ["tuple", "non-string-key", "lazy-stack"])
+def test_pytree_rings_survive_state_dicts_and_checkpoints(case, tmp_path):
+    source = StoreReplay(20)
+    rb = ReplayBuffer(storage=source)
+    rb.extend(PYTREES[case](_t(1)))
+    copy = StoreReplay(20)
+    copy.load_state_dict(source.state_dict())
+    source.dumps(tmp_path / "ckpt")
+    loaded = StoreReplay(20)
+    loaded.loads(tmp_path / "ckpt")
+    for other in (copy, loaded):
+        assert str(other[:]) == str(source[:])
+        assert str(other[3]) == str(source[3])
+
+
+def test_a_non_tensor_leaf_is_refused_naming_the_leaf():
+    rb = ReplayBuffer(storage=StoreReplay(10))
+    with pytest.raises(ColumnError, match=r"leaf \['b'\]\[1\] holds str"):
+        rb.extend({"a": torch.zeros(4), "b": (torch.zeros(4), "label")})
+    assert not rb.storage.initialized
+
+
+def test_a_leaf_without_the_row_dim_is_refused_naming_the_leaf():
+    rb = ReplayBuffer(storage=StoreReplay(10))
+    with pytest.raises(ColumnError, match=r"leaf \[1\] has leading shape \[3\]"):
+        rb.extend((torch.zeros(4), torch.zeros(3)))
+
+
+def test_a_write_with_another_structure_is_refused():
+    rb = ReplayBuffer(storage=StoreReplay(10))
+    rb.extend((torch.zeros(4), torch.ones(4)))
+    with pytest.raises(ColumnError, match="first write's structure"):
+        rb.extend({"a": torch.zeros(4), "b": torch.ones(4)})
+    assert len(rb) == 4
+
+
+def test_a_ragged_lazy_stack_is_refused_as_a_column_error():
+    ragged = LazyStackedTensorDict(
+        TensorDict({"x": torch.zeros(4, 2)}, [4]),
+        TensorDict({"x": torch.zeros(4, 3)}, [4]),
+        stack_dim=1,
+    )
+    with pytest.raises(ColumnError, match="lazily stacked"):
+        ReplayBuffer(storage=StoreReplay(10)).extend(ragged)

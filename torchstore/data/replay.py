@@ -48,6 +48,7 @@ TensorDict. ``set`` and ``get`` are opaque to ``torch.compile`` (a compiled
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from multiprocessing.context import get_spawning_popen
 from pathlib import Path
@@ -55,7 +56,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase, is_tensor_collection, is_tensorclass
+import torch.utils._pytree as pytree
+from tensordict import (
+    LazyStackedTensorDict,
+    TensorDict,
+    TensorDictBase,
+    is_tensor_collection,
+    is_tensorclass,
+)
 from torchrl.data.replay_buffers.checkpointers import StorageCheckpointerBase
 from torchrl.data.replay_buffers.storages import Storage, TensorStorage
 
@@ -167,6 +175,11 @@ class StoreReplay(TensorStorage):
         self._packed: PackedColumns | None = None
         self._end_names: tuple[str, ...] = ()
         self._tensor_mode = False
+        # pytree data (tuples, lists, plain dicts): the structure of one row, else None
+        self._treespec: Any = None
+        # batch dims of TensorDict rows past the storage's (torchrl keeps them as batch dims)
+        self._row_batch: tuple[int, ...] = ()
+        self._layout_known = False
         self._returns_index = False
         self._segments_cache: tuple[int, tuple[torch.Tensor, ...]] | None = None
         scalar_device = "cpu" if self.device == "auto" else self.device
@@ -380,7 +393,7 @@ class StoreReplay(TensorStorage):
         batch, tensor_input = _as_batch(data, single)
         if not self.initialized:
             self._infer(batch)
-            self._tensor_mode = tensor_input
+        self._check_layout(tensor_input)
         n = batch.batch_size[0]
         count = rows[1] if isinstance(rows, tuple) else rows.numel()
         if n != count:
@@ -425,7 +438,7 @@ class StoreReplay(TensorStorage):
             self._init_streams(int(batch.batch_size[1]))
             flat = batch.reshape(-1)
             self._infer(flat)
-            self._tensor_mode = tensor_input
+        self._check_layout(tensor_input)
         width = self._width
         if batch.batch_size[1] != width:
             raise ColumnError(
@@ -465,6 +478,30 @@ class StoreReplay(TensorStorage):
         index = self._row_tensor(rows)
         self._packed.write(_flat_rows(index, width).to(self.device), values)
         self._rebuild(rows=min(self._episodes.rows + steps, cap), cursor=(int(index[-1]) + 1) % cap)
+
+    def _check_layout(self, mode: Any) -> None:
+        """The first write sets what reads return (its structure); later ones must match."""
+        if not self._layout_known:
+            self._tensor_mode = mode is True
+            self._treespec = None if isinstance(mode, (bool, tuple)) else mode
+            self._row_batch = mode if isinstance(mode, tuple) else ()
+            self._layout_known = True
+            return
+        first = True if self._tensor_mode else (self._treespec or self._row_batch)
+        if first is mode or (not isinstance(mode, bool) and mode == first):
+            return
+
+        def what(m: Any) -> str:
+            if m is True:
+                return "bare tensors"
+            if isinstance(m, tuple):
+                return f"TensorDicts with row batch dims {list(m)}"
+            return f"the pytree {m}"
+
+        raise ColumnError(
+            f"written data must have the first write's structure: expected {what(first)}, "
+            f"got {what(mode)}"
+        )
 
     def _write_with_cursor(self, rows, values, ends, n: int) -> None:
         cap = self.max_size
@@ -655,7 +692,10 @@ class StoreReplay(TensorStorage):
                 pass
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
             row = _wrap_int(int(index), n, "index", valid=True)
-            return self._slice(row, row + 1)[0]
+            out = self._slice(row, row + 1)
+            if self._treespec is not None:
+                return pytree.tree_map(lambda x: x[0], out)
+            return out[0]
         if isinstance(index, slice):
             r = range(*index.indices(n))
             if r.step == 1:
@@ -696,8 +736,9 @@ class StoreReplay(TensorStorage):
     def _column(self, key: str | tuple[str, ...]) -> torch.Tensor:
         """One column over the valid rows (``[len]``; ``[time rows, n_envs]`` with ndim=2),
         as ``LazyTensorStorage.get(key)`` returns it (torchrl's ``Sequence`` unit reads it)."""
-        if self._tensor_mode:
-            raise KeyError(f"this StoreReplay holds bare tensors, it has no column {key!r}")
+        if self._tensor_mode or self._treespec is not None:
+            kind = "bare tensors" if self._tensor_mode else "pytrees"
+            raise KeyError(f"this StoreReplay holds {kind}, it has no column {key!r}")
         name = name_from_key(key)
         if name == _INDEX_KEY and self._returns_index and name not in self._packed._specs:
             rows = torch.arange(len(self), device=self.device)
@@ -751,19 +792,32 @@ class StoreReplay(TensorStorage):
             ) from None
         flat = sel.reshape(-1).to(self.device)
         out = self._from_blocks(self._packed.gather_blocks(flat), flat)
-        if self._tensor_mode:
-            return out.reshape(*sel.shape, *out.shape[1:])
-        return out.reshape(sel.shape)
+        if self._tensor_mode or self._treespec is not None:
+            return pytree.tree_map(lambda x: x.reshape(*sel.shape, *x.shape[1:]), out)
+        return out.reshape(*sel.shape, *self._row_batch)
 
     def _from_blocks(self, blocks: list[torch.Tensor], index: Any) -> Any:
         if self._tensor_mode:
             return self._packed.leaf(blocks, _TENSOR_COLUMN)
+        if self._treespec is not None:
+            td = self._packed.batch_from_blocks(blocks)
+            leaves = [td.get(key) for key in _leaf_keys(self._packed.columns)]
+            return pytree.tree_unflatten(leaves, self._treespec)
         if not self._returns_index:
-            return self._packed.batch_from_blocks(blocks)
-        index = index() if callable(index) else index
-        if self._width > 1:
-            index = index // self._width  # torchrl's writer stores the time row
-        return self._packed.batch_from_blocks(blocks, extra={_INDEX_KEY: index})
+            out = self._packed.batch_from_blocks(blocks)
+        else:
+            index = index() if callable(index) else index
+            if self._width > 1:
+                index = index // self._width  # torchrl's writer stores the time row
+            out = self._packed.batch_from_blocks(blocks, extra={_INDEX_KEY: index})
+        if self._row_batch:
+            n = out.batch_size[0]
+            if self._returns_index:
+                index = out.pop(_INDEX_KEY)
+            out.batch_size = torch.Size([n, *self._row_batch])
+            if self._returns_index:
+                out.set(_INDEX_KEY, index.reshape(n, *[1] * len(self._row_batch)).expand(out.shape))
+        return out
 
     def _slice(self, start: int, stop: int) -> Any:
         blocks = [b[start:stop] for b in self._packed.blocks]
@@ -785,6 +839,8 @@ class StoreReplay(TensorStorage):
             "last_cursor_index": self._last_cursor_index,
             "ndim": self.ndim,
             "n_envs": self._width,
+            "treespec": None if self._treespec is None else pytree.treespec_dumps(self._treespec),
+            "row_batch": list(self._row_batch),
             "streams": [s.state_dict() for s in self._streams],
         }
 
@@ -821,6 +877,10 @@ class StoreReplay(TensorStorage):
                     )
                 block.copy_(saved)
             self._tensor_mode = bool(state_dict.get("tensor_mode", False))
+            spec = state_dict.get("treespec")
+            self._treespec = None if spec is None else pytree.treespec_loads(spec)
+            self._row_batch = tuple(int(d) for d in state_dict.get("row_batch", ()))
+            self._layout_known = True
             self._returns_index = bool(state_dict.get("returns_index", False))
             streams = state_dict.get("streams") or [state_dict["episodes"]]
             for stream, saved in zip(self._streams, streams, strict=True):
@@ -943,8 +1003,83 @@ def _torch_index(index: Any) -> Any:
     return index
 
 
-def _as_batch(data: Any, single: bool, dims: int = 1) -> tuple[TensorDictBase, bool]:
-    """Written data as a TensorDict with ``dims`` leading row dims; and whether it was a tensor."""
+_COLUMN_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def _leaf_keys(columns: Sequence[ColumnSpec]) -> list[tuple[str, ...]]:
+    """The TensorDict keys of a pytree's leaf columns, in leaf order."""
+    return [tuple(c.name.split("/")) for c in columns]
+
+
+def _leaf_names(paths: list[tuple[Any, ...]]) -> list[str]:
+    """Column names of pytree leaves: their key paths when all are valid and distinct."""
+    names = []
+    for path in paths:
+        parts = []
+        for entry in path:
+            key = getattr(entry, "key", getattr(entry, "idx", getattr(entry, "name", None)))
+            parts.append(str(key))
+        names.append("/".join(parts) if parts else "leaf")
+    ok = all(all(_COLUMN_PART.match(p) for p in n.split("/")) for n in names)
+    if ok and len(set(names)) == len(names):
+        prefixes = {n.rsplit("/", 1)[0] for n in names if "/" in n}
+        if not prefixes & set(names):  # a leaf cannot also be a group
+            return names
+    return [f"leaf{i}" for i in range(len(names))]
+
+
+def _is_pytree(data: Any) -> bool:
+    """Data torchrl stores as a pytree (its ``LazyTensorStorage`` returns the same type)."""
+    if is_tensor_collection(data):
+        return False
+    return isinstance(data, (tuple, Mapping))
+
+
+def _pytree_batch(data: Any, single: bool, dims: int) -> tuple[TensorDictBase, Any]:
+    """A pytree as a TensorDict of its leaves (one column each) and the row's tree spec."""
+    flat, spec = pytree.tree_flatten_with_path(data)
+    if not flat:
+        raise ColumnError("written pytree holds no tensors")
+    paths = [p for p, _ in flat]
+    names = _leaf_names(paths)
+    leaves = {}
+    for path, (name, (_, leaf)) in zip(paths, zip(names, flat, strict=True), strict=True):
+        where = pytree.keystr(path) or "the root"
+        if isinstance(leaf, np.ndarray):
+            leaf = torch.from_numpy(leaf)
+        if not isinstance(leaf, torch.Tensor):
+            raise ColumnError(
+                f"pytree leaf {where} holds {type(leaf).__name__}; only tensors can be stored "
+                "(every leaf becomes a column)"
+            )
+        if single:
+            leaf = leaf.unsqueeze(0)
+        if leaf.ndim < dims:
+            raise ColumnError(
+                f"pytree leaf {where} has shape {list(leaf.shape)}; every leaf needs the "
+                f"{dims} leading batch dimension(s) of the written rows"
+            )
+        leaves[tuple(name.split("/"))] = leaf
+    first = next(iter(leaves.values())).shape[:dims]
+    for path, leaf in zip(paths, leaves.values(), strict=True):
+        if leaf.shape[:dims] != first:
+            raise ColumnError(
+                f"pytree leaf {pytree.keystr(path)} has leading shape {list(leaf.shape[:dims])}, "
+                f"the first leaf {list(first)}; every leaf must share the written rows' dims"
+            )
+    td = TensorDict(batch_size=first)
+    for key, leaf in leaves.items():
+        td.set(key, leaf)
+    return td, spec
+
+
+def _as_batch(data: Any, single: bool, dims: int = 1) -> tuple[TensorDictBase, Any]:
+    """Written data as a TensorDict with ``dims`` leading row dims, and its kind.
+
+    The kind is ``True`` for a bare tensor, the tree spec of a row for pytrees (tuples,
+    lists inside trees, plain dicts), else (TensorDicts) the batch dims past ``dims``,
+    which torchrl keeps as batch dims of what it returns.
+    """
     if isinstance(data, list):
         if not data:
             raise ValueError("cannot write an empty list of rows")
@@ -965,11 +1100,22 @@ def _as_batch(data: Any, single: bool, dims: int = 1) -> tuple[TensorDictBase, b
         return TensorDict({_TENSOR_COLUMN: data}, batch_size=data.shape[:dims]), True
     if is_tensorclass(data):
         data = data.to_tensordict()
-    if isinstance(data, Mapping) and not is_tensor_collection(data):
-        data = TensorDict(dict(data), batch_size=[])
-        if not single or dims > 1:
-            data.auto_batch_size_(dims - 1 if single else dims)
-    elif not is_tensor_collection(data):
+    if _is_pytree(data):
+        td, spec = _pytree_batch(data, single, dims)
+        if single:
+            spec = pytree.tree_structure(data)
+        else:
+            spec = pytree.tree_structure(pytree.tree_map(lambda x: x[0], data))
+        return td, spec
+    if isinstance(data, LazyStackedTensorDict):
+        try:
+            data = data.contiguous()
+        except RuntimeError as exc:
+            raise ColumnError(
+                f"a lazily stacked TensorDict whose entries differ in shape cannot be stored "
+                f"as columns (densify or pad it first): {exc}"
+            ) from None
+    if not is_tensor_collection(data):
         raise ColumnError(
             f"StoreReplay stores TensorDicts, mappings or tensors, got {type(data).__name__}"
         )
@@ -980,10 +1126,11 @@ def _as_batch(data: Any, single: bool, dims: int = 1) -> tuple[TensorDictBase, b
             f"written rows need {dims} leading batch dimension(s) shared by every column "
             f"(batch_size is {list(data.batch_size)})"
         )
+    row_batch = tuple(data.batch_size[dims:])
     if data.batch_dims > dims:
         data = data.copy()
         data.batch_size = data.batch_size[:dims]
-    return data, False
+    return data, row_batch
 
 
 def _check_same_columns(

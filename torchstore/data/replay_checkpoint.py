@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 
 from torchstore.data.ring_episodes import age_rows
 from torchstore.data.store import TrajectoryStore
@@ -67,6 +68,8 @@ def dump_replay(replay: StoreReplay, path: Path) -> None:
         "last_cursor_index": replay._last_cursor_index,
         "tensor_mode": replay._tensor_mode,
         "returns_index": replay._returns_index,
+        "treespec": None if replay._treespec is None else pytree.treespec_dumps(replay._treespec),
+        "row_batch": list(replay._row_batch),
     }
     cap = replay.max_size
     with TrajectoryStoreWriter(
@@ -118,6 +121,10 @@ def load_replay(replay: StoreReplay, path: Path) -> None:
         )
         replay._tensor_mode = bool(meta.get("tensor_mode", False))
         replay._returns_index = bool(meta.get("returns_index", False))
+        spec = meta.get("treespec")
+        replay._treespec = None if spec is None else pytree.treespec_loads(spec)
+        replay._row_batch = tuple(int(d) for d in meta.get("row_batch", ()))
+        replay._layout_known = True
         last = meta.get("last_cursor_index")
         replay._set_last_cursor(-1 if last is None else int(last))
     replay._sync_scalars()
