@@ -5,7 +5,8 @@
 
 1. **The local cache** (``$TORCHSTORE_CACHE``, else ``~/.cache/torchstore``): an entry
    called ``name`` that an earlier pull left complete and verified, from any location
-   (the configured ones first). Nothing is asked of the network.
+   (the configured ones first, then the most recently pulled; a Hub id matches only its
+   own Hub repo). Nothing is asked of the network.
 2. **The configured locations**, in order: the comma-separated locations in
    ``TORCHSTORE_LOCATIONS``, then the lines of ``$XDG_CONFIG_HOME/torchstore/locations``
    (``~/.config/torchstore/locations``; one location per line, ``#`` starts a comment).
@@ -151,9 +152,14 @@ def _hub_location(namespace: str) -> str:
 
 
 def _from_cache(
-    cache_dir: Path, name: str, revision: str | None, preferred: list[str]
+    cache_dir: Path, name: str, revision: str | None, preferred: list[str], *, hub_id: bool
 ) -> Resolved | None:
-    """A complete, verified cached entry ``name`` (checked without network or writes)."""
+    """A complete, verified cached entry ``name`` (checked without network or writes).
+
+    A Hub id matches only its own namespace's cached repo. A bare name matches an entry
+    pulled from any location except a Hub namespace that is not configured; the
+    configured locations come first, in order, then the most recently pulled.
+    """
     candidates = []
     try:
         slugs = [p for p in cache_dir.iterdir() if p.is_dir() and not p.is_symlink()]
@@ -168,6 +174,8 @@ def _from_cache(
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if not isinstance(location, str):
+            continue
+        if location not in preferred and (hub_id or location.startswith("hf://")):
             continue
         rank = preferred.index(location) if location in preferred else len(preferred)
         candidates.append((rank, -mtime, location))
@@ -213,7 +221,7 @@ def resolve(
     hub = _hub_location(namespace) if namespace else None
     preferred = locations + ([parse_location(hub).raw] if hub else [])
     if not refresh:
-        hit = _from_cache(cache_root, base, revision, preferred)
+        hit = _from_cache(cache_root, base, revision, preferred, hub_id=namespace is not None)
         if hit is not None:
             log.info("%s: from the cache (%s)", name, hit.root)
             return hit

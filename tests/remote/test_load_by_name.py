@@ -212,3 +212,17 @@ def test_cli_datasets_and_list(tmp_path, monkeypatch, config_home, capsys):
     assert main(["datasets", "nope"]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no dataset 'nope'" in err
+
+
+def test_the_cache_answers_names_pulled_from_anywhere_but_a_hub_id_only_from_its_repo(
+    tmp_path, monkeypatch, config_home
+):
+    from torchstore.remote import pull
+
+    push(make_dataset(tmp_path / "local"), tmp_path / "elsewhere", "ds", progress=False)
+    pull(tmp_path / "elsewhere", "ds", progress=False)  # pulled by hand, not configured
+    got = resolve("ds", progress=False)
+    assert got.source == "cache" and got.location == str(tmp_path / "elsewhere")
+    monkeypatch.setenv("TORCHSTORE_OFFLINE", "1")
+    with pytest.raises(NoSuchEntryError, match="skipped \\(offline\\)"):
+        resolve("someone/ds")  # not the cached index entry of the same base name
