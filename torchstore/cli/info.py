@@ -142,6 +142,13 @@ def summarize_path(path: str | os.PathLike) -> dict:
                 return summarize_minari(data)
             except (KeyError, ValueError, TypeError, OSError) as exc:
                 raise StoreFormatError(f"{path} looks like a Minari dataset but {exc!r}") from None
+        from torchstore.data.store_set import StoreSet, find_shards
+
+        if find_shards(path):
+            from torchstore.data.summary import summarize
+
+            with StoreSet(path) as shards:
+                return summarize(shards)
         raise StoreFormatError(
             f"{path} is a folder but not a LeRobot dataset (no meta/info.json), not a Minari "
             "dataset (no data/metadata.json) and not a store file"

@@ -337,7 +337,7 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify", help="read every byte of a store and check its checksums (exit 1 if damaged)"
     )
-    p.add_argument("path", type=types.existing_file, help="the store file to check")
+    p.add_argument("path", type=types.existing_path, help="the store file (or folder of shards) to check")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_verify)
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from torchstore.data.quantize import Quantize
     from torchstore.data.resident import ResidentStore
     from torchstore.data.store import TrajectoryStore
+    from torchstore.data.store_set import StoreSet
     from torchstore.data.windowed import WindowedStore
     from torchstore.data.writer import TrajectoryStoreWriter
 
@@ -25,6 +26,7 @@ _EXPORTS = {
     "Quantize": "torchstore.data.quantize",
     "ResidentStore": "torchstore.data.resident",
     "TrajectoryStore": "torchstore.data.store",
+    "StoreSet": "torchstore.data.store_set",
     "WindowedStore": "torchstore.data.windowed",
     "TrajectoryStoreWriter": "torchstore.data.writer",
 }
@@ -38,6 +40,7 @@ __all__ = [
     "PackedColumns",
     "Quantize",
     "ResidentStore",
+    "StoreSet",
     "TrajectoryStore",
     "TrajectoryStoreWriter",
     "WindowedStore",

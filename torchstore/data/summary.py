@@ -62,6 +62,7 @@ def summarize(store: TrajectoryStore) -> dict:
         ],
         "metadata": m.metadata,
         "verified": False,
+        **({"shards": [str(s.path) for s in store.shards]} if hasattr(store, "shards") else {}),
     }
 
 
@@ -83,6 +84,8 @@ def format_summary(info: dict) -> str:
         f"episodes   {info['episodes']:,}  ({lengths})",
         f"on disk    {_size(info['size_on_disk'])}",
     ]
+    if info.get("shards"):
+        lines.append(f"shards     {len(info['shards'])} (one writer each)")
     if info.get("verified") is False:
         # opening checks the manifest, commit record and episode index; column bytes are
         # checked only when read, so a summary says nothing about their health

@@ -112,6 +112,8 @@ def verify_store(
     """
     from torchstore.data.store import TrajectoryStore
 
+    if Path(path).is_dir():
+        return _verify_set(Path(path), progress)
     report = Verification(Path(path))
     try:
         store = TrajectoryStore(path)
@@ -148,4 +150,25 @@ def verify_store(
             if bar is not None:
                 bar.close()
         report.bytes_checked = done
+    return report
+
+
+def _verify_set(folder: Path, progress: bool | Callable[[int, int], None]) -> Verification:
+    """:func:`verify_store` of every shard of a folder (a store set), summed in one report;
+    each problem names its shard."""
+    from torchstore.data.store_set import find_shards
+
+    report = Verification(folder)
+    shards = find_shards(folder)
+    if not shards:
+        report.problems.append("no store shards in the folder (shards are *.h5 or *.hdf5 files)")
+    for shard in shards:
+        one = verify_store(shard, progress=progress)
+        if report.columns and one.columns and one.columns != report.columns:
+            report.problems.append(f"{shard.name}: {one.columns} columns, the other shards have {report.columns}")
+        report.columns = report.columns or one.columns
+        report.rows += one.rows
+        report.episodes += one.episodes
+        report.bytes_checked += one.bytes_checked
+        report.problems += [f"{shard.name}: {p}" for p in one.problems]
     return report

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from torchstore.data.packed import PackedColumns
 from torchstore.data.store import TrajectoryStore
+from torchstore.data.store_set import open_store
 from torchstore.data.windowed import BlockWindow
 from torchstore.lightning.batches import (
     Batches,
@@ -289,7 +290,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
 
     def _setup_window(self, device: torch.device) -> None:
         """Open the store for the run and build the :class:`BlockWindow` over the training rows."""
-        store = self._store if self._store is not None else TrajectoryStore(self.store_path)
+        store = self._store if self._store is not None else open_store(self.store_path)
         self._window_store = store
         rows = self.train_rows
         self.window = BlockWindow(
@@ -458,7 +459,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         if self._store is not None:
             yield self._store
             return
-        with TrajectoryStore(self.store_path) as store:
+        with open_store(self.store_path) as store:
             yield store
 
     def __getstate__(self) -> dict[str, Any]:
