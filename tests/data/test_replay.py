@@ -585,8 +585,6 @@ def test_loads_into_a_ring_of_another_capacity(tmp_path):
 @pytest.mark.parametrize(
     "mutate, match",
     [
-        (lambda td: td.exclude("reward"), "column 'reward' is missing"),
-        (lambda td: td.set("extra", torch.zeros(td.shape[0])), "column 'extra' is not a column"),
         (
             lambda td: td.set("obs", td["obs"].double()),
             "column 'obs' expects float32\\[4\\], got float64",
@@ -607,6 +605,22 @@ def test_writes_that_break_the_schema_name_the_column(mutate, match, declared):
     with pytest.raises(ColumnError, match=match):
         rb.extend(mutate(flat_rows(3)))
     assert len(storage) == 2 and storage._mutation_revision == revision
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda td: td.exclude("reward"), "column 'reward' is missing"),
+        (lambda td: td.set("extra", torch.zeros(td.shape[0])), "column 'extra' is not a column"),
+    ],
+)
+def test_declared_columns_are_a_schema_every_write_matches(mutate, match):
+    storage = StoreReplay(8, columns=FLAT)
+    rb = TensorDictReplayBuffer(storage=storage)
+    rb.extend(flat_rows(2))
+    with pytest.raises(ColumnError, match=match):
+        rb.extend(mutate(flat_rows(3)))
+    assert len(storage) == 2
 
 
 def test_torchrl_checkpointers_and_hooks_are_refused():

@@ -152,3 +152,93 @@ def test_a_ragged_lazy_stack_is_refused_as_a_column_error():
     )
     with pytest.raises(ColumnError, match="lazily stacked"):
         ReplayBuffer(storage=StoreReplay(10)).extend(ragged)
+
+
+# --------------------------------------------------------------------- late keys, partial writes
+def _rows(n: int, start: int = 0, **extra) -> TensorDict:
+    td = TensorDict(
+        {"obs": torch.arange(start, start + n, dtype=torch.float32), "a": torch.ones(n, 2)}, [n]
+    )
+    for key, value in extra.items():
+        td[key] = value
+    return td
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_a_key_written_later_becomes_a_column_filled_with_zeros(ndim):
+    def shaped(td):
+        return td if ndim == 1 else td.reshape(2, -1)
+
+    def run(storage):
+        rb = TensorDictReplayBuffer(storage=storage)
+        rb.extend(shaped(_rows(4)))
+        rb.extend(shaped(_rows(4, 10, td_error=torch.full((4,), 5.0))))
+        rb.extend(shaped(_rows(4, 20, flag=torch.ones(4, 1, dtype=torch.bool))))
+        out = storage[:]
+        return [(k, out[k].dtype, out[k].tolist()) for k in ("obs", "td_error", "flag")]
+
+    torchrl, ours = run_both(run, ndim)
+    assert ours == torchrl
+    td_error = torch.tensor(ours[1][2]).reshape(-1, 4 if ndim == 1 else 6)
+    assert (td_error == 0).sum() == 8  # rows written before the key hold its fill value
+
+
+def test_partial_writes_leave_the_other_columns_as_they_were():
+    def run(storage):
+        rb = TensorDictReplayBuffer(storage=storage)
+        rb.extend(_rows(6))
+        storage.set(torch.tensor([0, 1]), TensorDict({"obs": torch.tensor([-1.0, -2.0])}, [2]))
+        storage.set(torch.tensor([4]), TensorDict({"a": torch.zeros(1, 2)}, [1]), set_cursor=False)
+        out = storage[:6]  # torchrl counts the rewritten rows again: rows 6, 7 never written
+        return out["obs"].tolist(), out["a"].tolist(), len(storage), storage._last_cursor_index
+
+    torchrl, ours = run_both(run, 1)
+    assert ours == torchrl
+
+
+def test_a_late_key_whose_dtype_conflicts_is_refused_and_nothing_is_written():
+    rb = TensorDictReplayBuffer(storage=StoreReplay(20))
+    rb.extend(_rows(4, td_error=torch.zeros(4)))
+    with pytest.raises(ColumnError, match="column 'td_error' expects float32"):
+        rb.extend(_rows(4, td_error=torch.zeros(4, dtype=torch.float64)))
+    assert len(rb) == 4
+
+
+def test_a_late_end_column_rebuilds_the_episode_index():
+    storage = StoreReplay(20)
+    rb = TensorDictReplayBuffer(storage=storage)
+    rb.extend(_rows(4))
+    done = torch.tensor([[False], [True], [False], [False]])
+    rb.extend(_rows(4, 4, next=TensorDict({"done": done}, [4])))
+    start, length, _ = storage.episode_segments()
+    assert start.tolist() == [0, 6] and length.tolist() == [6, 2]
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_update_if_present_patches_live_records_like_torchrl(ndim):
+    from torchrl.data import RoundRobinWriter
+
+    def run(storage):
+        rb = ReplayBuffer(
+            storage=storage, writer=RoundRobinWriter(track_generations=True), batch_size=3
+        )
+        td = TensorDict(
+            {"obs": torch.arange(20.0), "v": torch.zeros(20, 1, dtype=torch.long)}, [20]
+        )
+        rb.extend(td if ndim == 1 else td.reshape(2, 10))
+        torch.manual_seed(0)
+        _, info = rb.sample(return_info=True)
+        index = info["index"] if ndim == 1 else torch.stack(info["index"], -1)
+        result = rb.update_if_present(
+            index=index,
+            generation=info["index_generation"],
+            patch={"obs": torch.full((3,), -5.0)},
+            version_key="v",
+            version=3,
+        )
+        out = storage[:]
+        return result.updated_count, out["obs"].tolist(), out["v"].tolist()
+
+    torchrl, ours = run_both(run, ndim)
+    assert ours == torchrl
+    assert ours[0] == 3

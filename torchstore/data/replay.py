@@ -36,8 +36,13 @@ Layout rules, written down once:
   are correct but rebuild the episode index in ``O(capacity)`` and give the surviving
   episodes fresh ids; ``rb[idx] = v`` rebuilds only when it changes an end flag.
 
-Not supported, each refused with a clear error: ``update_if_present``
-(``supports_conditional_update`` is False), torchrl's checkpointers and their save/load
+Columns inferred from the first write grow as torchrl's do: a key first written later
+becomes a column whose earlier rows hold its fill value (zeros; ``False`` for bool), and a
+write may leave columns out (those keep what their rows held; ``rb.update_if_present``
+patches columns this way). Declared columns (``columns=``) are a schema every write must
+match exactly.
+
+Not supported, each refused with a clear error: torchrl's checkpointers and their save/load
 hooks, sharing with spawned processes, and, with ``ndim=2``, checkpoint files
 (``dumps``/``loads``; ``state_dict`` works), ``flatten()`` and prioritized windows. A tensorclass is stored, and returned, as its
 TensorDict. ``set`` and ``get`` are opaque to ``torch.compile`` (a compiled
@@ -142,8 +147,8 @@ class StoreReplay(TensorStorage):
     """
 
     _default_checkpointer = StoreReplayCheckpointer
-    # update_if_present patches torchrl's ``_storage`` leaves directly; not supported.
-    supports_conditional_update = False
+    # rb.update_if_present patches column views (see _conditional_patch_leaf).
+    supports_conditional_update = True
 
     def __init__(
         self,
@@ -550,32 +555,96 @@ class StoreReplay(TensorStorage):
         if _INDEX_KEY in leaves and _INDEX_KEY not in specs:
             del leaves[_INDEX_KEY]
             self._returns_index = True
+        # Declared columns are a schema: every write holds exactly them. Inferred ones grow
+        # (a key first written later becomes a column, earlier rows holding its fill value)
+        # and take partial writes (columns left out keep what their rows held), as
+        # torchrl's LazyTensorStorage does.
+        strict = self._declared is not None or self._tensor_mode or self._treespec is not None
         missing = [name for name in specs if name not in leaves]
-        if missing:
+        if missing and strict:
             raise ColumnError(
                 f"column '{missing[0]}' is missing from the written rows "
                 f"(declared {list(specs)}, got {list(leaves)})"
             )
         extra = [name for name in leaves if name not in specs]
-        if extra:
+        if extra and strict:
             raise ColumnError(
                 f"column '{extra[0]}' is not a column of this replay (declared {list(specs)}); "
                 "declare it or drop it before writing"
             )
+        if len(missing) == len(specs) and not extra:
+            raise ColumnError(
+                f"the written rows hold none of this replay's columns ({list(specs)}), "
+                f"got {list(leaves)}"
+            )
         values: dict[str, torch.Tensor] = {}
-        for name, spec in specs.items():
+        for name in leaves:
             value = leaves[name]
             if not isinstance(value, torch.Tensor):
                 raise ColumnError(
                     f"column '{name}' holds {type(value).__name__}; only tensors can be stored"
                 )
-            values[name] = spec.check_rows(value, rows=n)
+            if name in specs:
+                values[name] = specs[name].check_rows(value, rows=n)
+        new_specs = [
+            ColumnSpec(name, leaves[name].dtype, tuple(leaves[name].shape[1:])) for name in extra
+        ]
+        if new_specs:
+            validate_columns([*self._packed.columns, *new_specs])
+            for spec in new_specs:
+                values[spec.name] = spec.check_rows(leaves[spec.name], rows=n)
+            self._add_columns(new_specs)
         ends = None
-        if self._end_names:
-            ends = torch.zeros(n, dtype=torch.bool, device=values[self._end_names[0]].device)
-            for name in self._end_names:
+        present = [name for name in self._end_names if name in values]
+        if present:
+            ends = torch.zeros(n, dtype=torch.bool, device=values[present[0]].device)
+            for name in present:
                 ends |= values[name].reshape(n, -1).any(-1)
         return values, ends
+
+    def _conditional_patch_leaf(self, key: Any) -> torch.Tensor:
+        """A column's rows as a writable view, for torchrl's ``rb.update_if_present``."""
+        if self._packed is None:
+            raise RuntimeError(
+                "Conditional updates require an initialized storage. Write some data to the "
+                "buffer before calling update_if_present."
+            )
+        name = name_from_key(key)
+        spec = self._packed._specs.get(name)
+        if spec is None or self._tensor_mode or self._treespec is not None:
+            raise KeyError(
+                f"Key {key} does not exist in the storage. Conditional patches can only "
+                "target existing columns of a TensorDict ring."
+            )
+        if spec.storage_dtype != spec.dtype:
+            raise ColumnError(
+                f"column '{name}' is stored quantised ({spec.describe()}); update_if_present "
+                "patches only columns stored in their own dtype"
+            )
+        view = self._packed.view(name)
+        if self.ndim > 1:
+            view = view.unflatten(0, (self.time_capacity, self._width))
+        return view
+
+    def _apply_conditional_patch(self, index: torch.Tensor, patch: Mapping[Any, Any]) -> None:
+        super()._apply_conditional_patch(index, patch)
+        if any(name_from_key(key) in self._end_names for key in patch):
+            self._rebuild(rows=self._episodes.rows, cursor=self._episodes.cursor)
+
+    def _add_columns(self, specs: Sequence[ColumnSpec]) -> None:
+        """Grow the row layout by ``specs``; every existing row holds their fill value.
+
+        The packed blocks are reallocated (the old rows copied over), so buffers made for
+        the old layout (``packed.gather_blocks(out=...)``) must be remade.
+        """
+        old = self._packed
+        ends_before = self._end_names
+        self._packed = None
+        self._allocate([*old.columns, *specs])
+        for column in old.columns:
+            self._packed.write(slice(None), {column.name: old.view(column.name)})
+        if self._end_names != ends_before:  # an end column arrived: earlier rows end nowhere
+            self._rebuild(rows=self._episodes.rows, cursor=self._episodes.cursor)
 
     def _normalise_cursor(self, cursor: Any) -> tuple[tuple[int, int] | torch.Tensor, bool]:
         """``(first, n)`` for a contiguous run, or an int64 index tensor; and single-row."""
