@@ -242,3 +242,70 @@ def test_update_if_present_patches_live_records_like_torchrl(ndim):
     torchrl, ours = run_both(run, ndim)
     assert ours == torchrl
     assert ours[0] == 3
+
+
+# --------------------------------------------------------------------- state dict interchange
+def _through_torch_save(state):
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def _episode_data(ndim: int) -> TensorDict:
+    done = torch.zeros(16, 1, dtype=torch.bool)
+    done[[3, 9, 12]] = True
+    td = TensorDict(
+        {"obs": torch.arange(16.0), "act": torch.ones(16, 2), ("next", "done"): done}, [16]
+    )
+    return td if ndim == 1 else td.reshape(2, 8)
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+@pytest.mark.parametrize("source", list(STORAGES))
+@pytest.mark.parametrize("target", list(STORAGES))
+@pytest.mark.parametrize("extends", [1, 2])  # 2: the ring is full and has wrapped
+def test_state_dicts_load_across_torchrl_and_torchstore(ndim, source, target, extends):
+    rb = TensorDictReplayBuffer(storage=STORAGES[source](20, ndim=ndim))
+    for _ in range(extends):
+        rb.extend(_episode_data(ndim))
+    loaded = STORAGES[target](20, ndim=ndim)
+    loaded.load_state_dict(_through_torch_save(rb.storage.state_dict()))
+    assert len(loaded) == len(rb.storage)
+    assert loaded.shape == rb.storage.shape
+    for key in ("obs", "act", ("next", "done")):
+        assert loaded[:][key].tolist() == rb.storage[:][key].tolist()
+    if target == "StoreReplay":  # the episode index comes back (rebuilt from next/done)
+        ends = loaded[:]["next", "done"].reshape(loaded.shape)
+        starts, lengths, _ = loaded.episode_segments()
+        streams = loaded.segment_streams()
+        for start, length, env in zip(starts, lengths, streams, strict=True):
+            rows = (start + torch.arange(int(length))) % ends.shape[0]
+            flags = ends[rows] if ndim == 1 else ends[rows, env]
+            assert not flags[:-1].any()
+
+
+def test_plain_tensor_state_dicts_load_across():
+    for source, target in [
+        ("LazyTensorStorage", "StoreReplay"),
+        ("StoreReplay", "LazyTensorStorage"),
+    ]:
+        rb = ReplayBuffer(storage=STORAGES[source](10))
+        rb.extend(torch.arange(6.0))
+        loaded = STORAGES[target](10)
+        loaded.load_state_dict(rb.storage.state_dict())
+        assert loaded[:].tolist() == list(range(6))
+
+
+def test_a_torchrl_state_of_another_capacity_is_refused():
+    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(12))
+    rb.extend(_episode_data(1))
+    with pytest.raises(ValueError, match="capacity 12, this one has 20"):
+        StoreReplay(20).load_state_dict(rb.storage.state_dict())
+
+
+def test_a_state_dict_of_something_else_is_refused():
+    with pytest.raises(ValueError, match="not a StoreReplay or torchrl TensorStorage"):
+        StoreReplay(20).load_state_dict({"weights": torch.zeros(3)})
