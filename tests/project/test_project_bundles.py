@@ -296,3 +296,38 @@ def test_cli_push_refusal_is_one_line(tmp_path, capsys):
     assert code == 1 and len(err.strip().splitlines()) == 1
     assert "torchstore project: " in err and "model.pth" in err and "pickle-based" in err
     assert not (tmp_path / "loc").exists()
+
+
+def test_ctrl_c_during_a_project_pull_leaves_no_destination_and_the_next_pull_finishes(
+    tmp_path, file_server, monkeypatch
+):
+    import signal
+    import time
+
+    (tmp_path / "ds").mkdir()
+    payload = os.urandom(4000)
+    (tmp_path / "ds" / "a.bin").write_bytes(payload)
+    ds = push(tmp_path / "ds", file_server.url, "ds", progress=False)
+    project = _tiny_project(tmp_path / "p")
+    monkeypatch.setenv("TORCHSTORE_LOCATIONS", file_server.url)
+    push_project(project, file_server.url, "proj", datasets=[f"ds@{ds.revision}"], progress=False)
+    env = _env(tmp_path / "fresh-cache", NO_PROXY="127.0.0.1,localhost")
+    env.pop("TORCHSTORE_LOCATIONS", None)
+    argv = [sys.executable, "-m", "torchstore.cli", "project", "pull", file_server.url, "proj",
+            str(tmp_path / "dest")]
+    file_server.drip_s["ds/a.bin"] = 0.01  # 40 s for the dataset's file: mid-transfer
+    file_server.body_bytes.clear()  # the push pinned ds by pulling it here: count afresh
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 180
+    while not file_server.body_bytes.get("ds/a.bin"):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, (proc.returncode, err)
+    assert err.strip().startswith("interrupted; nothing was placed at the destination")
+    assert not (tmp_path / "dest").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".dest")]
+    file_server.drip_s.clear()
+    _run(argv, tmp_path, env)
+    assert (tmp_path / "dest" / "datasets" / "ds" / "a.bin").read_bytes() == payload

@@ -440,7 +440,11 @@ def _add_dataset_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--path", action="store_true", help="print only the store's path")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_datasets)
+    p.set_defaults(
+        func=_datasets,
+        interrupted_line="interrupted; verified files stay in the cache, run the same command "
+        "again to continue",
+    )
 
     p = sub.add_parser(
         "list", help="the datasets in the local cache, with episodes, size and revision"
@@ -474,7 +478,11 @@ def _add_dataset_commands(sub: argparse._SubParsersAction) -> None:
     )
     _cache_dir_option(q)
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
-    q.set_defaults(func=_project_push)
+    q.set_defaults(
+        func=_project_push,
+        interrupted_line="interrupted; the index is written last, so the entry is as it was; "
+        "run the same command again to continue",
+    )
 
     q = project.add_parser(
         "pull", help="restore a project and the exact dataset revisions it pins"
@@ -493,4 +501,8 @@ def _add_dataset_commands(sub: argparse._SubParsersAction) -> None:
         "--offline", action="store_true", help="answer network locations from the cache only"
     )
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
-    q.set_defaults(func=_project_pull)
+    q.set_defaults(
+        func=_project_pull,
+        interrupted_line="interrupted; nothing was placed at the destination, verified files "
+        "stay in the cache, run the same command again to continue",
+    )
