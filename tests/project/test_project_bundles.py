@@ -331,3 +331,37 @@ def test_ctrl_c_during_a_project_pull_leaves_no_destination_and_the_next_pull_fi
     file_server.drip_s.clear()
     _run(argv, tmp_path, env)
     assert (tmp_path / "dest" / "datasets" / "ds" / "a.bin").read_bytes() == payload
+
+
+def test_a_run_on_a_store_imported_from_lerobot_names_the_lerobot_dataset(tmp_path, monkeypatch):
+    import numpy as np
+
+    import torchstore
+    from torchstore.data import TrajectoryStore
+    from torchstore.lerobot import LeRobotWriter
+
+    features = {"observation.state": {"dtype": "float32", "shape": [3], "names": None},
+                "action": {"dtype": "float32", "shape": [2], "names": None}}
+    with LeRobotWriter(tmp_path / "lr", fps=10, features=features) as w:
+        for episode in range(2):
+            w.add_episode({"observation.state": np.full((5, 3), episode, np.float32),
+                           "action": np.zeros((5, 2), np.float32)}, task="reach")
+    loc = tmp_path / "loc"
+    lr = push(tmp_path / "lr", loc, "lr", progress=False)
+    monkeypatch.setenv("TORCHSTORE_LOCATIONS", str(loc))
+    with torchstore.load("lr", progress=False) as store:
+        used = store.path  # <cache>/<location>/.stores/lr-<revision>.h5
+    project = _tiny_project(tmp_path / "p")
+    (project / "outputs" / "train" / "2026-01-01_00-00-00" / "config.yaml").write_text(
+        f"store:\n  path: {used}\n"
+    )
+    done = push_project(project, loc, "proj", progress=False)
+    assert [d.pinned for d in done.manifest.datasets] == [f"lr@{lr.revision}"]
+    monkeypatch.setenv("TORCHSTORE_CACHE", str(tmp_path / "fresh-cache"))
+    monkeypatch.delenv("TORCHSTORE_LOCATIONS")
+    pulled = pull_project(loc, "proj", tmp_path / "dest", progress=False)
+    config = (pulled.path / "outputs" / "train" / "2026-01-01_00-00-00" / "config.yaml").read_text()
+    assert config == "store:\n  path: datasets/lr.h5\n"
+    assert (pulled.path / "datasets" / "lr" / "meta" / "info.json").is_file()
+    with TrajectoryStore(pulled.path / "datasets" / "lr.h5") as store:
+        assert store.num_episodes == 2 and store.num_rows == 10

@@ -8,7 +8,9 @@ A project folder (``DIR``) is laid out like this repository's training side::
                                      <recipe>.log, policy.safetensors (bundled: every
                                      folder under outputs/ holding config.yaml)
     DIR/datasets/<name>/             the datasets, as ``project pull`` places them
-                                     (never bundled: they travel by name and revision)
+                                     (never bundled: they travel by name and revision);
+    DIR/datasets/<name>.h5           for a LeRobot or Minari dataset, also the store
+                                     ``torchstore.load`` imports it into
 
 Nothing else in ``DIR`` is bundled (nor hidden files, ``__pycache__`` or scratch files). Datasets are named, not copied: the bundle pins each
 one by location, name and revision, so ``project pull`` fetches exactly the bytes the
@@ -19,7 +21,9 @@ holds (a recipe run on ``store.path=$(torchstore datasets NAME --path)``, or on
 ``torchstore.load("NAME").path``) names its dataset: the cache record says where it came
 from and the revision is pinned. ``--dataset NAME[@REVISION]`` (``datasets=``) adds
 others. In the bundled ``config.yaml`` files and run commands those paths become
-project-relative, ``datasets/<name>/<file>``, which is where ``project pull`` places them;
+project-relative, ``datasets/<name>/<file>`` (``datasets/<name>.h5`` for the store
+``torchstore.load`` imported from a LeRobot or Minari dataset), which is where
+``project pull`` places them;
 recipes resolve relative paths against the project, so the pulled runs roll out and the
 recorded commands run as they are.
 
@@ -100,6 +104,8 @@ PROJECT_VERSION = 1
 BUNDLED = ("configs", "recipes", "outputs")
 REQUIRED = ("configs", "recipes")
 DATASETS_DIR = "datasets"
+STORES_DIR = ".stores"  # where torchstore.load keeps stores imported from LeRobot/Minari entries
+IMPORTED = "\0imported"  # marks a path to such a store
 _STORE_SUFFIXES = (".h5", ".hdf5")
 _REVISION = re.compile(r"[0-9a-f]{7,64}")
 _MAX_MANIFEST = 16 << 20
@@ -244,6 +250,8 @@ def _cached_dataset(cache_root: Path, value: str) -> tuple[ProjectDataset, str] 
     except ValueError:
         return None
     parts = rel.parts
+    if len(parts) == 3 and parts[1] == STORES_DIR:
+        return _imported_dataset(cache_root, parts[0], parts[2])
     if len(parts) < 3 or parts[1].startswith("."):
         return None
     slug, name, inner = parts[0], parts[1], "/".join(parts[2:])
@@ -258,6 +266,27 @@ def _cached_dataset(cache_root: Path, value: str) -> tuple[ProjectDataset, str] 
         log.debug("%s is not a complete cached entry: %s", value, exc)
         return None
     return ProjectDataset(name, loc.raw, entry.commit or entry.revision), inner
+
+
+def _imported_dataset(cache_root: Path, slug: str, filename: str) -> tuple[ProjectDataset, str] | None:
+    """The dataset behind a store ``torchstore.load`` imported (``.stores/<name>-<rev>.h5``)."""
+    stem, dot, suffix = filename.rpartition(".")
+    name, dash, rev = stem.rpartition("-")
+    if not (dot and dash and suffix == "h5"):
+        return None
+    try:
+        record = json.loads((cache_root / slug / ".records" / f"{name}.json").read_text())
+        loc = parse_location(record["location"])
+        cache = _Cache(cache_root, loc, name)
+        if cache.base.name != slug:
+            return None
+        _, entry = _offline(cache, None, None)
+    except Exception:  # noqa: BLE001 - not a complete cached entry: not a dataset reference
+        return None
+    ds = ProjectDataset(name, loc.raw, entry.commit or entry.revision)
+    if not ds.revision.startswith(rev):
+        return None
+    return ds, IMPORTED
 
 
 def _strings(value: Any) -> list[str]:
@@ -348,7 +377,11 @@ def _add_run(plan: _Plan, root: Path, run: Path, cache_root: Path) -> None:
             if found is not None:
                 ds, inner = found
                 plan.add_dataset(ds, f"used by {rel}")
-                plan.rewrites[candidate] = f"{DATASETS_DIR}/{ds.name}/{inner}"
+                plan.rewrites[candidate] = (
+                    f"{DATASETS_DIR}/{ds.name}.h5"
+                    if inner == IMPORTED
+                    else f"{DATASETS_DIR}/{ds.name}/{inner}"
+                )
     recipe = run.parent.name if (root / "recipes" / f"{run.parent.name}.py").is_file() else None
     command = None
     if recipe is not None and isinstance(overrides, list) and all(
@@ -470,6 +503,13 @@ def _check_bundle(entry: RemoteEntry, root: Path, subject: str) -> ProjectManife
     return manifest
 
 
+def _needs_import(entry: RemoteEntry) -> bool:
+    """A LeRobot or Minari entry (recipes read stores: ``torchstore.load`` imports it)."""
+    has_store = any(f.path.lower().endswith((".h5", ".hdf5")) for f in entry.files)
+    lerobot = entry.file("meta/info.json") is not None and not has_store
+    return lerobot or entry.file("data/metadata.json") is not None
+
+
 def _link_or_copy(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
@@ -541,6 +581,14 @@ def pull_project(
                 bar.update(f.size)
         shutil.copyfile(root / MANIFEST_NAME, staging / MANIFEST_NAME)
         for ds, ds_root, ds_entry in pulled:
+            if _needs_import(ds_entry):
+                from torchstore.datasets import Resolved, store_file
+
+                imported = store_file(
+                    Resolved(ds.name, ds.location, ds.revision, ds_root, ds_entry, "location")
+                )
+                make_dirs_inside(staging, DATASETS_DIR, subject="dataset folder")
+                _link_or_copy(imported, staging / DATASETS_DIR / f"{ds.name}.h5")
             where = make_dirs_inside(staging, f"{DATASETS_DIR}/{ds.name}", subject="dataset folder")
             for f in ds_entry.files:
                 folder = f.path.rpartition("/")[0]
