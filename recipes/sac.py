@@ -4,11 +4,18 @@
     python recipes/sac.py sampler=prioritized sampler.ere=true  # prioritized + ERE
     python recipes/sac.py collector.total_frames=400 collector.init_random_frames=200 \\
         eval.episodes=1                                         # smoke
+    python recipes/sac.py envs=4 window=8                       # 4 envs, length-8 windows
 
 Pieces: ``torchrl.collectors.Collector`` (torchrl 0.14's name for ``SyncDataCollector``)
 over ``torchrl.envs.GymEnv``; ``torchrl.objectives.SACLoss``; the replay buffer is torchrl's
 ``TensorDictReplayBuffer`` with torchstore's ``StoreReplay`` storage and a torchstore sampler
 (``UniformSampler``, or ``PrioritizedSampler`` fed the loss's ``td_error``).
+
+Several envs (``envs=N``): the collector steps a torchrl ``SerialEnv`` of N copies and hands
+over ``[N, T]`` batches, which go as they are into ``StoreReplay(capacity, ndim=2)``: each
+env's steps stay one contiguous stream with its own episode index. ``window=L`` samples
+length-L windows inside episodes (``SequenceWindowSampler``; they never cross an env
+stream) instead of single transitions.
 
 Outputs (``outputs/sac/<time>/``, printed at the start and the end): ``config.yaml``,
 ``metrics.csv``, ``loss.png``, ``policy.safetensors`` (the actor) and ``sac.log``.
@@ -26,12 +33,13 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torchrl.data import TensorDictReplayBuffer
+from torchrl.envs import SerialEnv
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import ProbabilisticActor, TanhNormal, ValueOperator
 from torchrl.objectives import SoftUpdate
 from tqdm import tqdm
 
-from torchstore import PrioritizedSampler
+from torchstore import PrioritizedSampler, SequenceWindowSampler
 
 EVAL_SEED_OFFSET = 10_000  # the evaluation environment's seed: cfg.seed + this
 
@@ -144,20 +152,32 @@ def main(cfg: DictConfig) -> float:
         target_update = SoftUpdate(loss, tau=cfg.model.tau)
         optim = instantiate(cfg.model.optimizer)(loss.parameters())
 
-        sampler = make_sampler(cfg.sampler, cfg.get("ere"))
+        n_envs = int(cfg.get("envs", 1))
+        window = int(cfg.get("window", 0))
+        if window > 0:
+            sampler = SequenceWindowSampler(window, generator=cfg.seed)
+            batch_size = max(1, cfg.batch_size // window) * window
+        else:
+            sampler = make_sampler(cfg.sampler, cfg.get("ere"))
+            batch_size = cfg.batch_size
         ere = getattr(sampler, "ere", None)
         prioritized = isinstance(sampler, PrioritizedSampler)
+        storage = instantiate(cfg.store, ndim=2 if n_envs > 1 else 1)
         buffer = TensorDictReplayBuffer(
-            storage=instantiate(cfg.store),
-            sampler=sampler,
-            batch_size=cfg.batch_size,
-            priority_key="td_error",
+            storage=storage, sampler=sampler, batch_size=batch_size, priority_key="td_error"
         )
-        collector = instantiate(cfg.collector)(create_env_fn=env, policy=actor)
+        if n_envs > 1:
+            collect_env = SerialEnv(n_envs, lambda: instantiate(cfg.env))
+            collect_env.set_seed(cfg.seed)
+        else:
+            collect_env = env
+        collector = instantiate(cfg.collector)(create_env_fn=collect_env, policy=actor)
+        run.log.info(f"replay: StoreReplay(ndim={storage.ndim}) over {n_envs} env(s), {sampler}")
 
         log = run.metrics
         total = cfg.collector.total_frames
-        frames, updates, episode_return = 0, 0, 0.0
+        frames, updates = 0, 0
+        episode_return = [0.0] * n_envs
         run.policy_tensors = lambda: (policy_tensors(actor), updates)
         try:
             with (
@@ -167,19 +187,20 @@ def main(cfg: DictConfig) -> float:
                 ) as bar,
             ):
                 for batch in collector:
-                    batch = batch.reshape(-1).select(*KEEP)
+                    # one env: [T] rows; several: [n_envs, T], kept as env streams (ndim=2)
+                    batch = batch.reshape(n_envs, -1) if n_envs > 1 else batch.reshape(-1)
+                    batch = batch.select(*KEEP)
                     buffer.extend(batch)
                     frames += batch.numel()
                     bar.update(batch.numel())
-                    rewards, ends = (
-                        batch["next", "reward"].reshape(-1).tolist(),
-                        batch["next", "done"].reshape(-1).tolist(),
-                    )
-                    for reward, end in zip(rewards, ends):  # one env: rows are consecutive steps
-                        episode_return += reward
-                        if end:
-                            log.log(updates, {"train/episode_return": episode_return})
-                            episode_return = 0.0
+                    rewards = batch["next", "reward"].reshape(n_envs, -1).tolist()
+                    ends = batch["next", "done"].reshape(n_envs, -1).tolist()
+                    for i in range(n_envs):  # each env's rows are its consecutive steps
+                        for reward, end in zip(rewards[i], ends[i]):
+                            episode_return[i] += reward
+                            if end:
+                                log.log(updates, {"train/episode_return": episode_return[i]})
+                                episode_return[i] = 0.0
                     run.check()
                     if frames < cfg.collector.init_random_frames:
                         continue
@@ -211,7 +232,7 @@ def main(cfg: DictConfig) -> float:
                             )
                     bar.set_postfix(updates=updates, loss_q=f"{losses['loss_qvalue'].item():.3f}")
         finally:
-            collector.shutdown()
+            collector.shutdown()  # closes the SerialEnv too
 
         with run.interrupts_at_checks():
             mean_return = evaluate_policy(
