@@ -226,3 +226,22 @@ def test_the_cache_answers_names_pulled_from_anywhere_but_a_hub_id_only_from_its
     monkeypatch.setenv("TORCHSTORE_OFFLINE", "1")
     with pytest.raises(NoSuchEntryError, match="skipped \\(offline\\)"):
         resolve("someone/ds")  # not the cached index entry of the same base name
+
+
+def test_a_minari_entry_is_imported_once_and_returned_as_a_store(tmp_path, monkeypatch, config_home):
+    pytest.importorskip("minari")
+    gym = pytest.importorskip("gymnasium")
+    from torchstore.gym import record
+    from torchstore.minari import export_minari
+
+    record(gym.make("CartPole-v1"), None, episodes=3, path=tmp_path / "cp.h5", seed=0)
+    with TrajectoryStore(tmp_path / "cp.h5") as store:
+        rows = store.num_rows
+        folder = export_minari(store, "cartpole-v0", root=tmp_path / "minari-root", progress=False)
+    push(folder, tmp_path / "loc", "cartpole", progress=False)
+    monkeypatch.setenv("TORCHSTORE_LOCATIONS", str(tmp_path / "loc"))
+    with torchstore.load("cartpole", progress=False) as store:
+        assert store.num_episodes == 3 and store.num_rows == rows
+        assert store.path.parent.name == ".stores"
+    listed = {d.name: d for d in local_datasets()}
+    assert listed["cartpole"].episodes == 3 and listed["cartpole"].note == "Minari"
