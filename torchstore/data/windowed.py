@@ -247,7 +247,11 @@ class BlockWindow:
         for spec in self.packed.columns:
             with self.lock:
                 value = self.store.read_column(spec.name, lo, hi)
-            self.packed.write(slice(base, base + hi - lo), {spec.name: torch.from_numpy(value)})
+            if self.device.type == "cpu":
+                # numpy's strided copy into the interleaved rows: one thread, GIL released
+                self.packed.view(spec.name).numpy()[base : base + hi - lo] = value
+            else:
+                self.packed.write(slice(base, base + hi - lo), {spec.name: torch.from_numpy(value)})
         self.stats["read_s"] += time.perf_counter() - t0
         self.stats["refills"] += 1
         self.stats["rows"] += hi - lo

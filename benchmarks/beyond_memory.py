@@ -1,0 +1,300 @@
+"""Sampling from stores larger than the resident budget, side by side with fully resident.
+
+Builds two stores on scratch disk (``--dir``, a temporary folder by default, removed at the
+end unless ``--keep``):
+
+- walker-shaped: ``--walker-rows`` rows of obs[17], action[6], reward, done, truncated
+  (float32 and bool; 104 bytes a row packed), episodes of 1000 rows;
+- pixels: ``--pixel-frames`` frames of pixels uint8[84, 84, 3], action[6], reward, done,
+  episodes of 500 frames.
+
+The issue-sized run is ``--walker-rows 10000000 --pixel-frames 300000`` (about 6 GiB of
+pixels); the defaults are small enough for a shared 2-core machine.
+
+For each store, every case runs in a fresh Python process (so its peak RSS is its own) and
+prints, for an ``OfflineDataModule`` with ``batch_size=256``:
+
+- batches/s drawing ``--batches`` batches with ``resident="all"`` and with a budget of
+  ``--fraction`` of the store (``resident="<bytes>B"``, ``--blocks`` resident blocks), warm
+  and cold (the store's pages dropped from the page cache with ``posix_fadvise(DONTNEED)``
+  before the run, which needs no privileges; where it is unavailable the cold row says so);
+  target: windowed >= 0.8x resident;
+- refill throughput (bytes read by the window's thread / seconds reading, checksums
+  verified) vs a bare h5py contiguous read of the same rows of the same datasets; target
+  >= 0.5x;
+- peak RSS above the process's RSS before the DataModule was built, vs the budget; target
+  <= budget + 20 %;
+- the same DataModules in a Lightning ``fit`` loop (a linear model, ``--fit-steps`` steps):
+  steps/s resident vs windowed.
+
+Usage: python benchmarks/beyond_memory.py [--walker-rows 1000000] [--pixel-frames 10000]
+       [--fraction 0.1] [--blocks 4] [--batches 2000] [--fit-steps 300] [--dir DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import print_table  # noqa: E402
+
+from torchstore.data import TrajectoryStore, TrajectoryStoreWriter  # noqa: E402
+from torchstore.data.columns import ColumnSpec  # noqa: E402
+
+BATCH = 256
+WALKER = (
+    ColumnSpec("obs", torch.float32, (17,)),
+    ColumnSpec("action", torch.float32, (6,)),
+    ColumnSpec("reward", torch.float32),
+    ColumnSpec("done", torch.bool),
+    ColumnSpec("truncated", torch.bool),
+)
+PIXELS = (
+    ColumnSpec("pixels", torch.uint8, (84, 84, 3)),
+    ColumnSpec("action", torch.float32, (6,)),
+    ColumnSpec("reward", torch.float32),
+    ColumnSpec("done", torch.bool),
+)
+
+
+def write_store(path: Path, columns, rows: int, episode: int) -> None:
+    rng = np.random.default_rng(0)
+    with TrajectoryStoreWriter(path, columns, overwrite=True) as w:
+        for start in range(0, rows, episode):
+            n = min(episode, rows - start)
+            end = np.zeros(n, dtype=bool)
+            end[-1] = True
+            ep = {}
+            for spec in columns:
+                if spec.dtype == torch.bool:
+                    ep[spec.name] = end
+                elif spec.dtype == torch.uint8:
+                    ep[spec.name] = rng.integers(0, 256, (n, *spec.shape), dtype=np.uint8)
+                else:
+                    ep[spec.name] = rng.standard_normal((n, *spec.shape), dtype=np.float32)
+            w.add_episode(ep)
+
+
+def drop_cache(path: Path) -> bool:
+    """Drop the file's pages from the page cache (no privileges needed); False if unsupported."""
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return True
+
+
+def rss_kib(field: str = "VmRSS") -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def reset_peak() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) of this process (Linux >= 4.0)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------- one case (child)
+def run_case(case: dict) -> dict:
+    from torchstore.lightning import OfflineDataModule
+
+    torch.set_num_threads(1)
+    path = Path(case["store"])
+    # warm the runtime (compiled kernels, the refill thread, Lightning) on a tiny store, so
+    # the peak below is what the rows cost
+    for budget in ("all", 400):
+        warm = OfflineDataModule(case["warm"], batch_size=BATCH, device="cpu", resident=budget,
+                                 steps_per_epoch=3)
+        for _ in warm.train_dataloader():
+            pass
+        warm.close()
+    del warm
+    if case["fit"]:
+        import lightning.pytorch  # noqa: F401
+    cold = case["cold"] and drop_cache(path)
+    base = rss_kib()
+    peak_ok = reset_peak()
+    kw = dict(batch_size=BATCH, device="cpu", seed=0, steps_per_epoch=case["batches"])
+    if case["budget"] is not None:
+        kw.update(resident=f"{case['budget']}B", resident_blocks=case["blocks"])
+    dm = OfflineDataModule(path, **kw)
+    out: dict = {"cold": cold}
+    t0 = time.perf_counter()
+    dm.setup()
+    if case["fit"]:
+        import lightning.pytorch as pl
+        from torch import nn
+
+        name = dm._names[0]
+
+        class Linear(pl.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.layer = nn.LazyLinear(6)
+
+            def training_step(self, batch, i):
+                x = batch[name].flatten(1).float()
+                return nn.functional.mse_loss(self.layer(x), batch["action"])
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+        trainer = pl.Trainer(max_steps=case["batches"], accelerator="cpu", devices=1,
+                             logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, enable_checkpointing=False,
+                             num_sanity_val_steps=0, limit_val_batches=0)
+        t1 = time.perf_counter()
+        trainer.fit(Linear(), datamodule=dm)
+        out["per_s"] = case["batches"] / (time.perf_counter() - t1)
+    else:
+        it = iter(dm.train_dataloader())
+        next(it)  # the first blocks are read synchronously; time the steady state
+        t1 = time.perf_counter()
+        n = 0
+        for _ in it:
+            n += 1
+        out["per_s"] = n / (time.perf_counter() - t1)
+    out["setup_s"] = t1 - t0
+    peak = rss_kib("VmHWM") if peak_ok else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out["peak_kib"] = peak - base
+    window = dm.window
+    if window is not None:
+        s = window.stats
+        out.update(waits=s["waits"], wait_s=s["wait_s"], refills=s["refills"],
+                   refill_mb_s=s["bytes"] / max(s["read_s"], 1e-9) / 1e6,
+                   resident_bytes=window.packed.nbytes, blocks=len(window.blocks))
+        if not case["fit"]:
+            out["bare_mb_s"] = bare_read(window, case["cold"])
+        dm.close()
+    return out
+
+
+def bare_read(window, cold: bool) -> float:
+    """MB/s of a bare h5py contiguous read of blocks the window read, same datasets."""
+    store = window.store
+    order = window.schedule.epoch_order(0)[: max(4, window.k + 1)]
+    if cold:
+        drop_cache(store.path)
+    nbytes, t = 0, 0.0
+    for b in order:
+        lo, hi = int(window.blocks.lo[b]), int(window.blocks.hi[b])
+        for spec in window.packed.columns:
+            ds = store._ds.columns[spec.name].data
+            t0 = time.perf_counter()
+            arr = ds[lo:hi]
+            t += time.perf_counter() - t0
+            nbytes += arr.nbytes
+    return nbytes / max(t, 1e-9) / 1e6
+
+
+def spawn(case: dict) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------- driver
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--walker-rows", type=int, default=1_000_000)
+    ap.add_argument("--pixel-frames", type=int, default=10_000)
+    ap.add_argument("--fraction", type=float, default=0.1)
+    ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--batches", type=int, default=2000)
+    ap.add_argument("--fit-steps", type=int, default=300)
+    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--case", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.case is not None:
+        print(json.dumps(run_case(json.loads(args.case))))
+        return
+    root = Path(tempfile.mkdtemp(prefix="beyond_memory_", dir=args.dir))
+    try:
+        stores = []
+        if args.walker_rows:
+            stores.append(("walker", root / "walker.h5", WALKER, args.walker_rows, 1000))
+        if args.pixel_frames:
+            stores.append(("pixels", root / "pixels.h5", PIXELS, args.pixel_frames, 500))
+        warm = root / "warm.h5"
+        write_store(warm, WALKER, 2000, 100)
+        for name, path, columns, rows, episode in stores:
+            t0 = time.perf_counter()
+            write_store(path, columns, rows, episode)
+            with TrajectoryStore(path) as store:
+                from torchstore.data.packed import PackedColumns
+
+                total = PackedColumns(store.columns, 1).row_bytes * store.num_rows
+            budget = int(total * args.fraction)
+            print(f"\n{name}: {rows} rows, {total / 2**20:.0f} MiB packed, written in "
+                  f"{time.perf_counter() - t0:.1f} s; budget {budget / 2**20:.1f} MiB "
+                  f"({args.fraction:.0%}), {args.blocks} resident blocks + 1 refilling")
+            base = dict(store=str(path), warm=str(warm), blocks=args.blocks, batches=args.batches, fit=False)
+            res = {}
+            for label, budget_, cold in [("resident, warm", None, False),
+                                         ("window, warm", budget, False),
+                                         ("resident, cold", None, True),
+                                         ("window, cold", budget, True)]:
+                res[label] = spawn({**base, "budget": budget_, "cold": cold})
+            fit = {b: spawn({**base, "budget": b, "cold": False, "fit": True,
+                             "batches": args.fit_steps}) for b in (None, budget)}
+            rows_out = []
+            for label, r in res.items():
+                ref = res["resident, " + label.split(", ")[1]]["per_s"]
+                cold_note = "" if not label.endswith("cold") or r["cold"] else " (cache not dropped)"
+                rows_out.append((
+                    label + cold_note, f"{r['per_s']:.0f}", f"{r['per_s'] / ref:.2f}x",
+                    f"{r['peak_kib'] / 1024:.0f}",
+                    "-" if "waits" not in r else f"{r['peak_kib'] * 1024 / budget:.2f}x",
+                    "-" if "waits" not in r else f"{r['refill_mb_s']:.0f} / {r['bare_mb_s']:.0f}"
+                    f" = {r['refill_mb_s'] / r['bare_mb_s']:.2f}x",
+                    "-" if "waits" not in r else f"{r['waits']} / {r['refills']} ({r['wait_s']:.2f} s)",
+                ))
+            print_table(
+                f"{name}: OfflineDataModule, {BATCH}-row batches, {args.batches} batches",
+                ("case", "batches/s", "vs resident", "peak RSS MiB", "RSS/budget",
+                 "refill / bare h5py MB/s", "waits / refills"),
+                rows_out,
+            )
+            print_table(
+                f"{name}: Lightning fit, {args.fit_steps} steps (linear model)",
+                ("case", "steps/s", "vs resident", "peak RSS MiB"),
+                [(("resident" if b is None else "window"), f"{r['per_s']:.0f}",
+                  f"{r['per_s'] / fit[None]['per_s']:.2f}x", f"{r['peak_kib'] / 1024:.0f}")
+                 for b, r in fit.items()],
+            )
+    finally:
+        if args.keep:
+            print(f"\nstores kept in {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
