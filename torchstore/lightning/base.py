@@ -15,6 +15,13 @@ ranks, and the same seed gives the same rows as ``UniformSampler(seed=...)``,
 ``PrioritizedSampler(seed=...)`` and :func:`~torchstore.samplers.sample_into` over the same
 rows.
 
+A store larger than memory (``resident=`` rows or bytes): instead of loading the columns,
+:meth:`setup` builds a :class:`~torchstore.data.windowed.BlockWindow` over the training
+episodes and keeps the store open for it (:meth:`close` stops its thread and closes the
+store). Rows are drawn by the refill schedule of :mod:`torchstore.samplers.refill` from the
+same Philox stream; every row keeps the expected frequency of whole-store sampling, ranks
+read disjoint blocks, and the window's schedule state is checkpointed with the stream.
+
 Checkpoints. :meth:`state_dict` holds every rank's stream position (and sampler state,
 such as priorities) gathered from all ranks, so that rank ``r`` of a resumed run takes
 up exactly where rank ``r`` stopped. Under DDP it is a collective: Lightning calls it on

@@ -98,6 +98,15 @@ class DemonstrationDataModule(StoreDataModule):
         prioritized_alpha, prioritized_beta: the prioritized sampler's exponents.
         ere: an :class:`~torchstore.samplers.ERE` schedule: ``t`` comes from the newest
             ``c_k`` training rows.
+        resident: ``"all"`` (the default: every needed column resident on the device), or
+            the budget of a store larger than memory, in rows (an int) or bytes
+            (``"8GiB"``, ``"512MB"``): ``resident_blocks`` blocks of contiguous rows are
+            sampled while a background thread reads the next one (see
+            :class:`~torchstore.data.windowed.BlockWindow`; ``datamodule.window.stats``
+            counts reads and waits). Validation episodes are read from disk batch by batch.
+            Not with ``ere`` or ``shard_episodes`` (ranks read disjoint blocks already).
+        resident_blocks: blocks sampled from at once with a budget (the budget holds them
+            and one spare being refilled).
 
     Raises:
         ColumnError: for a column the store does not have.

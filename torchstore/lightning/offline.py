@@ -111,6 +111,15 @@ class OfflineDataModule(StoreDataModule):
             ``datamodule.ere.set_progress(k, K)``. Checkpointed with the stream.
         window: draw windows of this many consecutive rows of one episode (see the module
             docstring); ``None`` draws single rows. Uniform sampling only.
+        resident: ``"all"`` (the default: every needed column resident on the device), or
+            the budget of a store larger than memory, in rows (an int) or bytes
+            (``"8GiB"``, ``"512MB"``): ``resident_blocks`` blocks of contiguous rows are
+            sampled while a background thread reads the next one (see
+            :class:`~torchstore.data.windowed.BlockWindow`; ``datamodule.window.stats``
+            counts reads and waits). Validation episodes are read from disk batch by batch.
+            Not with ``ere`` or ``shard_episodes`` (ranks read disjoint blocks already).
+        resident_blocks: blocks sampled from at once with a budget (the budget holds them
+            and one spare being refilled).
 
     Raises:
         ColumnError: for a column the store does not have.

@@ -2,7 +2,8 @@
 
 The index math lives in modules with no torchrl import (:mod:`~torchstore.samplers.draws`,
 :mod:`~torchstore.samplers.sumtree`, :mod:`~torchstore.samplers.ere`,
-:mod:`~torchstore.samplers.windows`, :mod:`~torchstore.samplers.philox`): pure tensor
+:mod:`~torchstore.samplers.windows`, :mod:`~torchstore.samplers.philox`, and the refill
+schedule of a window over a store larger than memory, :mod:`~torchstore.samplers.refill`): pure tensor
 functions, testable and compilable alone, with compiled CPU twins in
 :mod:`~torchstore.samplers.kernels`. The torchrl ``Sampler`` subclasses
 (:class:`UniformSampler`, :class:`PrioritizedSampler`, :class:`SequenceWindowSampler`),
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         uniform_from_words,
     )
     from torchstore.samplers.prioritized import PrioritizedSampler
+    from torchstore.samplers.refill import RefillSchedule
     from torchstore.samplers.sequence import SequenceWindowSampler
     from torchstore.samplers.sumtree import SumTree
     from torchstore.samplers.uniform import UniformSampler
@@ -72,6 +74,7 @@ _EXPORTS = {
     "uniform_rows": "torchstore.samplers.draws",
     "RowSet": "torchstore.samplers.windows",
     "context_windows": "torchstore.samplers.windows",
+    "RefillSchedule": "torchstore.samplers.refill",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)  # a new public name goes here too
@@ -101,4 +104,5 @@ __all__ = [
     "uniform_rows",
     "RowSet",
     "context_windows",
+    "RefillSchedule",
 ]
