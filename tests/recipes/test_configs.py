@@ -43,6 +43,7 @@ COMPOSITIONS = [
     ("sac", []),
     ("sac", ["sampler=prioritized"]),
     ("sac", ["sampler=prioritized", "sampler.ere=true"]),
+    ("distributed_sac", []),
 ]
 
 

@@ -111,7 +111,8 @@ def serve_replay(
             collector actors on a small cluster (a whole CPU each would leave them pending
             forever on a 2-CPU machine).
         resume: a folder the buffer's ``dumps`` wrote; the new actor ``loads`` it (rows,
-            episode index, ring position and priorities).
+            episode index, ring position and priorities). torchrl's ``loads`` also restores
+            the checkpoint's batch size; ``sample(n)`` draws another size.
 
     Returns:
         torchrl's ``RayReplayBuffer``: ``extend``, ``sample``, ``update_tensordict_priority``,
