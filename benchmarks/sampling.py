@@ -18,12 +18,17 @@ Prints medians and ratios:
   may not load: then "unavailable", and the figures it gave when rebuilt are printed);
 - windows, 64 x 64 steps, on a ring written between samples (1000 rows each time):
   ``SequenceWindowSampler(64)`` vs torchrl's ``SliceSampler(num_slices=64)`` uncached;
-- ``extend`` of 1000-row chunks, rows/s.
+- ``extend`` of 1000-row chunks, rows/s;
+- multi-env (``ndim=2``): ``StoreReplay(n, ndim=2)`` vs ``LazyTensorStorage(n, ndim=2)``,
+  both extended with ``[8 envs, 125 steps]`` chunks (each env's episodes 1000 steps long):
+  uniform ``rb.sample()`` (``UniformSampler`` vs ``RandomSampler``), windows
+  (``SequenceWindowSampler(64)`` vs ``SliceSampler(num_slices=64)`` uncached, 1000 rows
+  written between samples) and ``extend``.
 
 ``--big`` runs 10 M rows (about 2.2 GB per copy): one source tensor fills both storages chunk
 by chunk, and each section frees what it built.
 
-Usage: python benchmarks/sampling.py [--rows 1000000] [--big] [--repeats 101]
+Usage: python benchmarks/sampling.py [--rows 1000000] [--big] [--repeats 101] [--multi-env-only]
 """
 
 from __future__ import annotations
@@ -257,6 +262,63 @@ def window_section(ring: Ring) -> list[tuple]:
              f"{trl_w / ours_w:.1f}x", trl_w >= 10 * ours_w)]
 
 
+ENVS = 8
+
+
+def env_chunk(source: torch.Tensor, k: int, n: int, *, nested_done: bool) -> TensorDict:
+    """The ``k``-th 1000-row chunk as ``[ENVS, CHUNK // ENVS]``; an env's episode: 1000 steps."""
+    td = rows_from(source, *chunk_span(k, n), nested_done=nested_done).reshape(ENVS, -1)
+    key = ("next", "done") if nested_done else "done"
+    steps = CHUNK // ENVS
+    done = torch.zeros(ENVS, steps, dtype=torch.bool)
+    if (k + 1) * steps % EPISODE == 0:  # every env's stream reaches an episode end
+        done[:, -1] = True
+    td.set(key, done)
+    return td
+
+
+def multi_env_section(n: int, source: torch.Tensor, reps: int) -> list[tuple]:
+    ours_storage = StoreReplay(n, ndim=2)
+    ours = TensorDictReplayBuffer(storage=ours_storage, sampler=UniformSampler(), batch_size=BATCH)
+    trl = TensorDictReplayBuffer(storage=LazyTensorStorage(n, ndim=2), sampler=RandomSampler(),
+                                 batch_size=BATCH)
+    for k in range(n // CHUNK):
+        ours.extend(env_chunk(source, k, n, nested_done=False))
+        trl.extend(env_chunk(source, k, n, nested_done=True))
+    ours_chunks = Cycle([env_chunk(source, k, n, nested_done=False) for k in range(POOL)])
+    trl_chunks = Cycle([env_chunk(source, k, n, nested_done=True) for k in range(POOL)])
+    ours_u, trl_u = median_per_call_interleaved([ours.sample, trl.sample], repeats=reps, warmup=3)
+    ours_x, trl_x = median_per_call_interleaved(
+        [lambda: ours.extend(ours_chunks()), lambda: trl.extend(trl_chunks())],
+        repeats=reps, warmup=3,
+    )
+    ours_w_rb = TensorDictReplayBuffer(storage=ours_storage, sampler=SequenceWindowSampler(WINDOW),
+                                       batch_size=NUM_WINDOWS * WINDOW)
+    trl_w_rb = TensorDictReplayBuffer(
+        storage=trl.storage,
+        sampler=SliceSampler(num_slices=NUM_WINDOWS, end_key=("next", "done"), cache_values=False),
+        batch_size=BATCH,
+    )
+    wreps = max(11, reps // 4)
+    ours_w, trl_w = median_per_call_interleaved(
+        [ours_w_rb.sample, trl_w_rb.sample],
+        setups=[lambda: ours.extend(ours_chunks()), lambda: trl.extend(trl_chunks())],
+        repeats=wreps, warmup=2,
+    )
+    rows = [
+        ("ours rb.sample() StoreReplay(ndim=2) + UniformSampler", ms(ours_u), ratio(trl_u, ours_u)),
+        ("torchrl rb.sample() LazyTensorStorage(ndim=2) + RandomSampler", ms(trl_u), "1.00x"),
+        (f"ours SequenceWindowSampler({WINDOW}), extend between", ms(ours_w), ratio(trl_w, ours_w)),
+        (f"torchrl SliceSampler(num_slices={NUM_WINDOWS}), uncached", ms(trl_w), "1.00x"),
+        (f"ours rb.extend [{ENVS}, {CHUNK // ENVS}]", ms(ours_x), ratio(trl_x, ours_x)),
+        (f"torchrl rb.extend [{ENVS}, {CHUNK // ENVS}]", ms(trl_x), "1.00x"),
+    ]
+    print_table(f"multi-env ring (ndim=2), {ENVS} envs x {n // ENVS:,} steps (ms per call, "
+                f"median of {reps}; windows {wreps})", ("case", "ms", "speed-up"), rows)
+    return [(f"multi-env windows faster than torchrl's SliceSampler ({n:,} rows)",
+             f"{trl_w / ours_w:.1f}x", trl_w > ours_w)]
+
+
 def prioritized_section(ring: Ring) -> list[tuple]:
     n, storage, gen, reps = ring.n, ring.storage, ring.gen, ring.reps
     prio = PrioritizedSampler(n, alpha=0.6, beta=0.4)
@@ -344,6 +406,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--big", action="store_true", help="10 M rows")
     parser.add_argument("--repeats", type=int, default=101, help="timed calls per case")
+    parser.add_argument("--multi-env-only", action="store_true",
+                        help="run only the multi-env (ndim=2) section")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (default 1: stable medians on shared cores; 0: leave as is)")
     args = parser.parse_args()
@@ -359,6 +423,11 @@ def main() -> None:
     # The floor tensor doubles as the source every storage is filled from (one copy).
     source = torch.randn(n, FLOATS, generator=gen)
     source[:, 30] = torch.rand(n, generator=gen)  # rewards in [0, 1)
+    if args.multi_env_only:
+        summary = multi_env_section(n, source, args.repeats)
+        print_table(f"targets ({n:,} rows)", ("target", "measured", "met"),
+                    [(t, m, "yes" if ok else "NO") for t, m, ok in summary])
+        return
     storage = StoreReplay(n, columns=WALKER)
     rb = TensorDictReplayBuffer(storage=storage, sampler=UniformSampler(), batch_size=BATCH)
     fill(rb, source)
@@ -377,6 +446,9 @@ def main() -> None:
     summary += window_section(ring)
     gc.collect()
     summary += prioritized_section(ring)
+    del ring, rb, storage
+    gc.collect()
+    summary += multi_env_section(n, source, args.repeats)
     print_table(f"targets ({n:,} rows)", ("target", "measured", "met"),
                 [(t, m, "yes" if ok else "NO") for t, m, ok in summary])
 
