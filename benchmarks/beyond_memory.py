@@ -18,7 +18,8 @@ prints, for an ``OfflineDataModule`` with ``batch_size=256``:
   ``--fraction`` of the store (``resident="<bytes>B"``, ``--blocks`` resident blocks), warm
   and cold (the store's pages dropped from the page cache with ``posix_fadvise(DONTNEED)``
   before the run, which needs no privileges; where it is unavailable the cold row says so);
-  target: windowed >= 0.8x resident;
+  target: windowed >= 0.8x resident; a second windowed case reads each block ``--reuse``
+  times less often (``resident_reuse``: same expected frequency per row);
 - refill throughput (bytes read by the window's thread / seconds reading, checksums
   verified) vs a bare h5py contiguous read of the same rows of the same datasets; target
   >= 0.5x;
@@ -28,7 +29,7 @@ prints, for an ``OfflineDataModule`` with ``batch_size=256``:
   steps/s resident vs windowed.
 
 Usage: python benchmarks/beyond_memory.py [--walker-rows 1000000] [--pixel-frames 10000]
-       [--fraction 0.1] [--blocks 4] [--batches 2000] [--fit-steps 300] [--dir DIR] [--keep]
+       [--fraction 0.1] [--blocks 4] [--reuse 4] [--batches 2000] [--fit-steps 300] [--dir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def run_case(case: dict) -> dict:
     peak_ok = reset_peak()
     kw = dict(batch_size=BATCH, device="cpu", seed=0, steps_per_epoch=case["batches"])
     if case["budget"] is not None:
-        kw.update(resident=f"{case['budget']}B", resident_blocks=case["blocks"])
+        kw.update(resident=f"{case['budget']}B", resident_blocks=case["blocks"],
+                  resident_reuse=case["reuse"])
     dm = OfflineDataModule(path, **kw)
     out: dict = {"cold": cold}
     t0 = time.perf_counter()
@@ -226,6 +228,8 @@ def main() -> None:
     ap.add_argument("--pixel-frames", type=int, default=10_000)
     ap.add_argument("--fraction", type=float, default=0.1)
     ap.add_argument("--blocks", type=int, default=4)
+    ap.add_argument("--reuse", type=float, default=4.0,
+                    help="resident_reuse of the second windowed case (the first uses 1)")
     ap.add_argument("--batches", type=int, default=2000)
     ap.add_argument("--fit-steps", type=int, default=300)
     ap.add_argument("--dir", type=Path, default=None)
@@ -255,15 +259,23 @@ def main() -> None:
             print(f"\n{name}: {rows} rows, {total / 2**20:.0f} MiB packed, written in "
                   f"{time.perf_counter() - t0:.1f} s; budget {budget / 2**20:.1f} MiB "
                   f"({args.fraction:.0%}), {args.blocks} resident blocks + 1 refilling")
-            base = dict(store=str(path), warm=str(warm), blocks=args.blocks, batches=args.batches, fit=False)
+            base = dict(store=str(path), warm=str(warm), blocks=args.blocks, batches=args.batches,
+                        fit=False, reuse=1.0)
             res = {}
-            for label, budget_, cold in [("resident, warm", None, False),
-                                         ("window, warm", budget, False),
-                                         ("resident, cold", None, True),
-                                         ("window, cold", budget, True)]:
-                res[label] = spawn({**base, "budget": budget_, "cold": cold})
-            fit = {b: spawn({**base, "budget": b, "cold": False, "fit": True,
-                             "batches": args.fit_steps}) for b in (None, budget)}
+            r = args.reuse
+            for label, budget_, cold, reuse in [
+                ("resident, warm", None, False, 1.0),
+                ("window, warm", budget, False, 1.0),
+                (f"window reuse {r:g}, warm", budget, False, r),
+                ("resident, cold", None, True, 1.0),
+                ("window, cold", budget, True, 1.0),
+                (f"window reuse {r:g}, cold", budget, True, r),
+            ]:
+                res[label] = spawn({**base, "budget": budget_, "cold": cold, "reuse": reuse})
+            fit = {label: spawn({**base, "budget": b, "cold": False, "fit": True, "reuse": reuse,
+                                 "batches": args.fit_steps})
+                   for label, b, reuse in [("resident", None, 1.0), ("window", budget, 1.0),
+                                           (f"window reuse {r:g}", budget, r)]}
             rows_out = []
             for label, r in res.items():
                 ref = res["resident, " + label.split(", ")[1]]["per_s"]
@@ -285,9 +297,9 @@ def main() -> None:
             print_table(
                 f"{name}: Lightning fit, {args.fit_steps} steps (linear model)",
                 ("case", "steps/s", "vs resident", "peak RSS MiB"),
-                [(("resident" if b is None else "window"), f"{r['per_s']:.0f}",
-                  f"{r['per_s'] / fit[None]['per_s']:.2f}x", f"{r['peak_kib'] / 1024:.0f}")
-                 for b, r in fit.items()],
+                [(label, f"{r['per_s']:.0f}", f"{r['per_s'] / fit['resident']['per_s']:.2f}x",
+                  f"{r['peak_kib'] / 1024:.0f}")
+                 for label, r in fit.items()],
             )
     finally:
         if args.keep:

@@ -176,6 +176,8 @@ def test_bad_residency_options_are_refused(store_path):
 
     with pytest.raises(ValueError, match="use resident='all' with ere"):
         demo(store_path, resident=100, ere=ERE())
+    with pytest.raises(ResidencyError, match=r"resident_reuse \(0\)"):
+        demo(store_path, resident=100, resident_reuse=0)
     with pytest.raises(ValueError, match=r"resident_blocks \(0\)"):
         OfflineDataModule(store_path, batch_size=8, resident=100, resident_blocks=0)
     dm = OfflineDataModule(store_path, batch_size=8, resident=30, device="cpu")

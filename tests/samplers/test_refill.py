@@ -116,6 +116,25 @@ def test_batches_are_the_store_rows_and_every_row_is_drawn_as_often_as_uniform(s
     assert chisquare(skewed.numpy()).pvalue < 1e-6
 
 
+def test_reuse_reads_less_and_keeps_the_frequencies(store_path):
+    with TrajectoryStore(store_path) as store:
+        n = store.num_rows
+        counts = {}
+        refills = {}
+        for reuse in (1, 4):
+            w = window(store, 120, k=3, batch=16, reuse=reuse)
+            stream = PhiloxStream(5, block=4096)
+            c = torch.zeros(n, dtype=torch.int64)
+            for _ in range(1500):
+                c += torch.bincount(w.draw_rows(stream, 16)[1], minlength=n)
+            w.close()
+            counts[reuse], refills[reuse] = c, w.stats["refills"]
+    assert refills[4] * 3 < refills[1]
+    assert chisquare(counts[4].numpy()).pvalue > 1e-3
+    with pytest.raises(ResidencyError, match="reuse"):
+        RefillSchedule(4, 2, 8, reuse=0)
+
+
 def test_prioritized_draws_follow_the_whole_store_priorities(store_path):
     with TrajectoryStore(store_path) as store:
         n = store.num_rows

@@ -53,6 +53,8 @@ class WindowStorage(TensorStorage):
             by them; ``alpha``, ``beta``, ``eps`` as torchrl's ``PrioritizedSampler``.
         rank, world_size: under data parallelism, rank ``rank`` reads only its disjoint
             share of every epoch's blocks.
+        reuse: draws per row per time its block is read (see
+            :class:`~torchstore.samplers.refill.RefillSchedule`).
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class WindowStorage(TensorStorage):
         eps: float = 1e-8,
         rank: int = 0,
         world_size: int = 1,
+        reuse: float = 1.0,
     ):
         self._owns_store = not isinstance(store, TrajectoryStore)
         self.source = store if self._owns_store else store.path
@@ -98,6 +101,7 @@ class WindowStorage(TensorStorage):
             device=device,
             priorities=None if self.prioritized is None else self.prioritized.tree,
             beta=beta,
+            reuse=reuse,
         )
         self.store = opened
         super().__init__(storage=None, max_size=max(n, 1), device=self.window.device)

@@ -165,6 +165,7 @@ class BlockWindow:
         window: int | None = None,
         priorities: Any = None,
         beta: float = 0.4,
+        reuse: float = 1.0,
         lock: threading.Lock | None = None,
     ):
         from torchstore.samplers.refill import RefillSchedule, cut_blocks, parse_budget
@@ -195,7 +196,8 @@ class BlockWindow:
             raise ResidencyError("nothing to sample: the segments hold no rows")
         self.seg_start, self.seg_length, self.seg_episode = start, length, episode
         self.schedule = RefillSchedule(
-            len(self.blocks), k, batch_size, seed=seed, rank=rank, world_size=world_size
+            len(self.blocks), k, batch_size, seed=seed, rank=rank, world_size=world_size,
+            reuse=reuse,
         )
         self.k = self.schedule.k
         self.block_rows = int(self.blocks.rows.max())

@@ -47,6 +47,7 @@ from torchstore.data.packed import PackedColumns
 from torchstore.data.store import TrajectoryStore
 from torchstore.data.store_set import open_store
 from torchstore.data.windowed import BlockWindow
+from torchstore.errors import ResidencyError
 from torchstore.lightning.batches import (
     Batches,
     EvalBatches,
@@ -133,6 +134,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         ere: ERE | None = None,
         resident: int | str = "all",
         resident_blocks: int = 4,
+        resident_reuse: float = 1.0,
     ):
         super().__init__()
         self.sampler = choice(SamplerKind, sampler, "sampler")
@@ -141,6 +143,13 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         self._budget = parse_budget(resident)
         self.windowed = self._budget[0] != "all"
         self.resident_blocks = check_int("resident_blocks", resident_blocks, 1)
+        if (
+            isinstance(resident_reuse, bool)
+            or not isinstance(resident_reuse, (int, float))
+            or not 0 < resident_reuse < float("inf")
+        ):
+            raise ResidencyError(f"resident_reuse ({resident_reuse!r}) must be a finite number > 0")
+        self.resident_reuse = float(resident_reuse)
         if self.windowed and ere is not None:
             raise ValueError(
                 f"ere draws from the newest rows of the whole store; with resident={resident!r} "
@@ -315,6 +324,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             window=self._window_length(),
             priorities=None if self.priorities is None else self.priorities.tree,
             beta=self.prioritized_beta,
+            reuse=self.resident_reuse,
         )
         self._after_window(self.window)
 

@@ -107,6 +107,10 @@ class DemonstrationDataModule(StoreDataModule):
             Not with ``ere`` or ``shard_episodes`` (ranks read disjoint blocks already).
         resident_blocks: blocks sampled from at once with a budget (the budget holds them
             and one spare being refilled).
+        resident_reuse: with a budget, draws per row per time its block is read (1: the
+            store is read once per pass of draws; 4 reads it four times less often, every
+            row keeping the same expected frequency, at the price of batches that share
+            blocks for longer).
 
     Raises:
         ColumnError: for a column the store does not have.
@@ -144,6 +148,7 @@ class DemonstrationDataModule(StoreDataModule):
         ere: ERE | None = None,
         resident: int | str = "all",
         resident_blocks: int = 4,
+        resident_reuse: float = 1.0,
     ):
         self.obs_keys = _names(obs_keys, "obs_keys")
         self.action_keys = _names(action_keys, "action_keys")
@@ -168,6 +173,7 @@ class DemonstrationDataModule(StoreDataModule):
             ere=ere,
             resident=resident,
             resident_blocks=resident_blocks,
+            resident_reuse=resident_reuse,
         )
 
     def _required_columns(self) -> list[str]:

@@ -120,6 +120,10 @@ class OfflineDataModule(StoreDataModule):
             Not with ``ere`` or ``shard_episodes`` (ranks read disjoint blocks already).
         resident_blocks: blocks sampled from at once with a budget (the budget holds them
             and one spare being refilled).
+        resident_reuse: with a budget, draws per row per time its block is read (1: the
+            store is read once per pass of draws; 4 reads it four times less often, every
+            row keeping the same expected frequency, at the price of batches that share
+            blocks for longer).
 
     Raises:
         ColumnError: for a column the store does not have.
@@ -154,6 +158,7 @@ class OfflineDataModule(StoreDataModule):
         window: int | None = None,
         resident: int | str = "all",
         resident_blocks: int = 4,
+        resident_reuse: float = 1.0,
     ):
         self.layout = choice(Layout, layout, "layout")
         self.window_length = None if window is None else check_int("window", window, 1)
@@ -184,6 +189,7 @@ class OfflineDataModule(StoreDataModule):
             ere=ere,
             resident=resident,
             resident_blocks=resident_blocks,
+            resident_reuse=resident_reuse,
         )
 
     # ------------------------------------------------------------ boundary

@@ -196,6 +196,10 @@ class RefillSchedule:
         seed: key of the Philox stream the block order is drawn from.
         rank, world_size: this rank takes blocks ``rank, rank + world_size, ...`` of every
             epoch's order.
+        reuse: draws per unit of a block per time it is read (``c * K`` above; 1: a block is
+            read once per pass of draws over its rows). Larger values read the store
+            ``reuse`` times less often for the same draws, every row keeping the same
+            expected frequency; consecutive batches then share blocks for longer.
 
     Raises:
         ResidencyError: when a rank would get no block.
@@ -210,7 +214,11 @@ class RefillSchedule:
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
+        reuse: float = 1.0,
     ):
+        if isinstance(reuse, bool) or not isinstance(reuse, (int, float)) or not 0 < reuse < float("inf"):
+            raise ResidencyError(f"reuse ({reuse!r}) must be a finite number > 0")
+        self.reuse = float(reuse)
         if resident_blocks < 1:
             raise ResidencyError(f"resident blocks ({resident_blocks}) must be >= 1")
         if num_blocks < world_size:
@@ -260,7 +268,7 @@ class RefillSchedule:
 
     def start_phase(self, weight: float) -> int:
         """Open the current phase with active weight ``weight``; its number of batches."""
-        self.credit += float(weight) / (self.k * self.batch_size)
+        self.credit += self.reuse * float(weight) / (self.k * self.batch_size)
         n = int(self.credit)
         self.credit -= n
         self.left = n
