@@ -9,6 +9,7 @@ Tables:
    extending the Ray-served buffer (``serve_replay``) with the same batches (made inside
    the actors, so only the extend crosses processes);
 2. learner ``sample()`` latency: local buffer vs through Ray;
+   and one collector actor stepping Pendulum-v1 (what a collector really produces);
 3. shards: a 4-shard ``StoreSet`` vs one store of the same rows: ``resident()`` load, a
    4096-row gather from the resident view, a full ``iter_slabs`` pass, window refills.
 
@@ -102,6 +103,19 @@ def replay_tables(rows: int, per_batch: int, sample_size: int) -> None:
         for w in ws:
             ray.kill(w)
         buffer.close()
+    # what one collector actor produces (torchrl Collector over GymEnv Pendulum-v1, random
+    # actions), extending a served buffer: the r of "one buffer actor serves 160k / r"
+    from torchstore.distributed import start_collectors
+
+    buffer = serve_replay(rows * 2, batch_size=sample_size, num_cpus=0.25)
+    (collector,) = start_collectors(buffer, None, 1, frames_per_batch=per_batch // 4 or 1)
+    ray.get(collector.collect.remote(1000))
+    t0 = time.perf_counter()
+    ray.get(collector.collect.remote(5000))
+    collect_rate = 5000 / (time.perf_counter() - t0)
+    table.append(("1 Pendulum collector actor -> Ray buffer", f"{collect_rate:,.0f}", f"{collect_rate / (rows / local_s):.3f}x"))
+    ray.kill(collector)
+    buffer.close()
     ray.shutdown()
     print_table(f"extend: {rows:,} rows in batches of {per_batch}", ("path", "rows/s", "vs local"), table)
     print_table(f"sample({sample_size}) latency", ("path", "ms", "vs local"), sample_rows)
