@@ -215,3 +215,69 @@ def test_sync_keep_prunes_old_snapshots_of_a_growing_recording(tmp_path, capsys)
     stored = {p.relative_to(loc / "rec").as_posix() for p in (loc / "rec").rglob("*") if p.is_file()}
     assert stored == {f.stored_at for e in entry.revisions for f in e.files}  # nothing else kept
     assert main(["sync", str(rec), str(loc), "rec", "--keep", "0"]) == 2
+
+
+@pytest.mark.parametrize("content", ["new", "dropped"])
+def test_a_push_racing_a_prune_never_loses_the_bytes_its_index_lists(
+    tmp_path, monkeypatch, content
+):
+    """A push that reads the pruned index before prune deletes must not upload where it deletes."""
+    from torchstore.io.folder import LocalFolderClient
+
+    loc = tmp_path / "loc"
+    local = make_dataset(tmp_path / "local")
+    info = local / "meta" / "info.json"
+    dropped_bytes = info.read_bytes()
+    push(local, loc, "ds", progress=False)  # stored at its own paths
+    info.write_text('{"episodes": 7}')
+    push(local, loc, "ds", replace=True, progress=False)  # info.json beside it, in .blobs
+    info.write_text('{"episodes": 8}')
+    kept = push(local, loc, "ds", replace=True, progress=False)
+    expected = {kept.revision: tree_bytes(local)}
+    # the same path again, with content no kept revision stores (new, or a dropped revision's)
+    info.write_bytes(b'{"episodes": 9}' if content == "new" else dropped_bytes)
+    delete = LocalFolderClient.delete
+    raced = []
+
+    def delete_after_a_push(self, rel):
+        if not raced:
+            raced.append(rel)
+            pushed = push(local, loc, "ds", replace=True, progress=False)
+            expected[pushed.revision] = tree_bytes(local)
+        delete(self, rel)
+
+    monkeypatch.setattr(LocalFolderClient, "delete", delete_after_a_push)
+    done = prune(loc, "ds")
+    assert raced and done.deleted
+    entry = RemoteCatalog(loc)["ds"]
+    assert [e.revision for e in entry.revisions] == list(reversed(expected))
+    for i, rev in enumerate(entry.revisions):  # every listed revision pulls and verifies
+        got = pull(loc, f"ds@{rev.revision}", cache_dir=tmp_path / f"c{i}", progress=False)
+        assert tree_bytes(got) == expected[rev.revision]
+
+
+def test_sync_retried_after_an_identical_sync_reports_file_paths(tmp_path, monkeypatch):
+    """Bytes sent before losing the index race to the same content count as that file's upload."""
+    from torchstore.io.folder import LocalFolderClient
+
+    loc = tmp_path / "loc"
+    rec = tmp_path / "rec"
+    (rec / "data").mkdir(parents=True)
+    (rec / "data" / "log.json").write_text(json.dumps({"rows": 0}))
+    (rec / "data" / "fixed.json").write_text("{}")
+    sync_recording(rec, loc, "rec")
+    (rec / "data" / "log.json").write_text(json.dumps({"rows": 1}))  # its new bytes go to .blobs
+    write_bytes = LocalFolderClient.write_bytes
+    raced = []
+
+    def an_identical_sync_first(self, rel, data, **kw):
+        if not raced:
+            raced.append(rel)
+            sync_recording(rec, loc, "rec")
+        write_bytes(self, rel, data, **kw)
+
+    monkeypatch.setattr(LocalFolderClient, "write_bytes", an_identical_sync_first)
+    result = sync_recording(rec, loc, "rec")
+    assert raced
+    assert result.uploaded == ("data/log.json",)
+    assert result.unchanged == ("data/fixed.json",)

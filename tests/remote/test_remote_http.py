@@ -64,8 +64,11 @@ def test_second_push_uploads_only_changes_and_index_is_last(file_server, pushed)
     puts = len(file_server.puts)
     (local / "meta" / "info.json").write_text('{"episodes": 3, "changed": true}')
     entry = push(local, file_server.url, "ds", replace=True, progress=False)
-    # the replaced revision still points at ds/meta/info.json: the new bytes go beside it
-    assert file_server.puts[puts:] == [f"ds/.blobs/{entry.file('meta/info.json').sha256}", "index.json"]
+    # the replaced revision still points at ds/meta/info.json: the new bytes go beside it,
+    # to a storage path never used before
+    at = entry.file("meta/info.json").at
+    assert at.startswith(f".blobs/{entry.file('meta/info.json').sha256}-")
+    assert file_server.puts[puts:] == [f"ds/{at}", "index.json"]
     assert file_server.puts[0] != "index.json" and file_server.puts[puts - 1] == "index.json"
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import secrets
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,38 +162,32 @@ def _plan(
     return entry
 
 
-def _slot_free(slot: str, used: set[str]) -> bool:
-    """True if ``slot`` is neither used nor a file/folder of a used storage path."""
-    if slot in used:
-        return False
-    if any(u.startswith(slot + "/") for u in used):
-        return False
-    parts = slot.split("/")
-    return not any("/".join(parts[:i]) in used for i in range(1, len(parts)))
-
-
 def _place(
-    entry: RemoteEntry, current: RemoteEntry | None
+    entry: RemoteEntry, current: RemoteEntry | None, fresh: dict[tuple[str | None, int], str]
 ) -> tuple[RemoteEntry, list[RemoteFile]]:
     """``entry`` with storage paths, keeping ``current``'s revisions; and the files to upload.
 
-    Bytes any listed revision already stores are reused; new bytes go to the file's own
-    path when no listed revision uses that place, else to ``.blobs/<sha256>``.
+    Bytes any listed revision already stores are reused. New bytes of a new entry go to
+    the file's own path; once the entry exists, to a storage path no one ever used,
+    ``.blobs/<sha256>-<random>`` (chosen once per content in ``fresh``, so a retry reuses
+    what this publish already sent): a revision a concurrent prune dropped may have used
+    any other place, and prune deletes those (see ``torchstore.remote.index``).
     """
     listed = current.revisions if current is not None else ()
     stored: dict[tuple[str | None, int], str] = {}
-    used: set[str] = set()
     for old in listed:
         for f in old.files:
             stored.setdefault((f.sha256, f.size), f.stored_at)
-            used.add(f.stored_at)
     placed, todo = [], []
     for f in entry.files:
-        at = stored.get((f.sha256, f.size))
+        key = (f.sha256, f.size)
+        at = stored.get(key)
         if at is None:
-            at = f.path if _slot_free(f.path, used) else f"{BLOBS}/{f.sha256}"
-            stored[(f.sha256, f.size)] = at
-            used.add(at)
+            if current is None:
+                at = f.path
+            else:
+                at = fresh.setdefault(key, f"{BLOBS}/{f.sha256}-{secrets.token_hex(8)}")
+            stored[key] = at
             todo.append(RemoteFile(f.path, f.size, f.sha256, f.blob_sha1, f.source, at))
         placed.append(RemoteFile(f.path, f.size, f.sha256, f.blob_sha1, f.source, at))
     history: tuple[RemoteEntry, ...] = ()
@@ -359,15 +354,18 @@ class IndexBackend(Backend):
     ) -> Published:
         sources = {f.path: path for f, path in local}
         sent: dict[str, str | None] = {}  # storage path -> sha256 of what this call uploaded
+        fresh: dict[tuple[str | None, int], str] = {}  # content -> its new blob path (_place)
         for _attempt in range(_INDEX_WRITE_ATTEMPTS):
             entries, etag, exists = self._read_index(must_exist=False)
             current = entries.get(name)
             entry = _plan(
                 self.location, name, kind, local, current, replace=replace, merge=merge
             )
-            if entry is None:
-                return Published(current, tuple(sent), up_to_date=not sent)
-            published, todo = _place(entry, current)
+            if entry is None:  # someone published this content while this call uploaded
+                shas = set(sent.values())  # uploaded names file paths, as below
+                paths = sorted(f.path for f, _ in local if f.sha256 in shas)
+                return Published(current, tuple(paths), up_to_date=not sent)
+            published, todo = _place(entry, current, fresh)
             for f in todo:
                 if sent.get(f.stored_at) == f.sha256:
                     continue
@@ -405,6 +403,9 @@ class IndexBackend(Backend):
             raise TransferError(
                 f"{self.location}/{INDEX_NAME} kept changing; gave up after {_INDEX_WRITE_ATTEMPTS} attempts"
             )
+        # Safe to delete: a push that read the index before this prune wrote it fails its
+        # conditional write and re-plans; one that read it after reuses only paths a kept
+        # revision lists and uploads only to never-used paths (_place), so none of these.
         still = {f.stored_at for e in kept for f in e.files}
         unused = sorted({f.stored_at for e in dropped for f in e.files} - still)
         deleted, left = [], []

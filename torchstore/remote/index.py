@@ -17,7 +17,7 @@ entry; the files of entry ``NAME`` live at ``<base>/NAME/<path>``::
             {"path": "meta/info.json", "size": 12, "sha256": "<64 hex>"},
             {"path": "data/chunk-000/file-000.parquet", "size": 10250, "sha256": "<64 hex>",
              "source": "...",                   # optional opaque tag (recording snapshots)
-             "at": ".blobs/<64 hex>"}           # optional (version 2): where the bytes are
+             "at": ".blobs/<64 hex>-<16 hex>"}  # optional (version 2): where the bytes are
           ],
           "history": [                          # optional (version 2): earlier revisions,
             {"revision": "<64 hex>", "size": 9000,          # newest first, each pullable
@@ -35,10 +35,15 @@ Rules (everything from a remote is untrusted and checked before use):
 - ``revision`` is the sha256 of the lines ``"<path>\\0<size>\\0<sha256>\\n"`` over the files
   sorted by path; ``revision`` and ``size`` may be omitted (then computed) but when present
   must match.
-- A file's bytes are at ``<base>/NAME/<at>`` (``at`` defaults to ``path``). A revision
-  that replaces bytes an earlier, still listed revision keeps at that place stores the new
-  bytes at ``.blobs/<sha256>`` instead, so no upload ever changes a file a listed
-  revision points at: readers of any listed revision never see a half-replaced entry.
+- A file's bytes are at ``<base>/NAME/<at>`` (``at`` defaults to ``path``). Only an
+  entry's first revision puts bytes at their own paths; once the entry exists, a new
+  revision reuses the bytes a listed revision already stores, and uploads any other
+  bytes to a storage path never used before, ``.blobs/<sha256>-<16 random hex>`` (older
+  writers used ``.blobs/<sha256>``; any ``at`` is read). So no upload ever changes a file
+  a listed revision points at, nor writes where a revision ever stored bytes: readers of
+  any listed revision never see a half-replaced entry, and a prune (which writes the
+  index first, then deletes the paths only its dropped revisions use) never deletes
+  bytes a concurrent push uploads, even a push that read the pruned index.
   One storage path holds one content across all revisions of an entry.
 - ``history`` lists earlier revisions newest first (``torchstore prune`` drops them); its
   items have no ``name``, ``kind`` or ``history`` of their own.
