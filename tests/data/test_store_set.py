@@ -49,8 +49,8 @@ def _write(path, shard: int, lengths) -> None:
 WRITER = textwrap.dedent(
     """
     import sys, time
-    sys.path.insert(0, {tests!r})
-    from data.test_store_set import COLUMNS, _episode
+    sys.path.insert(0, {root!r})
+    from tests.data.test_store_set import COLUMNS, _episode
     from torchstore.data import TrajectoryStoreWriter
     path, shard, episodes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     with TrajectoryStoreWriter(path, COLUMNS) as w:
@@ -59,7 +59,7 @@ WRITER = textwrap.dedent(
             print(ep, flush=True)
             time.sleep(float(sys.argv[4]))
     """
-).format(tests=os.path.dirname(os.path.dirname(__file__)))
+).format(root=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _spawn(path, shard: int, episodes: int, pause: float = 0.0) -> subprocess.Popen:
