@@ -11,9 +11,9 @@ from scipy.stats import chisquare
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.store import TrajectoryStore
-from torchstore.data.windowed import BlockWindow
 from torchstore.data.writer import TrajectoryStoreWriter
 from torchstore.errors import IntegrityError, ResidencyError, RowIndexError
+from torchstore.samplers.block_window import BlockWindow
 from torchstore.samplers.philox import PhiloxStream
 from torchstore.samplers.refill import RefillSchedule, cut_blocks, parse_budget
 from torchstore.samplers.sumtree import SumTree
@@ -71,7 +71,7 @@ def test_aligned_blocks_hold_whole_episodes_and_never_span_a_gap():
     u = cut_blocks(start, length, 20, align=False)
     assert list(zip(u.lo, u.hi)) == [(0, 20), (20, 30), (40, 60), (60, 65)]
     assert (u.rows <= 20).all()
-    with pytest.raises(ResidencyError, match="episode 4 has 20 rows.*19 rows"):
+    with pytest.raises(ResidencyError, match="longest training episode has 20 rows.*19 rows"):
         cut_blocks(start, length, 19, align=True)
 
 
@@ -90,6 +90,58 @@ def test_block_order_is_reproducible_and_ranks_read_disjoint_blocks():
         assert sum(map(len, parts)) == 23  # disjoint
     with pytest.raises(ResidencyError, match="fewer than the 4 ranks"):
         RefillSchedule(3, 2, 8, world_size=4)
+
+
+@pytest.mark.parametrize("n, k, world", [(8, 4, 1), (23, 3, 1), (23, 3, 3), (5, 5, 1), (9, 1, 2)])
+def test_every_block_is_active_in_k_phases_of_every_epoch_the_first_included(n, k, world):
+    for rank in range(world):
+        s = RefillSchedule(n, k, 1, seed=1, rank=rank, world_size=world)
+        per = s.per_epoch
+        for epoch in range(3):
+            phases = range(epoch * per, (epoch + 1) * per)
+            counts = {}
+            for p in phases:
+                active = s.active(p)
+                assert len(set(active)) == s.k
+                assert set(active) <= set(s.epoch_order(epoch).tolist())  # disjoint ranks
+                for b in active:
+                    counts[b] = counts.get(b, 0) + 1
+            assert sorted(counts) == sorted(s.epoch_order(epoch).tolist())
+            assert set(counts.values()) == {s.k}
+            # inside an epoch one block enters per phase; the prefetched one is among them
+            for p in phases:
+                new = set(s.active(p + 1)) - set(s.active(p))
+                assert len(new) <= (1 if p + 1 < (epoch + 1) * per else s.k)
+                assert s.incoming(p) in new if new else s.incoming(p) == -1
+
+
+def test_the_reviewers_case_block_phase_counts_in_the_first_epoch():
+    s = RefillSchedule(8, 4, 1, seed=1)
+    counts = np.zeros(8, dtype=np.int64)
+    for p in range(8):
+        counts[s.active(p)] += 1
+    assert counts.tolist() == [4] * 8
+
+
+def test_one_epoch_of_draws_is_uniform_over_the_rows(store_path):
+    """The first epoch alone (no later epoch to make up for it) draws every row equally."""
+    with TrajectoryStore(store_path) as store:
+        n = store.num_rows
+        w = window(store, 120, k=3, batch=16, reuse=20)
+        assert len(w.blocks) > 2 * w.k
+        stream = PhiloxStream(11, block=4096)
+        counts = torch.zeros(n, dtype=torch.int64)
+        batches = 0
+        while True:
+            row = w.draw_rows(stream, 16)[1]
+            if w.schedule.epoch >= 1:
+                break
+            counts += torch.bincount(row, minlength=n)
+            batches += 1
+        w.close()
+    assert abs(batches * 16 - 20 * n) <= 16 * w.schedule.per_epoch
+    assert counts.min() > 0
+    assert chisquare(counts.numpy()).pvalue > 1e-3
 
 
 # ------------------------------------------------------------------ the window
@@ -211,7 +263,7 @@ def test_budget_too_small_and_episode_too_long_are_clear_errors(store_path):
     with TrajectoryStore(store_path) as store:
         with pytest.raises(ResidencyError, match="too few for 4 blocks"):
             window(store, 3, k=4)
-        with pytest.raises(ResidencyError, match="episode 8 has 70 rows"):
+        with pytest.raises(ResidencyError, match="longest training episode has 70 rows"):
             window(store, 200, k=3, window=4)
         with pytest.raises(ResidencyError, match="not 'all'"):
             window(store, "all")

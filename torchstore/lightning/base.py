@@ -16,7 +16,7 @@ ranks, and the same seed gives the same rows as ``UniformSampler(seed=...)``,
 rows.
 
 A store larger than memory (``resident=`` rows or bytes): instead of loading the columns,
-:meth:`setup` builds a :class:`~torchstore.data.windowed.BlockWindow` over the training
+:meth:`setup` builds a :class:`~torchstore.samplers.block_window.BlockWindow` over the training
 episodes and keeps the store open for it (:meth:`close` stops its thread and closes the
 store). Rows are drawn by the refill schedule of :mod:`torchstore.samplers.refill` from the
 same Philox stream; every row keeps the expected frequency of whole-store sampling, ranks
@@ -46,7 +46,6 @@ from torch import Tensor
 from torchstore.data.packed import PackedColumns
 from torchstore.data.store import TrajectoryStore
 from torchstore.data.store_set import open_store
-from torchstore.data.windowed import BlockWindow
 from torchstore.errors import ResidencyError
 from torchstore.lightning.batches import (
     Batches,
@@ -56,6 +55,7 @@ from torchstore.lightning.batches import (
     to_cpu,
 )
 from torchstore.lightning.split import EpisodeSplit, shard_episodes, split_episodes
+from torchstore.samplers.block_window import BlockWindow
 from torchstore.samplers.draws import uniform_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.philox import PhiloxStream
@@ -160,7 +160,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
                 f"with resident={resident!r} DDP ranks already read disjoint blocks of the "
                 "store; drop shard_episodes"
             )
-        #: the :class:`~torchstore.data.windowed.BlockWindow` sampled with a budget, else None
+        #: the :class:`~torchstore.samplers.block_window.BlockWindow` sampled with a budget, else None
         self.window: BlockWindow | None = None
         for name, value in (
             ("prioritized_alpha", prioritized_alpha),

@@ -115,7 +115,7 @@ class OfflineDataModule(StoreDataModule):
             the budget of a store larger than memory, in rows (an int) or bytes
             (``"8GiB"``, ``"512MB"``): ``resident_blocks`` blocks of contiguous rows are
             sampled while a background thread reads the next one (see
-            :class:`~torchstore.data.windowed.BlockWindow`; ``datamodule.window.stats``
+            :class:`~torchstore.samplers.block_window.BlockWindow`; ``datamodule.window.stats``
             counts reads and waits). Validation episodes are read from disk batch by batch.
             Not with ``ere`` or ``shard_episodes`` (ranks read disjoint blocks already).
         resident_blocks: blocks sampled from at once with a budget (the budget holds them

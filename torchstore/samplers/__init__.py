@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from torchstore._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from torchstore.samplers.block_window import BlockWindow
     from torchstore.samplers.device import (
         PhiloxSampler,
         empty_batch,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from torchstore.samplers.sequence import SequenceWindowSampler
     from torchstore.samplers.sumtree import SumTree
     from torchstore.samplers.uniform import UniformSampler
+    from torchstore.samplers.window_storage import WindowSampler, WindowStorage
     from torchstore.samplers.windows import (
         RowSet,
         Windows,
@@ -75,6 +77,9 @@ _EXPORTS = {
     "RowSet": "torchstore.samplers.windows",
     "context_windows": "torchstore.samplers.windows",
     "RefillSchedule": "torchstore.samplers.refill",
+    "BlockWindow": "torchstore.samplers.block_window",
+    "WindowStorage": "torchstore.samplers.window_storage",
+    "WindowSampler": "torchstore.samplers.window_storage",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)  # a new public name goes here too
@@ -105,4 +110,7 @@ __all__ = [
     "RowSet",
     "context_windows",
     "RefillSchedule",
+    "BlockWindow",
+    "WindowStorage",
+    "WindowSampler",
 ]

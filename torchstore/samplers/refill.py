@@ -1,6 +1,6 @@
 """The refill schedule of a window over a store larger than memory: blocks, order, phases.
 
-Pure host-side bookkeeping, no I/O (the reads live in :mod:`torchstore.data.windowed`).
+Pure host-side bookkeeping, no I/O (the reads live in :mod:`torchstore.samplers.block_window`).
 
 **Blocks.** The rows to sample (a set of segments: episodes, or one run of rows) are cut
 into *blocks* of at most ``block_rows`` contiguous rows (:func:`cut_blocks`). With
@@ -14,26 +14,31 @@ stream (:class:`~torchstore.samplers.philox.PhiloxStream` keyed by the seed, on 
 sub-stream :data:`BLOCK_STREAM` that no rank or worker uses for rows; epoch ``e`` reads the
 stream at position ``e * blocks``). Under DDP every rank computes the same order and rank
 ``r`` of ``W`` takes every ``W``-th block of it, so ranks read disjoint blocks in an epoch.
-Concatenating a rank's epochs gives its *block sequence* ``S``.
 
-**Phases.** Phase ``p`` samples from the ``K`` resident blocks ``S[p] .. S[p + K - 1]``;
-going to phase ``p + 1`` swaps one block (``S[p]`` out, ``S[p + K]`` in), which a
-background thread has read into a spare slot meanwhile (double-buffered: ``K + 1`` slots).
+**Phases.** Epoch ``e`` has one phase per block of the rank's order ``O`` (``N`` blocks).
+Its phase ``j`` samples from the ``K`` resident blocks ``O[j], O[j + 1], .., O[j + K - 1]``
+(indices mod ``N``: the order is read as a cycle, so the last phases of an epoch take its
+first blocks again). Inside an epoch going to phase ``j + 1`` swaps one block (``O[j]``
+out, ``O[j + K]`` in), which a background thread has read into a spare slot meanwhile
+(double-buffered: ``K + 1`` slots); at an epoch's end the ``K`` blocks of the next epoch's
+first phase come in (the prefetched one, the others read then). An epoch reads
+``N + K - 1`` blocks (``N`` when ``K = N``: nothing is read inside the epoch).
 Phase ``p`` lasts ``floor(credit)`` batches, ``credit`` accumulating ``w_p / (K * B)`` (the
 remainder is carried, so nothing is lost to rounding), where ``w_p`` is what the active
 blocks weigh: rows (uniform rows), valid windows (sequence windows), or priority mass scaled
 to rows (prioritized). Within a phase draws are uniform over the active rows (windows) or
 proportional to their priorities.
 
-*Why this is uniform over the store.* Every block occurrence in ``S`` is active in exactly
-``K`` consecutive phases. Phase ``p`` draws ``c * w_p`` units uniformly over its ``w_p``
-active units, so each unit of a phase is drawn ``c`` times in expectation, and each unit of
-the store ``K * c`` times per epoch: the same for every row, the expected frequency of
-uniform sampling over the whole store (up to the carried remainder, less than one batch per
-phase, which moves to the next phase instead of being dropped). ``tests/samplers`` checks it
-with a chi-square test over row counts. The same argument with mass in place of rows makes
-the prioritized marginal ``p_i / sum(p)``; see :mod:`torchstore.data.windowed` for the bias
-that remains when priorities change mid-epoch and how the importance weights treat it.
+*Why this is uniform over the store.* Every block is active in exactly ``K`` phases of
+every epoch, the first included. Phase ``p`` draws ``c * w_p`` units uniformly over its
+``w_p`` active units, so each unit of a phase is drawn ``c`` times in expectation, and each
+unit of the store ``K * c`` times per epoch: the same for every row, the expected frequency
+of uniform sampling over the whole store (up to the carried remainder, less than one batch
+per phase, which moves to the next phase instead of being dropped). ``tests/samplers``
+checks the phase counts and a chi-square over one epoch's row counts. The same argument
+with mass in place of rows makes the prioritized marginal ``p_i / sum(p)``; see
+:mod:`torchstore.samplers.block_window` for the bias that remains when priorities change
+mid-epoch and how the importance weights treat it.
 
 State for an exact resume: ``(phase, left, credit)`` here, plus the row stream's position.
 
@@ -146,9 +151,8 @@ def cut_blocks(start: np.ndarray, length: np.ndarray, block_rows: int, *, align:
     if align:
         longest = int(length.max()) if len(length) else 0
         if longest > block_rows:
-            worst = int(np.argmax(length))
             raise ResidencyError(
-                f"episode {worst} has {longest} rows, more than a block of the resident budget "
+                f"the longest training episode has {longest} rows, more than a block of the resident budget "
                 f"holds ({block_rows} rows); windows need whole episodes resident: raise the "
                 "budget or lower the number of resident blocks"
             )
@@ -252,19 +256,32 @@ class RefillSchedule:
         return order
 
     def block_at(self, i: int) -> int:
-        """Block ``S[i]`` of this rank's block sequence."""
+        """Block ``i mod N`` of this rank's order for epoch ``i // N`` (``N`` = :attr:`per_epoch`)."""
         epoch, j = divmod(i, self.per_epoch)
         return int(self.epoch_order(epoch)[j])
 
     def active(self, phase: int | None = None) -> list[int]:
-        """The ``K`` blocks sampled from in ``phase`` (this one by default), oldest first."""
+        """The ``K`` blocks sampled from in ``phase`` (this one by default), oldest first.
+
+        Phase ``j`` of epoch ``e`` takes blocks ``j .. j + K - 1`` of the epoch's order read
+        as a cycle, so every block is active in exactly ``K`` phases of every epoch.
+        """
         p = self.phase if phase is None else phase
-        return [self.block_at(p + j) for j in range(self.k)]
+        epoch, j = divmod(p, self.per_epoch)
+        order = self.epoch_order(epoch)
+        return [int(order[(j + i) % self.per_epoch]) for i in range(self.k)]
 
     def incoming(self, phase: int | None = None) -> int:
-        """The block that enters when ``phase`` ends (the one to read in the background)."""
+        """A block that enters when ``phase`` ends (the one to read in the background), or
+        -1 when the next phase takes no block that ``phase`` does not hold.
+
+        Inside an epoch one block enters; at an epoch's end the next epoch's first phase
+        may bring up to ``K`` (this is the newest of them; the others are read then).
+        """
         p = self.phase if phase is None else phase
-        return self.block_at(p + self.k)
+        now = set(self.active(p))
+        new = [b for b in self.active(p + 1) if b not in now]
+        return new[-1] if new else -1
 
     def start_phase(self, weight: float) -> int:
         """Open the current phase with active weight ``weight``; its number of batches."""

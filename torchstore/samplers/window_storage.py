@@ -1,7 +1,7 @@
 """A read-only torchrl storage over a window of a store larger than memory, and its sampler.
 
 torchrl's offline training loops sample a ``TensorDictReplayBuffer``. Over a store too large
-for memory, :class:`WindowStorage` holds a :class:`~torchstore.data.windowed.BlockWindow`
+for memory, :class:`WindowStorage` holds a :class:`~torchstore.samplers.block_window.BlockWindow`
 (``K`` resident blocks refilled in the background) and :class:`WindowSampler` draws from
 it with the sampling core's refill schedule: uniform over all the store's rows, or
 prioritized with priorities for the whole store. Rows are addressed by their *store* row
@@ -28,8 +28,8 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import TensorStorage
 
 from torchstore.data.store import TrajectoryStore
-from torchstore.data.windowed import BlockWindow
 from torchstore.errors import ReadOnlyStorageError
+from torchstore.samplers.block_window import BlockWindow
 from torchstore.samplers.philox import PhiloxStream
 
 __all__ = ["WindowStorage", "WindowSampler"]

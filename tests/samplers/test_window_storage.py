@@ -7,9 +7,9 @@ import torch
 from torchrl.data import TensorDictReplayBuffer
 
 from torchstore.data.store import TrajectoryStore
-from torchstore.data.window_storage import WindowSampler, WindowStorage
 from torchstore.demo import write_demo_store
 from torchstore.errors import ReadOnlyStorageError, RowIndexError
+from torchstore.samplers.window_storage import WindowSampler, WindowStorage
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,431 @@
+"""``K`` resident blocks of a store larger than memory, moved by the refill schedule.
+
+:class:`BlockWindow` is the runtime of :mod:`torchstore.samplers.refill`: it reads blocks
+of the store (one contiguous read per column) on a background thread into
+:class:`~torchstore.data.packed.PackedColumns` slots and draws rows or windows from the
+active ones. What the DataModules' ``resident=`` budgets and
+:class:`~torchstore.samplers.window_storage.WindowStorage` sample.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from torchstore.data.packed import PackedColumns
+from torchstore.errors import ResidencyError, RowIndexError
+from torchstore.samplers.draws import importance_weight
+from torchstore.samplers.refill import RefillSchedule, cut_blocks, parse_budget
+from torchstore.samplers.sumtree import SumTree
+from torchstore.samplers.windows import RowSet, choose_windows, window_counts
+
+if TYPE_CHECKING:
+    from torchstore.data.store import TrajectoryStore
+
+__all__ = ["BlockWindow"]
+
+
+class _DiskColumns:
+    """Just enough of a resident view for :func:`~torchstore.lightning.normalizer.column_stats`:
+    ``packed.view(name)[a:b]`` reads rows ``[a, b)`` from the store (verified)."""
+
+    def __init__(self, window: BlockWindow):
+        self._window = window
+        self.packed = self
+        self.columns = window.packed.columns
+        self.num_rows = window.store.num_rows
+
+    def view(self, name: str) -> _DiskColumns._Column:
+        return _DiskColumns._Column(self._window, name)
+
+    class _Column:
+        def __init__(self, window: BlockWindow, name: str):
+            self._window, self._name = window, name
+            self.device = torch.device("cpu")
+
+        def __getitem__(self, rows: slice) -> torch.Tensor:
+            stop = min(rows.stop, self._window.store.num_rows)
+            with self._window.lock:
+                value = self._window.store.read_column(self._name, rows.start, stop)
+            return torch.from_numpy(value)
+
+
+class BlockWindow:
+    """``K`` resident blocks of a store larger than memory, refilled on a background thread.
+
+    The runtime of the refill schedule (:mod:`torchstore.samplers.refill`, which explains
+    the blocks, their Philox order and why every row is drawn as often as under uniform
+    sampling over the whole store). The window holds ``K + 1`` slots of ``block_rows`` rows
+    in one :class:`~torchstore.data.packed.PackedColumns` (budget = ``(K + 1) * block_rows``
+    rows); ``K`` are sampled from while a thread reads the next block into the spare one
+    with one contiguous read per column (checksums verified as every read is). Going to
+    the next phase waits only when that read has not finished; waits are counted in
+    :attr:`stats`.
+
+    Draws return *packed* positions (what to gather) and *store* rows (what a batch
+    reports as ``"index"``). The segments are the sampled episodes (or one run of rows);
+    with ``align=True`` blocks hold whole episodes, so windows and context steps never
+    leave the resident episode.
+
+    Prioritized (``priorities=`` a whole-store :class:`~torchstore.samplers.SumTree` of
+    stored values ``(p + eps) ** alpha``, one leaf per store row): a second tree over the
+    slots mirrors the active rows' leaves; a phase lasts in proportion to its blocks'
+    mass (each block thus gets its share of draws by its mass) and rows within are drawn
+    by theirs, so over an epoch row ``i`` is drawn with probability ``p_i / sum(p)``, the
+    whole-store prioritized marginal, and the importance weight is the whole-store one:
+    ``(p_i / p_min) ** -beta`` with ``p_min`` over the store. The bias that remains: a
+    phase's length is fixed by the mass when it opens, and a row's priority only counts
+    while its block is resident; a priority raised while the block is away is seen on the
+    block's next turn (at most one epoch later) rather than at once. The weights do not
+    correct that lag (it is bounded by one epoch and shrinks with ``K``); they correct the
+    prioritisation itself exactly as the whole-store sampler's do.
+    """
+
+    def __init__(
+        self,
+        store: TrajectoryStore,
+        columns: Sequence[str] | None,
+        *,
+        segments: tuple[Any, Any, Any],
+        budget: int | str,
+        resident_blocks: int = 4,
+        batch_size: int,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        device: torch.device | str = "cpu",
+        align: bool = False,
+        window: int | None = None,
+        priorities: Any = None,
+        beta: float = 0.4,
+        reuse: float = 1.0,
+        lock: threading.Lock | None = None,
+    ):
+        self.store = store
+        self.lock = lock if lock is not None else threading.Lock()
+        specs = store.select_columns(columns)
+        kind, amount = parse_budget(budget)
+        if kind == "all":
+            raise ResidencyError("a BlockWindow needs a budget in rows or bytes, not 'all'")
+        k = int(resident_blocks)
+        if k < 1:
+            raise ResidencyError(f"resident_blocks ({resident_blocks}) must be >= 1")
+        row_bytes = PackedColumns(specs, 1, "cpu").row_bytes
+        budget_rows = amount if kind == "rows" else amount // row_bytes
+        block_rows = budget_rows // (k + 1)
+        if block_rows < 1:
+            raise ResidencyError(
+                f"resident budget {budget!r} holds {budget_rows} rows ({row_bytes} bytes a row): "
+                f"too few for {k} blocks and a spare; raise it or lower resident_blocks"
+            )
+        start, length, episode = (np.asarray(torch.as_tensor(x).cpu(), dtype=np.int64) for x in segments)
+        self.window = window
+        align = align or window is not None
+        self.blocks = cut_blocks(start, length, block_rows, align=align)
+        if len(self.blocks) == 0:
+            raise ResidencyError("nothing to sample: the segments hold no rows")
+        self.seg_start, self.seg_length, self.seg_episode = start, length, episode
+        self.schedule = RefillSchedule(
+            len(self.blocks), k, batch_size, seed=seed, rank=rank, world_size=world_size,
+            reuse=reuse,
+        )
+        self.k = self.schedule.k
+        self.block_rows = int(self.blocks.rows.max())
+        self.budget_rows = budget_rows
+        self.packed = PackedColumns(specs, (self.k + 1) * self.block_rows, device)
+        self.device = self.packed.device
+        #: what one block weighs in draws: rows, or valid windows of length ``window``
+        if window is None:
+            self._block_units = self.blocks.rows.astype(np.float64)
+        else:
+            self._block_units = np.array(
+                [
+                    float(window_counts(torch.as_tensor(self._clip(b)[1]), window).sum())
+                    for b in range(len(self.blocks))
+                ]
+            )
+        self.total_units = float(self._block_units.sum())
+        self.priorities = priorities
+        self.beta = float(beta)
+        self.tree = None
+        if priorities is not None:
+            self.tree = SumTree(self.packed.capacity, dtype=priorities.dtype, device=self.device)
+        #: refills, rows and bytes read, seconds spent reading, waits and seconds waited
+        self.stats = {"refills": 0, "rows": 0, "bytes": 0, "read_s": 0.0, "waits": 0, "wait_s": 0.0}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchstore-refill")
+        self._pending: Future | None = None
+        self._opened = False
+        self._slots: list[int] = []  # active slots, phase order
+        self._slot_block = [-1] * (self.k + 1)
+        self._spare = self.k
+        self._spare_block = -1
+        self._started = False
+
+    # ------------------------------------------------------------ blocks and slots
+    def _clip(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Segments of block ``b`` clipped to its rows: ``(start, length, episode)``."""
+        lo, hi = int(self.blocks.lo[b]), int(self.blocks.hi[b])
+        sl = slice(int(self.blocks.seg_lo[b]), int(self.blocks.seg_hi[b]))
+        a = np.maximum(self.seg_start[sl], lo)
+        e = np.minimum(self.seg_start[sl] + self.seg_length[sl], hi)
+        return a, e - a, self.seg_episode[sl]
+
+    def _read(self, slot: int, block: int) -> None:
+        """Read block ``block`` into slot ``slot``: one contiguous read per column."""
+        lo, hi = int(self.blocks.lo[block]), int(self.blocks.hi[block])
+        base = slot * self.block_rows
+        t0 = time.perf_counter()
+        for spec in self.packed.columns:
+            with self.lock:
+                value = self.store.read_column(spec.name, lo, hi)
+            if self.device.type == "cpu":
+                # numpy's strided copy into the interleaved rows: one thread, GIL released
+                self.packed.view(spec.name).numpy()[base : base + hi - lo] = value
+            else:
+                self.packed.write(slice(base, base + hi - lo), {spec.name: torch.from_numpy(value)})
+        self.stats["read_s"] += time.perf_counter() - t0
+        self.stats["refills"] += 1
+        self.stats["rows"] += hi - lo
+        self.stats["bytes"] += (hi - lo) * self.packed.row_bytes
+
+    def _prefetch(self) -> None:
+        """Start reading the block the next phase brings into the spare slot (if any)."""
+        block = self.schedule.incoming()
+        self._spare_block = -1
+        self._slot_block[self._spare] = -1
+        if block < 0:
+            return
+        self._spare_block = block
+        self._pending = self._pool.submit(self._read, self._spare, block)
+
+    def _read_into(self, slot: int, block: int) -> None:
+        self._read(slot, block)
+        self._slot_block[slot] = block
+
+    def _start(self, slots: list[int] | None = None) -> None:
+        """Read the current phase's blocks (blocking) and start reading the next one.
+
+        ``slots``: the slot of each active block (a checkpoint's layout: prioritized draws
+        descend a tree over slot positions, so a resumed window keeps the layout).
+        """
+        self._slots = list(range(self.k)) if slots is None else [int(s) for s in slots]
+        self._spare = next(s for s in range(self.k + 1) if s not in self._slots)
+        self._slot_block = [-1] * (self.k + 1)
+        for slot, block in zip(self._slots, self.schedule.active()):
+            self._read_into(slot, block)
+        self._activate()
+        self._prefetch()
+        self._started = True
+
+    def _wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        if not pending.done():
+            t0 = time.perf_counter()
+            pending.result()
+            self.stats["waits"] += 1
+            self.stats["wait_s"] += time.perf_counter() - t0
+        else:
+            pending.result()  # raises what the read raised (an IntegrityError, ...)
+        self._slot_block[self._spare] = self._spare_block
+
+    def _advance(self) -> None:
+        """Next phase: blocks that stay keep their slots, the prefetched one enters, and
+        any other newcomer (the first phase of an epoch) is read now.
+
+        The layout depends only on the phase and the previous layout (the spare counts
+        only for the block prefetched this phase), so a resumed window repeats it.
+        """
+        self._wait()
+        self.schedule.next_phase()
+        self._opened = False
+        held = {self._slot_block[s]: s for s in self._slots}
+        if self._spare_block >= 0:
+            held[self._spare_block] = self._spare
+        blocks = self.schedule.active()
+        slots = [held.get(b, -1) for b in blocks]
+        free = [s for s in range(self.k + 1) if s not in slots]
+        for i, b in enumerate(blocks):
+            if slots[i] < 0:
+                slots[i] = free.pop(0)
+                self._read_into(slots[i], b)
+        self._slots, self._spare = slots, free[0]
+        self._activate()
+        self._prefetch()
+
+    def _activate(self) -> None:
+        """Build the active segments (packed coordinates) and the window tree."""
+        starts, lengths, episodes, deltas = [], [], [], []
+        for slot in self._slots:
+            b = self._slot_block[slot]
+            a, n, ep = self._clip(b)
+            packed = slot * self.block_rows + (a - int(self.blocks.lo[b]))
+            starts.append(packed)
+            lengths.append(n)
+            episodes.append(ep)
+            deltas.append(a - packed)
+        cat = lambda xs: torch.as_tensor(np.concatenate(xs), device=self.device)  # noqa: E731
+        self.rows = RowSet(cat(starts), cat(lengths), cat(episodes))
+        self._delta = cat(deltas)
+        if self.tree is not None:
+            self.tree.clear()
+            for slot in self._slots:
+                self._mirror(slot)
+
+    def _mirror(self, slot: int, rows: torch.Tensor | None = None) -> None:
+        """Copy whole-store priorities of (some of) ``slot``'s rows into the window tree."""
+        b = self._slot_block[slot]
+        lo, hi = int(self.blocks.lo[b]), int(self.blocks.hi[b])
+        if rows is None:
+            rows = torch.arange(lo, hi, device=self.device)
+        else:
+            rows = rows[(rows >= lo) & (rows < hi)]
+            if not rows.numel():
+                return
+        base = slot * self.block_rows
+        self.tree.update(rows - lo + base, self.priorities.values(rows), check=False)
+
+    def refresh_priorities(self, rows: torch.Tensor) -> None:
+        """Mirror whole-store priorities of store ``rows`` that are resident and active."""
+        if self.tree is None or not self._started:
+            return
+        rows = rows.reshape(-1).to(self.device)
+        for slot in self._slots:
+            self._mirror(slot, rows)
+
+    def _phase_weight(self) -> float:
+        if self.tree is None:
+            return float(sum(self._block_units[self._slot_block[s]] for s in self._slots))
+        total = float(self.priorities.values().sum())
+        if total <= 0:
+            return 0.0
+        return float(self.tree.values().sum()) / total * self.total_units
+
+    def _ready(self) -> None:
+        """Make sure the current phase has a batch left (opening or advancing phases)."""
+        if not self._started:
+            self._start()
+        for _ in range(self.schedule.per_epoch * 4 + 8):
+            if not self._opened:
+                self.schedule.start_phase(self._phase_weight())
+                self._opened = True
+            if self.schedule.left > 0:
+                self.schedule.take()
+                return
+            self._advance()
+        raise ResidencyError(
+            f"no phase of the window schedule draws a batch of {self.schedule.batch_size}: "
+            f"the sampled rows hold {self.total_units:.0f} draws in all; use a smaller "
+            "batch_size or a larger resident budget"
+        )
+
+    # ------------------------------------------------------------ draws
+    def draw_rows(self, stream: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``n`` rows of the current phase: ``(packed, store_row, segment, weight or None)``.
+
+        ``segment`` indexes :attr:`rows` (``rows.start[segment]``/``rows.length[segment]``
+        are the row's episode in packed positions).
+        """
+        self._ready()
+        if self.tree is None:
+            packed, seg = self.rows.locate(stream.randint(n, len(self.rows)))
+            weight = None
+        else:
+            u = stream.uniform(n, dtype=self.tree.dtype)
+            packed, value, _ = self.tree.sample_whole(u)
+            seg = self.rows.segment_of(packed)
+            weight = importance_weight(value, self.priorities.min_whole(), self.beta)
+        return packed, packed + self._delta[seg], seg, weight
+
+    def draw_windows(self, stream: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``n`` windows of ``window`` rows of the current phase: ``(packed, store_rows, episode)``."""
+        self._ready()
+        rows = self.rows
+        total = int(window_counts(rows.length, self.window).sum())
+        g = stream.randint(n, total)
+        w = choose_windows(
+            rows.start, rows.length, rows.episode, g, capacity=self.packed.capacity, T=self.window
+        )
+        return w.index, w.index + self._delta[w.segment].unsqueeze(1), w.episode_id
+
+    def to_packed(self, rows: torch.Tensor) -> torch.Tensor:
+        """Packed positions of store ``rows`` resident in an active slot.
+
+        Raises:
+            RowIndexError: for a row that is not resident now.
+        """
+        rows = torch.as_tensor(rows, dtype=torch.int64, device=self.device)
+        out = torch.full_like(rows, -1)
+        for slot in self._slots:
+            b = self._slot_block[slot]
+            lo, hi = int(self.blocks.lo[b]), int(self.blocks.hi[b])
+            inside = (rows >= lo) & (rows < hi)
+            out = torch.where(inside, rows - lo + slot * self.block_rows, out)
+        if out.numel() and bool((out < 0).any()):
+            bad = int(rows[out < 0][0])
+            raise RowIndexError(f"row {bad} is not resident in the window now (active blocks {self.active_blocks})")
+        return out
+
+    @property
+    def active_blocks(self) -> list[tuple[int, int]]:
+        """``[lo, hi)`` of the active blocks, oldest first."""
+        return [(int(self.blocks.lo[self._slot_block[s]]), int(self.blocks.hi[self._slot_block[s]])) for s in self._slots]
+
+    def read_rows(self, lo: int, hi: int) -> PackedColumns:
+        """Rows ``[lo, hi)`` read now into their own packed block (validation batches)."""
+        packed = PackedColumns(self.packed.columns, max(hi - lo, 1), self.device)
+        for spec in self.packed.columns:
+            with self.lock:
+                value = self.store.read_column(spec.name, lo, hi)
+            packed.write(slice(0, hi - lo), {spec.name: torch.from_numpy(value)})
+        return packed
+
+    def disk_columns(self) -> _DiskColumns:
+        """The store's columns read in chunks from disk, for statistics over all rows."""
+        return _DiskColumns(self)
+
+    # ------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        slots = self._slots if self._started else list(range(self.k))
+        return {**self.schedule.state_dict(), "opened": self._opened, "slots": list(slots),
+                "blocks": len(self.blocks)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        slots = [int(s) for s in state["slots"]]
+        if int(state["blocks"]) != len(self.blocks) or len(slots) != self.k or len(set(slots)) != self.k or not set(slots) <= set(range(self.k + 1)):
+            raise ResidencyError(
+                f"the checkpoint's window cut the rows into {state['blocks']} blocks and held "
+                f"{len(slots)} resident, this one {len(self.blocks)} and {self.k}; resume with the same resident budget and resident_blocks"
+            )
+        self.close_reads()
+        self.schedule.load_state_dict(state)
+        self._opened = bool(state["opened"])
+        self._start(slots)
+
+    def close_reads(self) -> None:
+        """Finish the read in flight (if any) and forget the resident blocks."""
+        if self._pending is not None:
+            self._pending.cancel()
+            try:
+                self._pending.result()
+            except Exception:  # noqa: BLE001 - a read that failed is redone on restart
+                pass
+            self._pending = None
+        self._started = False
+
+    def close(self) -> None:
+        self.close_reads()
+        self._pool.shutdown(wait=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"BlockWindow({len(self.blocks)} blocks of <= {self.block_rows} rows, K={self.k}, "
+            f"budget {self.budget_rows} rows, phase {self.schedule.phase}, device={self.device})"
+        )
