@@ -118,14 +118,33 @@ def test_ctrl_c_during_import_lafan_then_the_printed_resume_command_finishes_it(
         np.testing.assert_array_equal(got[c], want[c])
 
 
+def _has_open_csv(pid: int) -> bool:
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(".csv"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def test_ctrl_c_before_anything_is_written_says_so(tmp_path):
     """An interrupted import-lafan still validating its files leaves no store."""
     source = _lafan_folder(tmp_path / "g1", files=400, frames=300)
     dest = tmp_path / "new" / "lafan.h5"
     proc = _start("import-lafan", str(source), str(dest))
-    time.sleep(4.0)  # torch imported, files being validated (400 of them take far longer)
-    if proc.poll() is not None:
-        pytest.skip("the import finished before the signal; nothing to check")
+    # Signal while the validation pass has a CSV open and before any store file exists:
+    # watched through /proc, so the moment does not depend on how fast the machine is.
+    deadline = time.monotonic() + 120
+    while not _has_open_csv(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if proc.poll() is not None or (dest.parent.exists() and any(dest.parent.iterdir())):
+        proc.kill()
+        pytest.skip("the import got past validation before the signal; nothing to check")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "Traceback" not in err, err
