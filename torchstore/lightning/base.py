@@ -2,8 +2,9 @@
 
 A DataModule is a store + an index policy of the sampling core + a batch layout. It reads
 the store's columns and episode count when it is built (to check columns and the split at
-the boundary) and makes the columns it needs resident on the training device once in
-:meth:`setup`. Given a path, it opens the store only for those two moments; given an open
+the boundary) and, with ``resident="all"`` (the default), makes the columns it needs
+resident on the training device once in :meth:`setup` (with a budget, see below).
+Given a path, it opens the store only for those two moments; given an open
 :class:`~torchstore.data.TrajectoryStore`, it uses it and leaves it open.
 
 Rows are drawn on that device by the core's policies (:mod:`torchstore.samplers.draws`:
@@ -21,6 +22,12 @@ episodes and keeps the store open for it (:meth:`close` stops its thread and clo
 store). Rows are drawn by the refill schedule of :mod:`torchstore.samplers.refill` from the
 same Philox stream; every row keeps the expected frequency of whole-store sampling, ranks
 read disjoint blocks, and the window's schedule state is checkpointed with the stream.
+``resident_blocks`` (default 4) is how many blocks are sampled from at once (one more slot
+is read in the background); ``resident_reuse`` (default 1) is how many draws per row a
+block gives per read (larger: fewer reads, the same expected frequencies). A budget
+refuses ``ere`` and ``shard_episodes``; prioritized draws keep the bias documented in
+:class:`~torchstore.samplers.block_window.BlockWindow` (a priority changed while its block
+is away counts on the block's next turn).
 
 Checkpoints. :meth:`state_dict` holds every rank's stream position (and sampler state,
 such as priorities) gathered from all ranks, so that rank ``r`` of a resumed run takes
