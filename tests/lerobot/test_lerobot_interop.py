@@ -1,7 +1,8 @@
-"""Interop with the real ``lerobot`` package (0.4.x, format v3.0), both ways.
+"""Interop with the real ``lerobot`` package (0.6.x and 0.4.4, format v3.0), both ways.
 
-Skipped unless ``lerobot`` imports (CI does not install it). Everything stays in tmp_path and
-offline: lerobot reads local folders only (``root=``), the Hub is switched off.
+Skipped unless ``lerobot`` imports (CI does not install it; the skip reason says how to run
+it). Everything stays in tmp_path and offline: lerobot reads local folders only (``root=``),
+the Hub is switched off.
 
 * torchstore writes (LeRobotWriter, export_lerobot) -> ``lerobot.LeRobotDataset`` reads;
 * ``LeRobotDataset.create / add_frame / save_episode / finalize`` writes -> import_lerobot;
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from importlib.metadata import version as _dist_version
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +25,9 @@ try:
     lerobot = importlib.import_module("lerobot.datasets.lerobot_dataset")
 except ImportError:
     pytest.skip(
-        "needs the real lerobot, which is not a dependency: bash tests/lerobot/lerobot_venv.sh "
-        "builds a venv with it, then run this file with /tmp/lrvenv/bin/python -m pytest",
+        "needs the real lerobot, which is not a dependency: `bash tests/lerobot/lerobot_venv.sh "
+        "[0.6.1|0.4.4] [VENV]` builds a venv with it (default 0.6.1 in /tmp/lr06), then run "
+        "VENV/bin/python -m pytest tests/lerobot/test_lerobot_interop.py",
         allow_module_level=True,
     )
 
@@ -65,10 +69,24 @@ def offline(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True, raising=False)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets-cache")
-    monkeypatch.setattr(lerobot, "HF_LEROBOT_HOME", tmp_path / "lerobot-home")
+    # lerobot 0.4.x binds HF_LEROBOT_HOME in lerobot_dataset; 0.6.x in lerobot.utils.constants and
+    # every module that imported it from there: patch each loaded binding
+    home = tmp_path / "lerobot-home"
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(home))
+    for name, module in list(sys.modules.items()):
+        if name.startswith("lerobot") and hasattr(module, "HF_LEROBOT_HOME"):
+            monkeypatch.setattr(module, "HF_LEROBOT_HOME", home)
+
+
+def lerobot_version() -> tuple[int, int]:
+    major, minor = _dist_version("lerobot").split(".")[:2]
+    return int(major), int(minor)
 
 
 def _pyav_backend_usable() -> bool:
+    if lerobot_version() >= (0, 6):
+        # lerobot 0.6.x decodes "pyav" with PyAV itself
+        return importlib.util.find_spec("av") is not None
     # lerobot 0.4.x decodes "pyav" through torchvision.io.VideoReader, gone in torchvision 0.26
     try:
         import torchvision.io
@@ -295,19 +313,13 @@ def record_with_lerobot(root: Path, features: dict, rows_of, tasks_of, lengths, 
                     raise
                 # lerobot 0.4.x keeps shape-[1] features as 1-element arrays and datasets
                 # int()/float()s them: an error from numpy 2.4 on (lerobot's era had < 2.4)
-                why = f"lerobot {lerobot_version()} cannot save shape-[1] features with numpy"
-                pytest.skip(f"{why} {np.__version__}: {exc}")
+                why = f"lerobot {_dist_version('lerobot')} cannot save shape-[1] features"
+                pytest.skip(f"{why} with numpy {np.__version__}: {exc}")
             episodes.append(rows)
             tasks.append(ts)
     finally:
         ds.finalize()
     return episodes, tasks
-
-
-def lerobot_version() -> str:
-    from importlib.metadata import version
-
-    return version("lerobot")
 
 
 def _can_encode(codec: str) -> bool:
@@ -334,10 +346,16 @@ def lerobot_recorded(request, tmp_path_factory):
         mp.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
         mp.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
         mp.setattr(datasets.config, "HF_DATASETS_CACHE", root.parent / "hf-datasets-cache")
+        if lerobot_version() >= (0, 6):
+            # lerobot 0.6.x takes an encoder config instead of create(vcodec=)
+            from lerobot.configs import RGBEncoderConfig
+
+            codec = {"rgb_encoder": RGBEncoderConfig(vcodec=request.param)}
+        else:  # lerobot 0.4.x
+            codec = {"vcodec": request.param}
         episodes, tasks = record_with_lerobot(
-            root, FEATURES, episode_rows, frame_tasks, LEROBOT_LENGTHS,
-            use_videos=True, vcodec=request.param,
-        )  # fmt: skip
+            root, FEATURES, episode_rows, frame_tasks, LEROBOT_LENGTHS, use_videos=True, **codec
+        )
     return root, episodes, tasks, request.param
 
 
