@@ -25,6 +25,7 @@ __all__ = [
     "EnvUnavailableError",
     "DatasetFormatError",
     "ResidencyError",
+    "UnsupportedError",
 ]
 
 
@@ -98,3 +99,7 @@ class DatasetFormatError(StoreFormatError):
 
 class ResidencyError(TorchstoreError, ValueError):
     """A resident budget is malformed or cannot hold what sampling needs resident."""
+
+
+class UnsupportedError(TorchstoreError, NotImplementedError):
+    """A valid request this version does not support (the message names what to use instead)."""

@@ -27,6 +27,7 @@ from torchrl.data import (
 )
 
 from torchstore.data.replay import StoreReplay
+from torchstore.errors import UnsupportedError
 from torchstore.samplers import (
     ERE,
     PhiloxSampler,
@@ -210,7 +211,7 @@ def test_state_dict_round_trip_keeps_every_stream():
 def test_multi_env_checkpoint_files_are_refused_clearly(tmp_path):
     rb = TensorDictReplayBuffer(storage=StoreReplay(40, ndim=2))
     rb.extend(batch(3))
-    with pytest.raises(NotImplementedError, match="ndim=2"):
+    with pytest.raises(UnsupportedError, match="ndim=2"):
         rb.storage.dumps(tmp_path / "ckpt")
 
 
@@ -360,7 +361,7 @@ def test_prioritized_windows_on_multi_env_rings_are_refused_clearly():
     sampler = SequenceWindowSampler(2, priority=PrioritizedSampler(40))
     rb = TensorDictReplayBuffer(storage=StoreReplay(40, ndim=2), sampler=sampler, batch_size=4)
     rb.extend(batch(5))
-    with pytest.raises(NotImplementedError, match="ndim=2"):
+    with pytest.raises(UnsupportedError, match="ndim=2"):
         rb.sample()
 
 

@@ -81,7 +81,7 @@ from torchstore.data.replay_checkpoint import (
     replay_from_store,
 )
 from torchstore.data.ring_episodes import RingEpisodes, age_rows
-from torchstore.errors import ColumnError
+from torchstore.errors import ColumnError, UnsupportedError
 
 try:
     from torch.compiler import disable as _compile_disable
@@ -340,7 +340,7 @@ class StoreReplay(TensorStorage):
     def flatten(self) -> StoreReplay:
         if self.ndim == 1:
             return self
-        raise NotImplementedError(
+        raise UnsupportedError(
             "StoreReplay(ndim=2).flatten() is not supported: build a StoreReplay(ndim=1) and "
             "extend it with storage[:].reshape(-1)"
         )

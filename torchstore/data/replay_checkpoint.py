@@ -17,7 +17,7 @@ import torch.utils._pytree as pytree
 from torchstore.data.ring_episodes import age_rows
 from torchstore.data.store import TrajectoryStore
 from torchstore.data.writer import TrajectoryStoreWriter
-from torchstore.errors import DestinationError, StoreFormatError
+from torchstore.errors import DestinationError, StoreFormatError, UnsupportedError
 
 if TYPE_CHECKING:
     from torchstore.data.replay import StoreReplay
@@ -34,7 +34,7 @@ _SLAB_ROWS = 65536
 
 def _refuse_multi_env(replay: StoreReplay, what: str) -> None:
     if replay.ndim != 1:
-        raise NotImplementedError(
+        raise UnsupportedError(
             f"StoreReplay(ndim={replay.ndim}).{what} is not supported: the checkpoint file "
             "holds one episode stream; checkpoint a multi-env ring with state_dict() and "
             "torch.save"

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchstore.errors import EmptyStorageError
+from torchstore.errors import EmptyStorageError, UnsupportedError
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.prioritized import PrioritizedSampler
 from torchstore.samplers.uniform import (
@@ -201,7 +201,7 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
         width = _n_envs(storage)
         weight = None
         if self.priority is not None and width > 1:
-            raise NotImplementedError(
+            raise UnsupportedError(
                 "prioritized windows over an ndim=2 StoreReplay are not supported; use "
                 "SequenceWindowSampler without priority= or a StoreReplay(ndim=1)"
             )
