@@ -24,7 +24,12 @@ def print_table(title: str, header: tuple[str, ...], rows: list[tuple]) -> None:
     widths = [max(len(r[i]) for r in text) for i in range(len(header))]
     print(f"\n{title}")
     for i, r in enumerate(text):
-        print("  " + "  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))))
+        print(
+            "  "
+            + "  ".join(
+                c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))
+            )
+        )
         if i == 0:
             print("  " + "  ".join("-" * w for w in widths))
 

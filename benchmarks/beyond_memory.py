@@ -128,8 +128,9 @@ def run_case(case: dict) -> dict:
     # warm the runtime (compiled kernels, the refill thread, Lightning) on a tiny store, so
     # the peak below is what the rows cost
     for budget in ("all", 400):
-        warm = OfflineDataModule(case["warm"], batch_size=BATCH, device="cpu", resident=budget,
-                                 steps_per_epoch=3)
+        warm = OfflineDataModule(
+            case["warm"], batch_size=BATCH, device="cpu", resident=budget, steps_per_epoch=3
+        )
         for _ in warm.train_dataloader():
             pass
         warm.close()
@@ -141,8 +142,11 @@ def run_case(case: dict) -> dict:
     peak_ok = reset_peak()
     kw = dict(batch_size=BATCH, device="cpu", seed=0, steps_per_epoch=case["batches"])
     if case["budget"] is not None:
-        kw.update(resident=f"{case['budget']}B", resident_blocks=case["blocks"],
-                  resident_reuse=case["reuse"])
+        kw.update(
+            resident=f"{case['budget']}B",
+            resident_blocks=case["blocks"],
+            resident_reuse=case["reuse"],
+        )
     dm = OfflineDataModule(path, **kw)
     out: dict = {"cold": cold}
     t0 = time.perf_counter()
@@ -165,10 +169,17 @@ def run_case(case: dict) -> dict:
             def configure_optimizers(self):
                 return torch.optim.SGD(self.parameters(), lr=1e-3)
 
-        trainer = pl.Trainer(max_steps=case["batches"], accelerator="cpu", devices=1,
-                             logger=False, enable_progress_bar=False,
-                             enable_model_summary=False, enable_checkpointing=False,
-                             num_sanity_val_steps=0, limit_val_batches=0)
+        trainer = pl.Trainer(
+            max_steps=case["batches"],
+            accelerator="cpu",
+            devices=1,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            enable_checkpointing=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+        )
         t1 = time.perf_counter()
         trainer.fit(Linear(), datamodule=dm)
         out["per_s"] = case["batches"] / (time.perf_counter() - t1)
@@ -186,9 +197,14 @@ def run_case(case: dict) -> dict:
     window = dm.window
     if window is not None:
         s = window.stats
-        out.update(waits=s["waits"], wait_s=s["wait_s"], refills=s["refills"],
-                   refill_mb_s=s["bytes"] / max(s["read_s"], 1e-9) / 1e6,
-                   resident_bytes=window.packed.nbytes, blocks=len(window.blocks))
+        out.update(
+            waits=s["waits"],
+            wait_s=s["wait_s"],
+            refills=s["refills"],
+            refill_mb_s=s["bytes"] / max(s["read_s"], 1e-9) / 1e6,
+            resident_bytes=window.packed.nbytes,
+            blocks=len(window.blocks),
+        )
         if not case["fit"]:
             out["bare_mb_s"] = bare_read(window, case["cold"])
         dm.close()
@@ -214,8 +230,9 @@ def bare_read(window, cold: bool) -> float:
 
 
 def spawn(case: dict) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -228,8 +245,12 @@ def main() -> None:
     ap.add_argument("--pixel-frames", type=int, default=10_000)
     ap.add_argument("--fraction", type=float, default=0.1)
     ap.add_argument("--blocks", type=int, default=4)
-    ap.add_argument("--reuse", type=float, default=4.0,
-                    help="resident_reuse of the second windowed case (the first uses 1)")
+    ap.add_argument(
+        "--reuse",
+        type=float,
+        default=4.0,
+        help="resident_reuse of the second windowed case (the first uses 1)",
+    )
     ap.add_argument("--batches", type=int, default=2000)
     ap.add_argument("--fit-steps", type=int, default=300)
     ap.add_argument("--dir", type=Path, default=None)
@@ -256,11 +277,19 @@ def main() -> None:
 
                 total = PackedColumns(store.columns, 1).row_bytes * store.num_rows
             budget = int(total * args.fraction)
-            print(f"\n{name}: {rows} rows, {total / 2**20:.0f} MiB packed, written in "
-                  f"{time.perf_counter() - t0:.1f} s; budget {budget / 2**20:.1f} MiB "
-                  f"({args.fraction:.0%}), {args.blocks} resident blocks + 1 refilling")
-            base = dict(store=str(path), warm=str(warm), blocks=args.blocks, batches=args.batches,
-                        fit=False, reuse=1.0)
+            print(
+                f"\n{name}: {rows} rows, {total / 2**20:.0f} MiB packed, written in "
+                f"{time.perf_counter() - t0:.1f} s; budget {budget / 2**20:.1f} MiB "
+                f"({args.fraction:.0%}), {args.blocks} resident blocks + 1 refilling"
+            )
+            base = dict(
+                store=str(path),
+                warm=str(warm),
+                blocks=args.blocks,
+                batches=args.batches,
+                fit=False,
+                reuse=1.0,
+            )
             res = {}
             r = args.reuse
             for label, budget_, cold, reuse in [
@@ -272,34 +301,70 @@ def main() -> None:
                 (f"window reuse {r:g}, cold", budget, True, r),
             ]:
                 res[label] = spawn({**base, "budget": budget_, "cold": cold, "reuse": reuse})
-            fit = {label: spawn({**base, "budget": b, "cold": False, "fit": True, "reuse": reuse,
-                                 "batches": args.fit_steps})
-                   for label, b, reuse in [("resident", None, 1.0), ("window", budget, 1.0),
-                                           (f"window reuse {r:g}", budget, r)]}
+            fit = {
+                label: spawn(
+                    {
+                        **base,
+                        "budget": b,
+                        "cold": False,
+                        "fit": True,
+                        "reuse": reuse,
+                        "batches": args.fit_steps,
+                    }
+                )
+                for label, b, reuse in [
+                    ("resident", None, 1.0),
+                    ("window", budget, 1.0),
+                    (f"window reuse {r:g}", budget, r),
+                ]
+            }
             rows_out = []
             for label, r in res.items():
                 ref = res["resident, " + label.split(", ")[1]]["per_s"]
-                cold_note = "" if not label.endswith("cold") or r["cold"] else " (cache not dropped)"
-                rows_out.append((
-                    label + cold_note, f"{r['per_s']:.0f}", f"{r['per_s'] / ref:.2f}x",
-                    f"{r['peak_kib'] / 1024:.0f}",
-                    "-" if "waits" not in r else f"{r['peak_kib'] * 1024 / budget:.2f}x",
-                    "-" if "waits" not in r else f"{r['refill_mb_s']:.0f} / {r['bare_mb_s']:.0f}"
-                    f" = {r['refill_mb_s'] / r['bare_mb_s']:.2f}x",
-                    "-" if "waits" not in r else f"{r['waits']} / {r['refills']} ({r['wait_s']:.2f} s)",
-                ))
+                cold_note = (
+                    "" if not label.endswith("cold") or r["cold"] else " (cache not dropped)"
+                )
+                rows_out.append(
+                    (
+                        label + cold_note,
+                        f"{r['per_s']:.0f}",
+                        f"{r['per_s'] / ref:.2f}x",
+                        f"{r['peak_kib'] / 1024:.0f}",
+                        "-" if "waits" not in r else f"{r['peak_kib'] * 1024 / budget:.2f}x",
+                        "-"
+                        if "waits" not in r
+                        else f"{r['refill_mb_s']:.0f} / {r['bare_mb_s']:.0f}"
+                        f" = {r['refill_mb_s'] / r['bare_mb_s']:.2f}x",
+                        "-"
+                        if "waits" not in r
+                        else f"{r['waits']} / {r['refills']} ({r['wait_s']:.2f} s)",
+                    )
+                )
             print_table(
                 f"{name}: OfflineDataModule, {BATCH}-row batches, {args.batches} batches",
-                ("case", "batches/s", "vs resident", "peak RSS MiB", "RSS/budget",
-                 "refill / bare h5py MB/s", "waits / refills"),
+                (
+                    "case",
+                    "batches/s",
+                    "vs resident",
+                    "peak RSS MiB",
+                    "RSS/budget",
+                    "refill / bare h5py MB/s",
+                    "waits / refills",
+                ),
                 rows_out,
             )
             print_table(
                 f"{name}: Lightning fit, {args.fit_steps} steps (linear model)",
                 ("case", "steps/s", "vs resident", "peak RSS MiB"),
-                [(label, f"{r['per_s']:.0f}", f"{r['per_s'] / fit['resident']['per_s']:.2f}x",
-                  f"{r['peak_kib'] / 1024:.0f}")
-                 for label, r in fit.items()],
+                [
+                    (
+                        label,
+                        f"{r['per_s']:.0f}",
+                        f"{r['per_s'] / fit['resident']['per_s']:.2f}x",
+                        f"{r['peak_kib'] / 1024:.0f}",
+                    )
+                    for label, r in fit.items()
+                ],
             )
     finally:
         if args.keep:

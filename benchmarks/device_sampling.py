@@ -72,9 +72,15 @@ def walker_rows(source: torch.Tensor, start: int, stop: int, device: torch.devic
     n = stop - start
     done = ((start + torch.arange(n, device=device)) % EPISODE) == EPISODE - 1
     return TensorDict(
-        {"obs": part[:, :24], "action": part[:, 24:30], "reward": part[:, 30], "done": done,
-         "next": {"obs": part[:, 31:55]}},
-        batch_size=[n], device=device,
+        {
+            "obs": part[:, :24],
+            "action": part[:, 24:30],
+            "reward": part[:, 30],
+            "done": done,
+            "next": {"obs": part[:, 31:55]},
+        },
+        batch_size=[n],
+        device=device,
     )
 
 
@@ -149,8 +155,9 @@ def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace
     inner = 50 if cuda else 1
     gen = torch.Generator().manual_seed(1)
 
-    def versus(fn: Callable[[], object], other: Callable[[], object] | None = None,
-               k: int = inner) -> tuple[float, float]:
+    def versus(
+        fn: Callable[[], object], other: Callable[[], object] | None = None, k: int = inner
+    ) -> tuple[float, float]:
         """``fn`` and ``other`` (torchrl's eager ``sample()``) timed in turn: two medians."""
         first, second = median_per_call_interleaved(
             [fn, other or theirs.sample], inner=k, repeats=reps, warmup=3, sync=sync
@@ -160,10 +167,12 @@ def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace
     ours, theirs = build(source, device)
     out = empty_batch(ours, BATCH)
     uniform = PhiloxSampler(seed=0, device=device)
-    prio = PrioritizedSampler(n, alpha=0.6, beta=0.4, device=device,
-                              philox=PhiloxStream(1, device=device))
-    prio.update_priority(torch.arange(n, device=device),
-                         (torch.rand(n, generator=gen) + 0.01).to(device))
+    prio = PrioritizedSampler(
+        n, alpha=0.6, beta=0.4, device=device, philox=PhiloxStream(1, device=device)
+    )
+    prio.update_priority(
+        torch.arange(n, device=device), (torch.rand(n, generator=gen) + 0.01).to(device)
+    )
     td_error = (torch.rand(BATCH, generator=gen) + 0.01).to(device)
 
     def uniform_step() -> None:
@@ -176,10 +185,11 @@ def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace
         sample_into(ours, prio, out)
         update_priority_(prio, out["index"], td_error)
 
-    cases = (("uniform: sample_into, PhiloxSampler", uniform_step, True),
-             ("prioritized: sample_into, PrioritizedSampler(philox=)", prio_step, True),
-             ("prioritized: sample_into + update_priority_", prio_train_step,
-              args.compile_train_step))
+    cases = (
+        ("uniform: sample_into, PhiloxSampler", uniform_step, True),
+        ("prioritized: sample_into, PrioritizedSampler(philox=)", prio_step, True),
+        ("prioritized: sample_into + update_priority_", prio_train_step, args.compile_train_step),
+    )
     rows, best, eager, trl_all = [], {}, {}, []
 
     def add(label: str, name: str, fn: Callable[[], object]) -> float:
@@ -195,8 +205,9 @@ def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace
             try:
                 graph = capture(fn)
             except Exception as exc:  # report, keep the rest of the run
-                rows.append((f"ours CUDA graph, {name}", f"capture failed: {type(exc).__name__}",
-                             "", ""))
+                rows.append(
+                    (f"ours CUDA graph, {name}", f"capture failed: {type(exc).__name__}", "", "")
+                )
                 continue
             add(f"ours CUDA-graph replay, {name}", name, graph.replay)
             del graph
@@ -204,24 +215,36 @@ def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace
             try:
                 step, compile_s = compiled(fn)
             except Exception as exc:  # report, keep the rest of the run
-                rows.append((f"ours torch.compile, {name}", f"failed: {type(exc).__name__}", "", ""))
+                rows.append(
+                    (f"ours torch.compile, {name}", f"failed: {type(exc).__name__}", "", "")
+                )
                 continue
             add(f"ours torch.compile(fullgraph) [compile {compile_s:.0f} s], {name}", name, step)
     trl = statistics.median(trl_all)
-    rows.append(("torchrl eager rb.sample(), LazyTensorStorage + RandomSampler", ms(trl), ms(trl),
-                 "1.00x"))
+    rows.append(
+        ("torchrl eager rb.sample(), LazyTensorStorage + RandomSampler", ms(trl), ms(trl), "1.00x")
+    )
     trl_prb, why = torchrl_prioritized(n, source, device)
     if trl_prb is None:
         rows.append(("torchrl eager rb.sample(), PrioritizedSampler", "unavailable", "", ""))
     else:
         trl_prio, trl_s = versus(trl_prb.sample)
-        rows.append(("torchrl eager rb.sample(), PrioritizedSampler", ms(trl_prio), ms(trl_s),
-                     f"{trl_s / trl_prio:.2f}x"))
+        rows.append(
+            (
+                "torchrl eager rb.sample(), PrioritizedSampler",
+                ms(trl_prio),
+                ms(trl_s),
+                f"{trl_s / trl_prio:.2f}x",
+            )
+        )
     del trl_prb
-    print_table(f"{device.type}: one {BATCH}-row batch of {n:,} (ms, median of {reps}"
-                f"{f' x {inner} calls' if inner > 1 else ''}; each case timed in turn with "
-                "torchrl's uniform sample)",
-                ("case", "ms", "torchrl uniform, same turns", "speed-up"), rows)
+    print_table(
+        f"{device.type}: one {BATCH}-row batch of {n:,} (ms, median of {reps}"
+        f"{f' x {inner} calls' if inner > 1 else ''}; each case timed in turn with "
+        "torchrl's uniform sample)",
+        ("case", "ms", "torchrl uniform, same turns", "speed-up"),
+        rows,
+    )
     if why:
         print(f"  torchrl's PrioritizedSampler did not load: {why}")
 
@@ -235,33 +258,64 @@ def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace
         return torch.randint(0, 2**32, (4 * counters,), dtype=torch.int64, device=device)
 
     philox_s, randint_s = versus(lambda: stream.words(counters), randint, k=k)
-    rows = [("PhiloxStream.words (eager)", f"{nbytes / philox_s / 1e9:.2f}",
-             f"{randint_s / philox_s:.2f}x"),
-            ("torch.randint(0, 2**32), same number of words", f"{nbytes / randint_s / 1e9:.2f}",
-             "1.00x")]
+    rows = [
+        (
+            "PhiloxStream.words (eager)",
+            f"{nbytes / philox_s / 1e9:.2f}",
+            f"{randint_s / philox_s:.2f}x",
+        ),
+        (
+            "torch.randint(0, 2**32), same number of words",
+            f"{nbytes / randint_s / 1e9:.2f}",
+            "1.00x",
+        ),
+    ]
     if not cuda and not args.no_compile:
         try:
             words, compile_s = compiled(lambda: stream.words(counters))
             fast, randint_s = versus(words, randint, k=k)
-            rows.insert(1, (f"PhiloxStream.words, torch.compile [compile {compile_s:.0f} s]",
-                            f"{nbytes / fast / 1e9:.2f}", f"{randint_s / fast:.2f}x"))
+            rows.insert(
+                1,
+                (
+                    f"PhiloxStream.words, torch.compile [compile {compile_s:.0f} s]",
+                    f"{nbytes / fast / 1e9:.2f}",
+                    f"{randint_s / fast:.2f}x",
+                ),
+            )
         except Exception as exc:
-            rows.insert(1, ("PhiloxStream.words, torch.compile", f"failed: {type(exc).__name__}", ""))
-    print_table(f"{device.type}: random 32-bit words, {4 * counters:,} a call "
-                f"(GB/s of random bits, median of {reps})", ("case", "GB/s", "vs randint"), rows)
+            rows.insert(
+                1, ("PhiloxStream.words, torch.compile", f"failed: {type(exc).__name__}", "")
+            )
+    print_table(
+        f"{device.type}: random 32-bit words, {4 * counters:,} a call "
+        f"(GB/s of random bits, median of {reps})",
+        ("case", "GB/s", "vs randint"),
+        rows,
+    )
 
     ours_s, trl_s = best[cases[0][0]]
-    target = (f"{device.type}: fastest uniform 4096-row sample vs torchrl eager sample()",
-              f"{trl_s / ours_s:.1f}x", "n/a on CPU")
+    target = (
+        f"{device.type}: fastest uniform 4096-row sample vs torchrl eager sample()",
+        f"{trl_s / ours_s:.1f}x",
+        "n/a on CPU",
+    )
     if cuda:
-        target = (f"{device.type}: graph-replayed uniform sample >= 10x torchrl eager sample()",
-                  f"{trl_s / ours_s:.1f}x", "yes" if trl_s >= 10 * ours_s else "NO")
+        target = (
+            f"{device.type}: graph-replayed uniform sample >= 10x torchrl eager sample()",
+            f"{trl_s / ours_s:.1f}x",
+            "yes" if trl_s >= 10 * ours_s else "NO",
+        )
     targets = [target]
     if not cuda:
         step = eager[cases[2][0]]
-        targets.append((f"cpu: eager prioritized sample_into + update_priority_ <= "
-                        f"{PRIORITIZED_STEP_TARGET_MS} ms ({n:,} rows)", f"{step * 1e3:.2f} ms",
-                        "yes" if step * 1e3 <= PRIORITIZED_STEP_TARGET_MS else "NO"))
+        targets.append(
+            (
+                f"cpu: eager prioritized sample_into + update_priority_ <= "
+                f"{PRIORITIZED_STEP_TARGET_MS} ms ({n:,} rows)",
+                f"{step * 1e3:.2f} ms",
+                "yes" if step * 1e3 <= PRIORITIZED_STEP_TARGET_MS else "NO",
+            )
+        )
     return targets
 
 
@@ -269,14 +323,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=51, help="timed samples per case")
-    parser.add_argument("--philox-counters", type=int, default=1 << 20,
-                        help="Philox counters per throughput call (4 words each)")
+    parser.add_argument(
+        "--philox-counters",
+        type=int,
+        default=1 << 20,
+        help="Philox counters per throughput call (4 words each)",
+    )
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile on CPU")
-    parser.add_argument("--compile-train-step", action="store_true",
-                        help="also compile the prioritized train step on CPU (about 3 more minutes)")
+    parser.add_argument(
+        "--compile-train-step",
+        action="store_true",
+        help="also compile the prioritized train step on CPU (about 3 more minutes)",
+    )
     parser.add_argument("--cpu-only", action="store_true", help="skip CUDA even if available")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads (default 1: stable medians on shared cores; 0: leave)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: stable medians on shared cores; 0: leave)",
+    )
     args = parser.parse_args()
     if args.rows < BATCH:
         parser.error(f"--rows ({args.rows}) must be at least the batch size {BATCH}")
@@ -285,10 +350,12 @@ def main() -> None:
     devices = [torch.device("cpu")]
     if torch.cuda.is_available() and not args.cpu_only:
         devices.append(torch.device("cuda"))
-    print(f"walker-shaped ring: {args.rows:,} rows, batches of {BATCH}, devices "
-          f"{', '.join(d.type for d in devices)}"
-          + (f" ({torch.cuda.get_device_name()})" if len(devices) > 1 else "")
-          + f", torch {torch.__version__}, CPU threads {torch.get_num_threads()}")
+    print(
+        f"walker-shaped ring: {args.rows:,} rows, batches of {BATCH}, devices "
+        f"{', '.join(d.type for d in devices)}"
+        + (f" ({torch.cuda.get_device_name()})" if len(devices) > 1 else "")
+        + f", torch {torch.__version__}, CPU threads {torch.get_num_threads()}"
+    )
     source = torch.randn(args.rows, FLOATS, generator=torch.Generator().manual_seed(0))
     summary = []
     for device in devices:

@@ -76,7 +76,9 @@ def replay_tables(rows: int, per_batch: int, sample_size: int) -> None:
     from torchstore.samplers.uniform import UniformSampler
 
     batches = [batch(per_batch, i) for i in range(rows // per_batch)]
-    local = TensorDictReplayBuffer(storage=StoreReplay(rows * 2), sampler=UniformSampler(), batch_size=sample_size)
+    local = TensorDictReplayBuffer(
+        storage=StoreReplay(rows * 2), sampler=UniformSampler(), batch_size=sample_size
+    )
     t0 = time.perf_counter()
     for b in batches:
         local.extend(b)
@@ -89,17 +91,32 @@ def replay_tables(rows: int, per_batch: int, sample_size: int) -> None:
     for actors in (1, 2):
         writer = ray.remote(num_cpus=0.25)(Writer)
         buffer = serve_replay(rows * 2, batch_size=sample_size, num_cpus=0.25)
-        ws = [writer.remote(buffer.client(), rows // actors, per_batch, 1000 * k) for k in range(actors)]
+        ws = [
+            writer.remote(buffer.client(), rows // actors, per_batch, 1000 * k)
+            for k in range(actors)
+        ]
         ray.get([w.__ray_ready__.remote() for w in ws])
         buffer.extend(batch(per_batch))  # storage initialised before the clock
         t0 = time.perf_counter()
         ray.get([w.run.remote() for w in ws])
         wall = time.perf_counter() - t0
         rate = rows / wall
-        table.append((f"{actors} writer actor(s) -> Ray buffer", f"{rate:,.0f}", f"{rate / (rows / local_s):.2f}x"))
+        table.append(
+            (
+                f"{actors} writer actor(s) -> Ray buffer",
+                f"{rate:,.0f}",
+                f"{rate / (rows / local_s):.2f}x",
+            )
+        )
         if actors == 1:
             ray_sample = median_time(buffer.sample, repeats=100, warmup=5)
-            sample_rows.append(("sample() through Ray", f"{ray_sample * 1e3:.2f}", f"{ray_sample / local_sample:.1f}x"))
+            sample_rows.append(
+                (
+                    "sample() through Ray",
+                    f"{ray_sample * 1e3:.2f}",
+                    f"{ray_sample / local_sample:.1f}x",
+                )
+            )
         for w in ws:
             ray.kill(w)
         buffer.close()
@@ -113,11 +130,19 @@ def replay_tables(rows: int, per_batch: int, sample_size: int) -> None:
     t0 = time.perf_counter()
     ray.get(collector.collect.remote(5000))
     collect_rate = 5000 / (time.perf_counter() - t0)
-    table.append(("1 Pendulum collector actor -> Ray buffer", f"{collect_rate:,.0f}", f"{collect_rate / (rows / local_s):.3f}x"))
+    table.append(
+        (
+            "1 Pendulum collector actor -> Ray buffer",
+            f"{collect_rate:,.0f}",
+            f"{collect_rate / (rows / local_s):.3f}x",
+        )
+    )
     ray.kill(collector)
     buffer.close()
     ray.shutdown()
-    print_table(f"extend: {rows:,} rows in batches of {per_batch}", ("path", "rows/s", "vs local"), table)
+    print_table(
+        f"extend: {rows:,} rows in batches of {per_batch}", ("path", "rows/s", "vs local"), table
+    )
     print_table(f"sample({sample_size}) latency", ("path", "ms", "vs local"), sample_rows)
 
 

@@ -71,8 +71,11 @@ def features(camera: str | None) -> dict[str, dict]:
         "action": {"dtype": "float32", "shape": [DIM], "names": None},
     }
     if camera is not None:
-        out[CAMERA] = {"dtype": camera, "shape": [HEIGHT, WIDTH, 3],
-                       "names": ["height", "width", "channels"]}
+        out[CAMERA] = {
+            "dtype": camera,
+            "shape": [HEIGHT, WIDTH, 3],
+            "names": ["height", "width", "channels"],
+        }
     return out
 
 
@@ -80,8 +83,17 @@ def camera_frames(rng: np.random.Generator, n: int) -> np.ndarray:
     """``n`` uint8 [H, W, 3] frames: a tinted gradient, a disc on a loop, noise (sigma 2)."""
     yy, xx = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
     tint = rng.uniform(-20, 20, 3).astype(np.float32)
-    background = np.stack([70 + 110 * xx / WIDTH, 60 + 120 * yy / HEIGHT,
-                           150 - 70 * (xx + yy) / (HEIGHT + WIDTH)], axis=-1) + tint
+    background = (
+        np.stack(
+            [
+                70 + 110 * xx / WIDTH,
+                60 + 120 * yy / HEIGHT,
+                150 - 70 * (xx + yy) / (HEIGHT + WIDTH),
+            ],
+            axis=-1,
+        )
+        + tint
+    )
     t = np.arange(n, dtype=np.float32) / max(n, 1)
     phase = rng.uniform(0, 2 * np.pi)
     cx = WIDTH / 2 + 28 * np.cos(2 * np.pi * t + phase)
@@ -107,12 +119,14 @@ def make_episode(episode: int, n: int, camera: str | None) -> dict[str, np.ndarr
     return out
 
 
-def write_dataset(root: Path, camera: str | None, episodes: int, frames: int,
-                  *, batch: bool) -> dict[str, list[float]]:
+def write_dataset(
+    root: Path, camera: str | None, episodes: int, frames: int, *, batch: bool
+) -> dict[str, list[float]]:
     """Record a dataset; returns the seconds of each episode's add_frame loop and save."""
     timings: dict[str, list[float]] = {"add": [], "save": []}
-    with LeRobotWriter(root, fps=FPS, features=features(camera), robot_type="bench_arm",
-                       overwrite=True) as writer:
+    with LeRobotWriter(
+        root, fps=FPS, features=features(camera), robot_type="bench_arm", overwrite=True
+    ) as writer:
         for ep in range(episodes):
             data = make_episode(ep, frames, camera)  # generating frames is not timed
             task = TASKS[ep % len(TASKS)]
@@ -185,13 +199,23 @@ def print_markdown(title: str, header: tuple[str, ...], rows: list[tuple]) -> No
     widths = [max(3, *(len(r[i]) for r in text)) for i in range(len(header))]
 
     def line(cells) -> str:
-        return "| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w)
-                                 for j, (c, w) in enumerate(zip(cells, widths))) + " |"
+        return (
+            "| "
+            + " | ".join(
+                c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(cells, widths))
+            )
+            + " |"
+        )
 
     print(f"\n{title}\n")
     print(line(text[0]))
-    print("| " + " | ".join(":" + "-" * (w - 1) if j == 0 else "-" * (w - 1) + ":"
-                            for j, w in enumerate(widths)) + " |")
+    print(
+        "| "
+        + " | ".join(
+            ":" + "-" * (w - 1) if j == 0 else "-" * (w - 1) + ":" for j, w in enumerate(widths)
+        )
+        + " |"
+    )
     for r in text[1:]:
         print(line(r))
 
@@ -200,7 +224,9 @@ def fps(frames: int, seconds: float) -> str:
     return f"{frames / seconds:,.0f}"
 
 
-def flat_saves(root: Path, camera: str | None, episodes: int, frames: int) -> tuple[list[float], float]:
+def flat_saves(
+    root: Path, camera: str | None, episodes: int, frames: int
+) -> tuple[list[float], float]:
     """Seconds of each ``save_episode`` (frames added one by one first, untimed), and of close()."""
     saves = []
     writer = LeRobotWriter(root, fps=FPS, features=features(camera), overwrite=True)
@@ -233,14 +259,16 @@ def long_recording(tmp: Path, episodes: int, frames: int, export_frames: int, re
             ratios.append(last / first)
             closes.append(close)
         ratio = statistics.median(ratios)
-        rows.append((
-            name,
-            f"{statistics.median(firsts) * 1e3:.1f}",
-            f"{statistics.median(lasts) * 1e3:.1f}",
-            f"{ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})",
-            met(ratio <= 1.3),
-            f"{statistics.median(closes):.2f}",
-        ))
+        rows.append(
+            (
+                name,
+                f"{statistics.median(firsts) * 1e3:.1f}",
+                f"{statistics.median(lasts) * 1e3:.1f}",
+                f"{ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})",
+                met(ratio <= 1.3),
+                f"{statistics.median(closes):.2f}",
+            )
+        )
     print_markdown(
         f"save_episode of the first 10 vs the last 10 of {episodes} episodes x {frames} frames "
         f"(median ms; ratio median and range over {repeat} runs; target last/first <= 1.3)",
@@ -270,8 +298,14 @@ def long_recording(tmp: Path, episodes: int, frames: int, export_frames: int, re
         f"read_table of its data files (median s over {repeat} runs; target import >= 0.5x "
         "read_table's rate; a store's fixed creation cost, about 0.1 s, dominates small datasets)",
         ("read_table s", "import s", "import/read_table rate", "target"),
-        [(f"{statistics.median(reads):.3f}", f"{statistics.median(imports):.3f}",
-          f"{statistics.median(speed):.2f}x ({min(speed):.2f}-{max(speed):.2f})", met(statistics.median(speed) >= 0.5))],
+        [
+            (
+                f"{statistics.median(reads):.3f}",
+                f"{statistics.median(imports):.3f}",
+                f"{statistics.median(speed):.2f}x ({min(speed):.2f}-{max(speed):.2f})",
+                met(statistics.median(speed) >= 0.5),
+            )
+        ],
     )
     ratios = [e / i for e, i in zip(exports, imports)]
     ratio = statistics.median(ratios)
@@ -280,8 +314,14 @@ def long_recording(tmp: Path, episodes: int, frames: int, export_frames: int, re
         f"numbers only) vs the import_lerobot that made it (median s over {repeat} runs; "
         "target export <= 3x import)",
         ("import s", "export s", "export/import", "target"),
-        [(f"{statistics.median(imports):.2f}", f"{statistics.median(exports):.2f}",
-          f"{ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})", met(ratio <= 3.0))],
+        [
+            (
+                f"{statistics.median(imports):.2f}",
+                f"{statistics.median(exports):.2f}",
+                f"{ratio:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})",
+                met(ratio <= 3.0),
+            )
+        ],
     )
 
 
@@ -291,23 +331,35 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=300, help="frames per episode")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per case (median)")
     parser.add_argument("--quick", action="store_true", help="10 episodes x 100 frames")
-    parser.add_argument("--long-episodes", type=int, default=500, help="episodes of the flat-save and export runs")
-    parser.add_argument("--long-frames", type=int, default=30, help="frames per episode of the flat-save run")
-    parser.add_argument("--export-frames", type=int, default=200, help="frames per episode of the export run")
-    parser.add_argument("--only-long", action="store_true", help="only the flat-save and export runs")
+    parser.add_argument(
+        "--long-episodes", type=int, default=500, help="episodes of the flat-save and export runs"
+    )
+    parser.add_argument(
+        "--long-frames", type=int, default=30, help="frames per episode of the flat-save run"
+    )
+    parser.add_argument(
+        "--export-frames", type=int, default=200, help="frames per episode of the export run"
+    )
+    parser.add_argument(
+        "--only-long", action="store_true", help="only the flat-save and export runs"
+    )
     args = parser.parse_args()
     episodes, frames = (10, 100) if args.quick else (args.episodes, args.frames)
     if episodes < 1 or frames < 1 or args.repeat < 1:
         parser.error("--episodes, --frames and --repeat must be positive")
     total = episodes * frames
     affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(f"LeRobot v3.0 datasets: {episodes} episodes x {frames} frames = {total:,} frames at "
-          f"{FPS} fps; state/action float32[{DIM}], camera {HEIGHT}x{WIDTH} RGB; "
-          f"median of {args.repeat}")
-    print(f"machine: {os.cpu_count()} CPUs ({affinity} usable), torch {torch.__version__} with "
-          f"{torch.get_num_threads()} threads, PyAV {av.__version__} (FFmpeg "
-          f"{'.'.join(map(str, av.library_versions['libavcodec']))} libavcodec), "
-          f"pyarrow {pa.__version__}")
+    print(
+        f"LeRobot v3.0 datasets: {episodes} episodes x {frames} frames = {total:,} frames at "
+        f"{FPS} fps; state/action float32[{DIM}], camera {HEIGHT}x{WIDTH} RGB; "
+        f"median of {args.repeat}"
+    )
+    print(
+        f"machine: {os.cpu_count()} CPUs ({affinity} usable), torch {torch.__version__} with "
+        f"{torch.get_num_threads()} threads, PyAV {av.__version__} (FFmpeg "
+        f"{'.'.join(map(str, av.library_versions['libavcodec']))} libavcodec), "
+        f"pyarrow {pa.__version__}"
+    )
 
     cases = [  # name, camera, batch
         ("numbers only, add_frame + save_episode", None, False),
@@ -318,7 +370,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="torchstore-lerobot-bench-") as tmp:
         tmp = Path(tmp)
         if args.long_episodes >= 2:
-            long_recording(tmp, args.long_episodes, args.long_frames, args.export_frames, args.repeat)
+            long_recording(
+                tmp, args.long_episodes, args.long_frames, args.export_frames, args.repeat
+            )
         if args.only_long:
             return
         roots = {name: tmp / f"ds{k}" for k, (name, _, _) in enumerate(cases)}
@@ -333,26 +387,38 @@ def main() -> None:
         for name, _, batch in cases:
             totals = [sum(r["add"]) + sum(r["save"]) for r in runs[name]]
             adds = [sum(r["add"]) for r in runs[name]]
-            per_save = [statistics.median(r["save"][i] for r in runs[name]) for i in range(episodes)]
+            per_save = [
+                statistics.median(r["save"][i] for r in runs[name]) for i in range(episodes)
+            ]
             k = min(5, episodes)
             first, last = statistics.median(per_save[:k]), statistics.median(per_save[-k:])
             root = roots[name]
             size = folder_mib(root, "data/*/*.parquet") + folder_mib(root, "videos/**/*.mp4")
-            rows.append((
-                name,
-                fps(total, statistics.median(totals)),
-                "" if batch else f"{statistics.median(adds) / total * 1e6:.0f}",
-                f"{statistics.median(per_save) * 1e3:.1f}",
-                f"{first * 1e3:.1f}",
-                f"{last * 1e3:.1f}",
-                f"{last / first:.2f}x",
-                f"{size:.1f}",
-            ))
+            rows.append(
+                (
+                    name,
+                    fps(total, statistics.median(totals)),
+                    "" if batch else f"{statistics.median(adds) / total * 1e6:.0f}",
+                    f"{statistics.median(per_save) * 1e3:.1f}",
+                    f"{first * 1e3:.1f}",
+                    f"{last * 1e3:.1f}",
+                    f"{last / first:.2f}x",
+                    f"{size:.1f}",
+                )
+            )
         print_markdown(
             f"LeRobotWriter (frames/s end to end; ms per save_episode, add_episode for the "
             f"batch row; first/last {min(5, episodes)} saves)",
-            ("case", "frames/s", "add_frame us/frame", "save ms", "first saves ms",
-             "last saves ms", "last/first", "dataset MiB"),
+            (
+                "case",
+                "frames/s",
+                "add_frame us/frame",
+                "save ms",
+                "first saves ms",
+                "last saves ms",
+                "last/first",
+                "dataset MiB",
+            ),
             rows,
         )
 
@@ -374,40 +440,64 @@ def main() -> None:
             "MP4 decode + to_ndarray(rgb24) per frame": lambda: decode_mp4(video, rgb="per-frame"),
             "MP4 decode + rgb24, one shared reformatter": lambda: decode_mp4(video, rgb="shared"),
             "PNG decode, bytes in memory (PIL)": lambda: decode_pngs(tables),
-            "read_table + MP4 decode + rgb24 (shared)": lambda: (read_tables(video),
-                                                                 decode_mp4(video, rgb="shared")),
+            "read_table + MP4 decode + rgb24 (shared)": lambda: (
+                read_tables(video),
+                decode_mp4(video, rgb="shared"),
+            ),
             "read_table + PNG decode": lambda: decode_pngs(read_tables(image)),
         }
-        imports = {"numbers only": importer(numeric), "video camera (AV1)": importer(video),
-                   "image camera (PNG)": importer(image)}
+        imports = {
+            "numbers only": importer(numeric),
+            "video camera (AV1)": importer(video),
+            "image camera (PNG)": importer(image),
+        }
         names = [*imports, *floors]
         # imports and floors timed in turn (A B C ... A B C), so noise hits them alike
-        seconds = dict(zip(names, median_per_call_interleaved(
-            [*imports.values(), *floors.values()], repeats=args.repeat, warmup=1)))
+        seconds = dict(
+            zip(
+                names,
+                median_per_call_interleaved(
+                    [*imports.values(), *floors.values()], repeats=args.repeat, warmup=1
+                ),
+            )
+        )
 
         rows = []
         for case, floor_names in (
             ("numbers only", ["read_table, numbers"]),
-            ("video camera (AV1)", ["MP4 decode only (PyAV)",
-                                    "read_table + MP4 decode + rgb24 (shared)",
-                                    "MP4 decode + to_ndarray(rgb24) per frame"]),
-            ("image camera (PNG)", ["PNG decode, bytes in memory (PIL)", "read_table + PNG decode"]),
+            (
+                "video camera (AV1)",
+                [
+                    "MP4 decode only (PyAV)",
+                    "read_table + MP4 decode + rgb24 (shared)",
+                    "MP4 decode + to_ndarray(rgb24) per frame",
+                ],
+            ),
+            (
+                "image camera (PNG)",
+                ["PNG decode, bytes in memory (PIL)", "read_table + PNG decode"],
+            ),
         ):
             for j, floor in enumerate(floor_names):
-                rows.append((
-                    case if j == 0 else "",
-                    fps(total, seconds[case]) if j == 0 else "",
-                    floor,
-                    fps(total, seconds[floor]),
-                    f"{seconds[floor] / seconds[case]:.2f}x",
-                ))
+                rows.append(
+                    (
+                        case if j == 0 else "",
+                        fps(total, seconds[case]) if j == 0 else "",
+                        floor,
+                        fps(total, seconds[floor]),
+                        f"{seconds[floor] / seconds[case]:.2f}x",
+                    )
+                )
         print_markdown(
             "import_lerobot into a trajectory store (frames/s; vs floor = import rate / floor rate)",
             ("dataset", "import frames/s", "floor", "floor frames/s", "vs floor"),
             rows,
         )
-        print_markdown("floors on the same files (frames/s)", ("floor", "frames/s"),
-                       [(name, fps(total, seconds[name])) for name in floors])
+        print_markdown(
+            "floors on the same files (frames/s)",
+            ("floor", "frames/s"),
+            [(name, fps(total, seconds[name])) for name in floors],
+        )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,16 @@ CASES = [
     ("torchstore --version", [PY, "-m", "torchstore.cli", "--version"], 0.5),
     ("import torchstore", [PY, "-c", "import torchstore"], 0.5),
     ("python (empty interpreter)", [PY, "-c", "pass"], None),
-    ("torchstore.TrajectoryStore (first use)", [PY, "-c", "import torchstore; torchstore.TrajectoryStore"], None),
-    ("torchstore.UniformSampler (first use)", [PY, "-c", "import torchstore; torchstore.UniformSampler"], None),
+    (
+        "torchstore.TrajectoryStore (first use)",
+        [PY, "-c", "import torchstore; torchstore.TrajectoryStore"],
+        None,
+    ),
+    (
+        "torchstore.UniformSampler (first use)",
+        [PY, "-c", "import torchstore; torchstore.UniformSampler"],
+        None,
+    ),
 ]
 
 
@@ -52,8 +60,19 @@ def main() -> None:
     for name, argv, target in cases:
         seconds = _median_s(argv, args.repeats)
         verdict = "-" if target is None else ("met" if seconds < target else "NO")
-        rows.append((name, f"{seconds * 1000:.0f} ms", "-" if target is None else f"< {target * 1000:.0f} ms", verdict))
-    print_table(f"start-up, median of {args.repeats} fresh processes", ("case", "median", "target", "met"), rows)
+        rows.append(
+            (
+                name,
+                f"{seconds * 1000:.0f} ms",
+                "-" if target is None else f"< {target * 1000:.0f} ms",
+                verdict,
+            )
+        )
+    print_table(
+        f"start-up, median of {args.repeats} fresh processes",
+        ("case", "median", "target", "met"),
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,13 @@ FIVE_COLUMNS = (
 def split(data: np.ndarray, columns) -> dict[str, np.ndarray]:
     if len(columns) == 1:
         return {"x": data}
-    return {"qpos": data[:, :9], "qvel": data[:, 9:18], "action": data[:, 18:24],
-            "reward": data[:, 24], "discount": data[:, 25]}
+    return {
+        "qpos": data[:, :9],
+        "qvel": data[:, 9:18],
+        "action": data[:, 18:24],
+        "reward": data[:, 24],
+        "discount": data[:, 25],
+    }
 
 
 def write_store(path: Path, columns, data: np.ndarray, episode_rows: int) -> None:
@@ -59,7 +64,9 @@ def write_store(path: Path, columns, data: np.ndarray, episode_rows: int) -> Non
 
 def bare_h5py_append(path: Path, data: np.ndarray, slab: int) -> None:
     with h5py.File(path, "w", libver="latest") as f:
-        ds = f.create_dataset("x", (0, 26), maxshape=(None, 26), chunks=(block_rows_for(104), 26), dtype="f4")
+        ds = f.create_dataset(
+            "x", (0, 26), maxshape=(None, 26), chunks=(block_rows_for(104), 26), dtype="f4"
+        )
         for a in range(0, len(data), slab):
             part = data[a : a + slab]
             ds.resize(a + len(part), axis=0)
@@ -106,14 +113,28 @@ def main() -> None:
 
     rows = []
     raw_s = median_time(lambda: raw_write(tmp / "raw.bin", data), repeats=3)
-    for slab, label in ((1000, "1000-row episodes, commit each"), (65536, "65536-row episodes (bulk)")):
+    for slab, label in (
+        (1000, "1000-row episodes, commit each"),
+        (65536, "65536-row episodes (bulk)"),
+    ):
         bare = median_time(lambda: bare_h5py_append(tmp / "bare.h5", data, slab), repeats=3)
         for columns, name in ((ONE_COLUMN, "1 col"), (FIVE_COLUMNS, "5 cols")):
             ours = median_time(lambda: write_store(tmp / "ours.h5", columns, data, slab), repeats=3)
-            rows.append((f"{label}, {name}", f"{mib / ours:.0f}", f"{mib / bare:.0f}",
-                         f"{bare / ours:.2f}x", f"{mib / raw_s:.0f}", f"{raw_s / ours:.2f}x"))
-    print_table("append (MiB/s, median of 3)",
-                ("case", "torchstore", "bare h5py", "vs h5py", "raw numpy", "vs raw"), rows)
+            rows.append(
+                (
+                    f"{label}, {name}",
+                    f"{mib / ours:.0f}",
+                    f"{mib / bare:.0f}",
+                    f"{bare / ours:.2f}x",
+                    f"{mib / raw_s:.0f}",
+                    f"{raw_s / ours:.2f}x",
+                )
+            )
+    print_table(
+        "append (MiB/s, median of 3)",
+        ("case", "torchstore", "bare h5py", "vs h5py", "raw numpy", "vs raw"),
+        rows,
+    )
 
     rows = []
     buf = np.empty((65536, 26), np.float32)
@@ -123,10 +144,21 @@ def main() -> None:
     for columns, name in ((ONE_COLUMN, "1 col"), (FIVE_COLUMNS, "5 cols")):
         write_store(tmp / "ours.h5", columns, data, 65536)
         ours = median_time(lambda: stream_store(tmp / "ours.h5", 65536), repeats=5)
-        rows.append((f"65536-row slabs, verified, {name}", f"{mib / ours:.0f}", f"{mib / bare_read:.0f}",
-                     f"{bare_read / ours:.2f}x", f"{mib / raw_read:.0f}", f"{raw_read / ours:.2f}x"))
-    print_table("stream back (MiB/s, page cache warm, median of 5)",
-                ("case", "torchstore", "bare h5py", "vs h5py", "raw read", "vs raw"), rows)
+        rows.append(
+            (
+                f"65536-row slabs, verified, {name}",
+                f"{mib / ours:.0f}",
+                f"{mib / bare_read:.0f}",
+                f"{bare_read / ours:.2f}x",
+                f"{mib / raw_read:.0f}",
+                f"{raw_read / ours:.2f}x",
+            )
+        )
+    print_table(
+        "stream back (MiB/s, page cache warm, median of 5)",
+        ("case", "torchstore", "bare h5py", "vs h5py", "raw read", "vs raw"),
+        rows,
+    )
 
     rows = []
     floor_tensor = torch.from_numpy(data)
@@ -145,15 +177,27 @@ def main() -> None:
 
             # the gather and its floor are timed in turn, so a noisy spell hits both alike
             ours, floor = median_per_call_interleaved(
-                [lambda: view.gather(idx[next(it) % 64]),
-                 lambda: torch.index_select(floor_tensor, 0, idx[next(it) % 64])],
-                inner=20, repeats=31, warmup=3,
+                [
+                    lambda: view.gather(idx[next(it) % 64]),
+                    lambda: torch.index_select(floor_tensor, 0, idx[next(it) % 64]),
+                ],
+                inner=20,
+                repeats=31,
+                warmup=3,
             )
             slab = median_time(contiguous_slab, repeats=101, warmup=5)
-        rows.append((f"4096 scattered rows, resident, {name}", f"{ours * 1e3:.3f}", f"{floor * 1e3:.3f}",
-                     f"{ours / floor:.2f}x"))
+        rows.append(
+            (
+                f"4096 scattered rows, resident, {name}",
+                f"{ours * 1e3:.3f}",
+                f"{floor * 1e3:.3f}",
+                f"{ours / floor:.2f}x",
+            )
+        )
         rows.append((f"4096-row contiguous slab from disk, {name}", f"{slab * 1e3:.3f}", "", ""))
-    print_table("minibatch (ms, median)", ("case", "torchstore", "index_select floor", "ratio"), rows)
+    print_table(
+        "minibatch (ms, median)", ("case", "torchstore", "index_select floor", "ratio"), rows
+    )
     for f in ("raw.bin", "bare.h5", "ours.h5"):
         if (tmp / f).exists():
             os.unlink(tmp / f)

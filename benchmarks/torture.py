@@ -69,7 +69,9 @@ def episode_length(i: int) -> int:
     return 1 + (i * 7919) % _EPISODE_ROWS
 
 
-def _rows_of(episodes: np.ndarray, within: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+def _rows_of(
+    episodes: np.ndarray, within: np.ndarray, lengths: np.ndarray
+) -> dict[str, np.ndarray]:
     """Columns for rows given by (episode, row within it), as stored (quantised: codes)."""
     e = episodes.astype(np.float32)[:, None]
     r = within.astype(np.float32)[:, None]
@@ -162,7 +164,9 @@ def read_everything(path: Path) -> str:
         slab = store.read_slab(0, n)
         for spec in store.columns:
             value = slab[spec.key].contiguous().numpy()
-            out[spec.name] = hashlib.sha256(value.tobytes()).hexdigest() + str(value.dtype) + str(value.shape)
+            out[spec.name] = (
+                hashlib.sha256(value.tobytes()).hexdigest() + str(value.dtype) + str(value.shape)
+            )
         return hashlib.sha256(json.dumps(out, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -249,15 +253,27 @@ def writer_kills(workdir: Path, trials: int, rng: random.Random) -> dict[str, Co
         for i in range(5):
             w.add_episode(episode_rows(i), metadata={"i": i})
     committed = 5
-    results: dict[str, Counter] = {k: Counter() for k in ("random", "inside commit", "inside resume")}
+    results: dict[str, Counter] = {
+        k: Counter() for k in ("random", "inside commit", "inside resume")
+    }
     notes: list[str] = []
     for trial in range(trials):
         kind = ("random", "inside commit", "inside resume")[trial % 3]
         trap = None
         if kind == "inside commit":
-            trap = ("commit", rng.choice(_TRAPS_COMMIT), rng.choice(["before", "after"]), rng.randrange(1, 40))
+            trap = (
+                "commit",
+                rng.choice(_TRAPS_COMMIT),
+                rng.choice(["before", "after"]),
+                rng.randrange(1, 40),
+            )
         elif kind == "inside resume":
-            trap = ("resume", rng.choice(_TRAPS_RESUME), rng.choice(["before", "after"]), rng.randrange(1, 4))
+            trap = (
+                "resume",
+                rng.choice(_TRAPS_RESUME),
+                rng.choice(["before", "after"]),
+                rng.randrange(1, 4),
+            )
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -340,8 +356,26 @@ def writer_kills(workdir: Path, trials: int, rng: random.Random) -> dict[str, Co
 
 
 # ----------------------------------------------------------------- corruption regions
-_HDF5_SIGNATURES = (b"BTHD", b"BTIN", b"BTLF", b"EAHD", b"EAIB", b"EASB", b"EADB", b"FAHD", b"FADB",
-                    b"FSHD", b"FSSE", b"FRHP", b"FHDB", b"FHIB", b"OCHK", b"TREE", b"SNOD", b"HEAP")
+_HDF5_SIGNATURES = (
+    b"BTHD",
+    b"BTIN",
+    b"BTLF",
+    b"EAHD",
+    b"EAIB",
+    b"EASB",
+    b"EADB",
+    b"FAHD",
+    b"FADB",
+    b"FSHD",
+    b"FSSE",
+    b"FRHP",
+    b"FHDB",
+    b"FHIB",
+    b"OCHK",
+    b"TREE",
+    b"SNOD",
+    b"HEAP",
+)
 
 
 def _ohdr_length(data: bytes, addr: int) -> int:
@@ -356,9 +390,20 @@ def _ohdr_length(data: bytes, addr: int) -> int:
 def file_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
     """Byte ranges of each kind of thing in a store file."""
     data = path.read_bytes()
-    regions: dict[str, list[tuple[int, int]]] = {k: [] for k in (
-        "superblock", "object headers", "HDF5 indexes", "global heap", "manifest",
-        "checksum tables", "episode tables", "commit record", "data")}
+    regions: dict[str, list[tuple[int, int]]] = {
+        k: []
+        for k in (
+            "superblock",
+            "object headers",
+            "HDF5 indexes",
+            "global heap",
+            "manifest",
+            "checksum tables",
+            "episode tables",
+            "commit record",
+            "data",
+        )
+    }
     regions["superblock"].append((0, 48))
     raw_ranges = []
 
@@ -426,12 +471,16 @@ def file_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
 
 
 def _pristine_store(path: Path) -> None:
-    with TrajectoryStoreWriter(path, COLUMNS, env_id="CartPole-v1", seed=3, metadata={"note": "torture"}) as w:
+    with TrajectoryStoreWriter(
+        path, COLUMNS, env_id="CartPole-v1", seed=3, metadata={"note": "torture"}
+    ) as w:
         for i in range(600):
             w.add_episode(episode_rows(i), metadata={"i": i})
 
 
-def corruptions(workdir: Path, trials: int, rng: random.Random) -> tuple[dict[str, Counter], list[str]]:
+def corruptions(
+    workdir: Path, trials: int, rng: random.Random
+) -> tuple[dict[str, Counter], list[str]]:
     good = workdir / "pristine.h5"
     _pristine_store(good)
     kind, reference = forked(lambda: read_everything(good), timeout=120)
@@ -454,7 +503,9 @@ def corruptions(workdir: Path, trials: int, rng: random.Random) -> tuple[dict[st
         if kind == "ok":
             label = "identical" if value == reference else "SILENT"
         else:
-            label = {"torchstore": "clean error", "raw": "raw", "crash": "crash", "hang": "hang"}[kind]
+            label = {"torchstore": "clean error", "raw": "raw", "crash": "crash", "hang": "hang"}[
+                kind
+            ]
         results[region][label] += 1
         if label not in ("identical", "clean error"):
             notes.append(f"{region} byte {offset} bit {bit}: {label}: {_short(value)}")
@@ -570,7 +621,9 @@ def _loaded_version(folder: Path, rows: int) -> int:
     return version
 
 
-def dumps_kills(workdir: Path, trials: int, rng: random.Random, rows: int = 200_000) -> tuple[Counter, list[str]]:
+def dumps_kills(
+    workdir: Path, trials: int, rng: random.Random, rows: int = 200_000
+) -> tuple[Counter, list[str]]:
     folder = workdir / "ckpt"
     _ring(0, rows).storage.dumps(folder / "storage")
     t0 = time.monotonic()
@@ -698,8 +751,14 @@ def run(args: argparse.Namespace) -> int:
             kills = writer_kills(workdir, args.kills, rng)
             notes += kills.pop("_notes")  # type: ignore[arg-type]
             for kind, counts in kills.items():
-                lines.append(_row(f"writer kill, {kind}", sum(counts.values()), counts,
-                                  ["intact", "lost", "unopenable", "hang", "raw"]))
+                lines.append(
+                    _row(
+                        f"writer kill, {kind}",
+                        sum(counts.values()),
+                        counts,
+                        ["intact", "lost", "unopenable", "hang", "raw"],
+                    )
+                )
                 bad += sum(v for k, v in counts.items() if k != "intact")
         if args.corruptions:
             regions, more = corruptions(workdir, args.corruptions, rng)
@@ -707,27 +766,58 @@ def run(args: argparse.Namespace) -> int:
             total = Counter()
             for region, counts in regions.items():
                 total.update(counts)
-                lines.append(_row(f"bit flip: {region}", sum(counts.values()), counts,
-                                  ["clean error", "identical", "SILENT", "crash", "hang", "raw"]))
-            lines.append(_row("bit flips, all regions", sum(total.values()), total,
-                              ["clean error", "identical", "SILENT", "crash", "hang", "raw"]))
+                lines.append(
+                    _row(
+                        f"bit flip: {region}",
+                        sum(counts.values()),
+                        counts,
+                        ["clean error", "identical", "SILENT", "crash", "hang", "raw"],
+                    )
+                )
+            lines.append(
+                _row(
+                    "bit flips, all regions",
+                    sum(total.values()),
+                    total,
+                    ["clean error", "identical", "SILENT", "crash", "hang", "raw"],
+                )
+            )
             bad += sum(v for k, v in total.items() if k not in ("clean error", "identical"))
         if args.readers and args.commits:
             live, more = live_readers(workdir, args.readers, args.commits)
             notes += more
-            lines.append(_row(f"live readers x{args.readers}, {args.commits} commits", args.readers, live,
-                              ["false alarms", "wrong values", "raw", "hang", "reads", "refreshes"]))
+            lines.append(
+                _row(
+                    f"live readers x{args.readers}, {args.commits} commits",
+                    args.readers,
+                    live,
+                    ["false alarms", "wrong values", "raw", "hang", "reads", "refreshes"],
+                )
+            )
             bad += sum(live[k] for k in ("false alarms", "wrong values", "raw", "hang"))
         if args.dumps:
             dumps, more = dumps_kills(workdir, args.dumps, rng, rows=args.dump_rows)
             notes += more
-            lines.append(_row("StoreReplay.dumps killed", args.dumps, dumps, ["loads (old or new)", "lost", "hang", "raw"]))
+            lines.append(
+                _row(
+                    "StoreReplay.dumps killed",
+                    args.dumps,
+                    dumps,
+                    ["loads (old or new)", "lost", "hang", "raw"],
+                )
+            )
             bad += sum(v for k, v in dumps.items() if k != "loads (old or new)")
         if args.second_writers:
             second, more = second_writers(workdir, args.second_writers)
             notes += more
-            lines.append(_row("second writer while one is live", args.second_writers, second,
-                              ["refused", "accepted", "live writer's commits lost"]))
+            lines.append(
+                _row(
+                    "second writer while one is live",
+                    args.second_writers,
+                    second,
+                    ["refused", "accepted", "live writer's commits lost"],
+                )
+            )
             bad += sum(v for k, v in second.items() if k != "refused")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -744,14 +834,29 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # forked children must not inherit a busy OpenMP pool
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--kills", type=int, default=300, help="writer kills, a third of each kind (default 300)")
-    parser.add_argument("--corruptions", type=int, default=500, help="single-bit corruptions (default 500)")
+    parser.add_argument(
+        "--kills", type=int, default=300, help="writer kills, a third of each kind (default 300)"
+    )
+    parser.add_argument(
+        "--corruptions", type=int, default=500, help="single-bit corruptions (default 500)"
+    )
     parser.add_argument("--readers", type=int, default=3, help="live reader processes (default 3)")
-    parser.add_argument("--commits", type=int, default=3000, help="tiny commits the live writer makes (default 3000)")
+    parser.add_argument(
+        "--commits",
+        type=int,
+        default=3000,
+        help="tiny commits the live writer makes (default 3000)",
+    )
     parser.add_argument("--dumps", type=int, default=20, help="replay dumps killed (default 20)")
-    parser.add_argument("--dump-rows", type=int, default=200_000, help="rows in each dumped ring (default 200000)")
-    parser.add_argument("--second-writers", type=int, default=9, help="second-writer attempts (default 9)")
-    parser.add_argument("--dir", default=None, help="where scratch files go (default: the system temp folder)")
+    parser.add_argument(
+        "--dump-rows", type=int, default=200_000, help="rows in each dumped ring (default 200000)"
+    )
+    parser.add_argument(
+        "--second-writers", type=int, default=9, help="second-writer attempts (default 9)"
+    )
+    parser.add_argument(
+        "--dir", default=None, help="where scratch files go (default: the system temp folder)"
+    )
     return run(parser.parse_args(argv))
 
 

@@ -58,12 +58,17 @@ def main(cfg: DictConfig) -> float:
         actor, critic = make_actor(cfg, env), make_critic(cfg, env)
         with torch.no_grad():
             actor(env.reset())
-        loss = instantiate(cfg.model.loss)(actor_network=actor, qvalue_network=critic, action_spec=env.action_spec)
+        loss = instantiate(cfg.model.loss)(
+            actor_network=actor, qvalue_network=critic, action_spec=env.action_spec
+        )
         loss.make_value_estimator(gamma=cfg.model.gamma)
         target_update = SoftUpdate(loss, tau=cfg.model.tau)
         optim = instantiate(cfg.model.optimizer)(loss.parameters())
         buffer = serve_replay(
-            cfg.capacity, batch_size=cfg.batch_size, sampler=cfg.sampler, num_cpus=cfg.ray.buffer_cpus
+            cfg.capacity,
+            batch_size=cfg.batch_size,
+            sampler=cfg.sampler,
+            num_cpus=cfg.ray.buffer_cpus,
         )
         collectors = start_collectors(
             buffer,
@@ -86,7 +91,10 @@ def main(cfg: DictConfig) -> float:
                 done_updates = 0
                 with run.interrupts_at_checks():
                     # the learner trains while the round is collected
-                    while rows >= max(cfg.init_random_frames, cfg.batch_size) and done_updates < budget:
+                    while (
+                        rows >= max(cfg.init_random_frames, cfg.batch_size)
+                        and done_updates < budget
+                    ):
                         sample = buffer.sample()
                         losses = loss(sample)
                         total = losses["loss_actor"] + losses["loss_qvalue"] + losses["loss_alpha"]
@@ -99,10 +107,14 @@ def main(cfg: DictConfig) -> float:
                         updates += 1
                         done_updates += 1
                         if updates % cfg.log_every == 0 or updates == 1:
-                            log.log(updates, {k: v for k, v in losses.items() if k.startswith("loss")})
+                            log.log(
+                                updates, {k: v for k, v in losses.items() if k.startswith("loss")}
+                            )
                         run.check()
                     stats = ray.get(pending)
-                    weights = ray.put({k: v.detach().clone() for k, v in actor.state_dict().items()})
+                    weights = ray.put(
+                        {k: v.detach().clone() for k, v in actor.state_dict().items()}
+                    )
                     ray.get([c.set_weights.remote(weights) for c in collectors])
                     run.check()
                 run.log.info(
@@ -122,7 +134,9 @@ def main(cfg: DictConfig) -> float:
             buffer.close()
             ray.shutdown()
         with run.interrupts_at_checks():
-            mean_return = evaluate_policy(env, actor, cfg.eval.episodes, cfg.eval.max_steps, check=run.check)
+            mean_return = evaluate_policy(
+                env, actor, cfg.eval.episodes, cfg.eval.max_steps, check=run.check
+            )
         log.log(updates, {"eval/return": mean_return})
         run.log.info(f"gradient steps {updates}")
         run.log.info(evaluation_line(mean_return, cfg.eval.episodes))

@@ -33,7 +33,9 @@ def make_rows(columns, n: int, seed: int) -> dict[str, np.ndarray]:
             rows[spec.name] = rng.standard_normal(shape).astype(str(dtype).removeprefix("torch."))
         else:
             info = np.iinfo(str(dtype).removeprefix("torch."))
-            rows[spec.name] = rng.integers(info.min, info.max, shape, endpoint=True).astype(info.dtype)
+            rows[spec.name] = rng.integers(info.min, info.max, shape, endpoint=True).astype(
+                info.dtype
+            )
     return rows
 
 

@@ -59,7 +59,6 @@ class FileServer(LoopbackServer):
     def url(self) -> str:
         return f"{self.origin}{self.prefix}"
 
-
     def gets(self, path: str) -> list[dict]:
         return [r for r in self.requests if r["method"] == "GET" and r["path"] == path]
 

@@ -96,7 +96,6 @@ class HubServer(LoopbackServer):
     def endpoint(self) -> str:
         return self.origin
 
-
     # ----------------------------------------------------------------- state
     def new_commit(
         self, repo: Repo, files: dict[str, bytes], title: str, parent: str | None
@@ -496,7 +495,12 @@ def run_cli_default_endpoint(endpoint: str, *args: str, env: dict | None = None,
     full.update(env or {})
     full.pop("HF_ENDPOINT", None)
     full["PYTHONPATH"] = os.pathsep.join(
-        p for p in (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), full.get("PYTHONPATH")) if p
+        p
+        for p in (
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            full.get("PYTHONPATH"),
+        )
+        if p
     )
     return subprocess.run(
         [sys.executable, "-c", _DEFAULT_ENDPOINT_CLI, endpoint, *args],

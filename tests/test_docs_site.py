@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
 def _missing() -> list[str]:
     import importlib.util
 
@@ -41,7 +43,9 @@ def _nav_pages(text: str) -> set[str]:
 def test_every_docs_page_is_in_the_nav():
     nav = _nav_pages((ROOT / "mkdocs.yml").read_text())
     pages = {p.name for p in (ROOT / "docs").glob("*.md")}
-    assert pages == nav, f"pages not in the nav: {pages - nav}; nav entries without a page: {nav - pages}"
+    assert pages == nav, (
+        f"pages not in the nav: {pages - nav}; nav entries without a page: {nav - pages}"
+    )
 
 
 @pytest.mark.skipif(bool(_missing()), reason=f"the docs extra is not installed: {_missing()}")
@@ -50,8 +54,13 @@ def test_the_site_builds_strict_and_offline(tmp_path):
     # any request at build time goes to a closed port and fails the build
     dead = "http://127.0.0.1:9"
     env.update(
-        HTTP_PROXY=dead, HTTPS_PROXY=dead, http_proxy=dead, https_proxy=dead,
-        NO_PROXY="", no_proxy="", NO_MKDOCS_2_WARNING="1",
+        HTTP_PROXY=dead,
+        HTTPS_PROXY=dead,
+        http_proxy=dead,
+        https_proxy=dead,
+        NO_PROXY="",
+        no_proxy="",
+        NO_MKDOCS_2_WARNING="1",
     )
     site = tmp_path / "site"
     proc = subprocess.run(

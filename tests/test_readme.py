@@ -40,9 +40,9 @@ PYTHON_BLOCKS = [
 
 def test_every_doc_has_its_blocks_collected():
     assert len(DOCS) >= 3, "docs/design.md and docs/integrity.md are missing"
-    assert blocks(README) and all(
-        blocks(path) for path in DOCS if path.parent.name == "docs"
-    ), "a docs page without a runnable example"
+    assert blocks(README) and all(blocks(path) for path in DOCS if path.parent.name == "docs"), (
+        "a docs page without a runnable example"
+    )
 
 
 @pytest.mark.parametrize(("path", "line", "code"), PYTHON_BLOCKS)

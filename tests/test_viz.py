@@ -97,7 +97,9 @@ def test_viz_with_zero_episodes_writes_nothing_and_says_why(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["viz", str(store_path), "--out", str(out), "--episodes", "0"]) == 2
     err = capsys.readouterr().err
-    assert "--episodes: must be an integer in [1, 1000], got '0'" in err and len(err.splitlines()) == 1
+    assert (
+        "--episodes: must be an integer in [1, 1000], got '0'" in err and len(err.splitlines()) == 1
+    )
     assert not out.exists()
     with pytest.raises(ValueError, match="nothing was drawn"):
         plot_store(store_path, out, episodes=0)

@@ -107,7 +107,9 @@ def configured_locations() -> list[str]:
         try:
             location = parse_location(raw).raw
         except ValueError as exc:
-            raise ValueError(f"location {raw!r} (configured in {where}) is malformed: {exc}") from None
+            raise ValueError(
+                f"location {raw!r} (configured in {where}) is malformed: {exc}"
+            ) from None
         if location not in out:
             out.append(location)
     return out
@@ -426,15 +428,11 @@ def local_datasets(cache_dir: str | os.PathLike | None = None) -> list[LocalData
                 log.debug("cache: %s is not complete: %s", record_path, exc)
                 continue
             episodes, note = _episodes(root, entry)
-            out.append(
-                LocalDataset(name, loc.raw, _pin(entry), root, entry.size, episodes, note)
-            )
+            out.append(LocalDataset(name, loc.raw, _pin(entry), root, entry.size, episodes, note))
     return sorted(out, key=lambda d: (d.name, d.location))
 
 
-def format_local(
-    datasets: list[LocalDataset], cache_dir: str | os.PathLike | None = None
-) -> str:
+def format_local(datasets: list[LocalDataset], cache_dir: str | os.PathLike | None = None) -> str:
     """A table of :func:`local_datasets` (``torchstore list``)."""
     from torchstore.remote.catalog import _human
 

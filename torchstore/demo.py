@@ -40,12 +40,18 @@ def _episode(rng: np.random.Generator, steps: int) -> dict[str, np.ndarray]:
     obs, act, rew, nxt = [], [], [], []
     for _ in range(steps):
         energy = 0.5 * thdot**2 + _G * (np.cos(theta) - 1.0)  # 0 when upright and still
-        u = np.clip(-2.0 * energy * np.sign(thdot + 1e-6) * 0.1 + rng.normal(0, 0.3), -_MAX_TORQUE, _MAX_TORQUE)
+        u = np.clip(
+            -2.0 * energy * np.sign(thdot + 1e-6) * 0.1 + rng.normal(0, 0.3),
+            -_MAX_TORQUE,
+            _MAX_TORQUE,
+        )
         angle = ((theta + np.pi) % (2 * np.pi)) - np.pi
         reward = -(angle**2 + 0.1 * thdot**2 + 0.001 * u**2)
         obs.append(_observe(theta, thdot))
         thdot = np.clip(
-            thdot + (3 * _G / 2 * np.sin(theta) + 3.0 * u - _DAMPING * thdot) * _DT, -_MAX_SPEED, _MAX_SPEED
+            thdot + (3 * _G / 2 * np.sin(theta) + 3.0 * u - _DAMPING * thdot) * _DT,
+            -_MAX_SPEED,
+            _MAX_SPEED,
         )
         theta = theta + thdot * _DT
         act.append([u])

@@ -119,12 +119,17 @@ def plot_traces(
     stop = int(store.episodes.offsets[n_ep - 1] + store.episodes.lengths[n_ep - 1])
     slab = store.read_slab(start, stop, [s.name for s in specs])
     series = [
-        (spec.name, slab.get(spec.key).to(torch.float32).reshape(stop - start, -1).numpy(),
-         spec.dtype == torch.bool)
+        (
+            spec.name,
+            slab.get(spec.key).to(torch.float32).reshape(stop - start, -1).numpy(),
+            spec.dtype == torch.bool,
+        )
         for spec in specs
     ]
     lengths = store.episodes.lengths[:n_ep].numpy()
-    return _draw_traces(series, lengths, f"{store.path.name}: columns over {n_ep} episode(s)", Path(path))
+    return _draw_traces(
+        series, lengths, f"{store.path.name}: columns over {n_ep} episode(s)", Path(path)
+    )
 
 
 def _draw_traces(
@@ -294,13 +299,16 @@ def plot_lerobot(
     _check_plot_args(out, episodes)
     with LeRobotSource(root) as source:
         numeric = [
-            f for f in source.features.values()
+            f
+            for f in source.features.values()
             if f.dtype not in ("image", "video", "string", "language") and len(f.shape) <= 1
         ]
         if columns is not None:
             unknown = sorted(set(columns) - set(source.features))
             if unknown:
-                raise ValueError(f"{root} has no features {unknown}; it has {list(source.features)}")
+                raise ValueError(
+                    f"{root} has no features {unknown}; it has {list(source.features)}"
+                )
             numeric = [f for f in numeric if f.name in columns]
         _figure(1.0, 1.0)
         lengths = np.asarray([e.length for e in source.episodes], dtype=np.int64)
@@ -312,16 +320,18 @@ def plot_lerobot(
             series = [
                 (
                     f.name,
-                    np.concatenate([p[f.name] for p in parts]).astype(np.float32).reshape(
-                        sum(e.length for e in shown), -1
-                    ),
+                    np.concatenate([p[f.name] for p in parts])
+                    .astype(np.float32)
+                    .reshape(sum(e.length for e in shown), -1),
                     f.dtype == "bool",
                 )
                 for f in numeric
             ]
             title = f"{Path(root).name}: features over {len(shown)} episode(s)"
             written.append(
-                _draw_traces(series, np.asarray([e.length for e in shown]), title, out / "traces.png")
+                _draw_traces(
+                    series, np.asarray([e.length for e in shown]), title, out / "traces.png"
+                )
             )
         return written
 

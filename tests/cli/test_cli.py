@@ -13,12 +13,27 @@ from torchstore.data.store import TrajectoryStore
 def test_demo_then_info_as_a_user_types_it(tmp_path):
     path = tmp_path / "demo.h5"
     run = subprocess.run(
-        [sys.executable, "-m", "torchstore.cli", "demo", str(path), "--episodes", "3", "--steps", "50"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "torchstore.cli",
+            "demo",
+            str(path),
+            "--episodes",
+            "3",
+            "--steps",
+            "50",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "wrote 3 episodes" in run.stdout
     out = subprocess.run(
-        [sys.executable, "-m", "torchstore.cli", "info", str(path)], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "torchstore.cli", "info", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert "Pendulum-v1" in out and "rows       150" in out
     assert "length min 50, median 50, max 50" in out
@@ -111,7 +126,11 @@ def test_info_median_of_an_even_count_and_a_store_with_no_episodes(tmp_path, cap
         w.add_episode({"obs": torch.zeros(20, 2)})
         w.add_episode({"obs": torch.zeros(30, 2)})
     assert main(["info", str(path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["episode_length"] == {"min": 20, "median": 25.0, "max": 30}
+    assert json.loads(capsys.readouterr().out)["episode_length"] == {
+        "min": 20,
+        "median": 25.0,
+        "max": 30,
+    }
     assert main(["info", str(path)]) == 0
     assert "length min 20, median 25, max 30" in capsys.readouterr().out
     empty = tmp_path / "empty.h5"
@@ -131,8 +150,12 @@ def _minari_hdf5(root):
     data = root / "data"
     data.mkdir(parents=True)
     meta = {
-        "total_episodes": 2, "total_steps": 68, "data_format": "hdf5", "minari_version": "0.5.4",
-        "dataset_id": "probe/cartpole-hdf5-v0", "env_spec": json.dumps({"id": "CartPole-v1"}),
+        "total_episodes": 2,
+        "total_steps": 68,
+        "data_format": "hdf5",
+        "minari_version": "0.5.4",
+        "dataset_id": "probe/cartpole-hdf5-v0",
+        "env_spec": json.dumps({"id": "CartPole-v1"}),
         "observation_space": json.dumps({"type": "Box", "dtype": "float32", "shape": [4]}),
     }
     (data / "metadata.json").write_text(json.dumps(meta))
@@ -154,7 +177,9 @@ def test_info_on_folders_that_are_not_stores(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["episodes"] == 2 and info["rows"] == 68 and info["env_id"] == "CartPole-v1"
     assert info["episode_length"] == {"min": 28, "median": 34.0, "max": 40}
-    assert {"name": "observations", "dtype": "float32", "shape": [4], "quantize": None} in info["columns"]
+    assert {"name": "observations", "dtype": "float32", "shape": [4], "quantize": None} in info[
+        "columns"
+    ]
     assert main(["info", str(minari / "data")]) == 0
     assert "Minari dataset (hdf5, minari 0.5.4" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in minari.rglob("*")} == before  # read-only
@@ -168,7 +193,10 @@ def test_info_on_folders_that_are_not_stores(tmp_path, capsys):
     (arrow / "1" / "metadata.json").write_text("{}")
     assert main(["info", str(arrow.parent)]) == 1
     err = capsys.readouterr().err
-    assert "looks like a Minari dataset but KeyError('total_steps')" in err and len(err.splitlines()) == 1
+    assert (
+        "looks like a Minari dataset but KeyError('total_steps')" in err
+        and len(err.splitlines()) == 1
+    )
     assert main(["info", str(tmp_path / "cartpole-hdf5-v0" / "data" / "..")]) == 0
     capsys.readouterr()
     (tmp_path / "plain").mkdir()
@@ -237,7 +265,10 @@ def test_outputs_get_their_missing_folders_and_a_failure_leaves_none(tmp_path, c
     np.savetxt(good, frames, delimiter=",")
     bad = tmp_path / "bad.csv"
     bad.write_text("1,2,3\n")
-    assert main(["import-lafan", str(bad), str(tmp_path / "new" / "sub" / "x.h5"), "--no-progress"]) == 1
+    assert (
+        main(["import-lafan", str(bad), str(tmp_path / "new" / "sub" / "x.h5"), "--no-progress"])
+        == 1
+    )
     err = capsys.readouterr().err
     assert "bad.csv line 1" in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "new").exists()

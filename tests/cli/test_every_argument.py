@@ -42,7 +42,11 @@ def _type_name(action: argparse.Action) -> str | None:
 
 
 def _positionals(parser):
-    return [a for a in parser._actions if not a.option_strings and not isinstance(a, argparse._SubParsersAction)]
+    return [
+        a
+        for a in parser._actions
+        if not a.option_strings and not isinstance(a, argparse._SubParsersAction)
+    ]
 
 
 def _options(parser):
@@ -85,8 +89,18 @@ def _offline(monkeypatch):
 
 def test_the_walk_finds_every_command():
     assert {" ".join(c) for c in COMMANDS} >= {
-        "info", "demo", "demo-data", "import-lafan", "viz", "import-lerobot", "export-lerobot",
-        "catalog", "pull", "push", "sync", "remote index",
+        "info",
+        "demo",
+        "demo-data",
+        "import-lafan",
+        "viz",
+        "import-lerobot",
+        "export-lerobot",
+        "catalog",
+        "pull",
+        "push",
+        "sync",
+        "remote index",
     }
 
 
@@ -222,7 +236,7 @@ def test_messages_name_flags_not_keywords(tmp_path, capsys):
     write_demo_store(tmp_path / "d.h5", episodes=1, steps=5)
     code, err = _run(["demo", str(tmp_path / "d.h5"), "--episodes", "1"], capsys)
     assert code == 1 and "--overwrite" in err and "overwrite=" not in err
-    assert types.cli_words("needs fps= and pass overwrite=True", [("fps", "--fps"), ("overwrite", "--overwrite")]) == (
-        "needs --fps and pass --overwrite"
-    )
+    assert types.cli_words(
+        "needs fps= and pass overwrite=True", [("fps", "--fps"), ("overwrite", "--overwrite")]
+    ) == ("needs --fps and pass --overwrite")
     assert types.cli_words("fps=0 is wrong", [("fps", "--fps")]) == "--fps 0 is wrong"

@@ -63,7 +63,9 @@ def test_ctrl_c_during_demo_reports_committed_episodes_and_resumes_to_the_same_r
     code, err = _interrupt_after(proc, path, 3)
     assert code == 130
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    match = re.fullmatch(r"interrupted; (\d+) episodes committed to (\S+), resume with: (.+)", err.strip())
+    match = re.fullmatch(
+        r"interrupted; (\d+) episodes committed to (\S+), resume with: (.+)", err.strip()
+    )
     assert match, err
     n = int(match.group(1))
     assert 3 <= n < 600 and match.group(2) == str(path) and _committed(path) == n
@@ -71,7 +73,10 @@ def test_ctrl_c_during_demo_reports_committed_episodes_and_resumes_to_the_same_r
     assert resume[:2] == ["torchstore", "demo"] and "--resume" in resume
     done = subprocess.run(
         [sys.executable, "-m", "torchstore.cli", *resume[1:]],
-        capture_output=True, text=True, env=ENV, timeout=600,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     whole = write_demo_store(tmp_path / "whole.h5", episodes=600, steps=5, seed=3)
@@ -109,7 +114,10 @@ def test_ctrl_c_during_import_lafan_then_the_printed_resume_command_finishes_it(
     assert resume[1] == "import-lafan" and "--resume" in resume and "--fps" in resume
     done = subprocess.run(
         [sys.executable, "-m", "torchstore.cli", *resume[1:]],
-        capture_output=True, text=True, env=ENV, timeout=600,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=600,
     )
     assert done.returncode == 0, done.stderr
     whole = import_lafan(source, tmp_path / "whole.h5", fps=60)
@@ -162,7 +170,11 @@ def test_info_json_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
         w.add_episode({"obs": np.zeros((3, 2), dtype=np.float32)})
     run = subprocess.run(
         f"{shlex.quote(sys.executable)} -m torchstore.cli info {shlex.quote(str(path))} --json | head -1",
-        shell=True, capture_output=True, text=True, env=ENV, timeout=300,
+        shell=True,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
     )
     assert run.stdout == "{\n"
     assert "Traceback" not in run.stderr and "BrokenPipeError" not in run.stderr, run.stderr
@@ -188,7 +200,10 @@ def test_ctrl_c_during_a_pull_is_one_line_and_the_next_pull_finishes(tmp_path):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130 and "Traceback" not in err, err
-        assert err.strip() == "interrupted; verified files stay in the cache, run the same command again to continue"
+        assert (
+            err.strip()
+            == "interrupted; verified files stay in the cache, run the same command again to continue"
+        )
         server.drip_s.clear()
         done = _start("pull", server.url, "ds", "--cache-dir", str(cache))
         out, err = done.communicate(timeout=300)

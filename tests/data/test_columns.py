@@ -22,7 +22,10 @@ def test_spec_normalises_dtype_and_shape():
     "kwargs, match",
     [
         (dict(name="done", dtype=torch.float32), "reserved column 'done' must be bool"),
-        (dict(name="next/truncated", dtype=torch.int64), "reserved column 'next/truncated' must be bool"),
+        (
+            dict(name="next/truncated", dtype=torch.int64),
+            "reserved column 'next/truncated' must be bool",
+        ),
         (dict(name="reward", dtype=torch.int32), "reserved column 'reward' must be floating"),
         (dict(name="", dtype=torch.float32), "non-empty string"),
         (dict(name="a//b", dtype=torch.float32), "'/'-separated parts"),
@@ -82,7 +85,9 @@ def test_quantize_refuses_nan_and_out_of_range_unless_clip(as_numpy):
     q = Quantize(0.0, 1.0)
     with pytest.raises(ColumnError, match="holds NaN"):
         q.encode(values(0.5, float("nan")))
-    with pytest.raises(ColumnError, match=r"holds 255, outside its quantisation range \[0, 1\].*clip=True"):
+    with pytest.raises(
+        ColumnError, match=r"holds 255, outside its quantisation range \[0, 1\].*clip=True"
+    ):
         q.encode(values(0.0, 255.0))  # pixels in 0..255 fed to a [0, 1] column
     with pytest.raises(ColumnError, match="outside its quantisation range"):
         q.encode(values(-float("inf")))
@@ -118,7 +123,8 @@ def test_quantize_ranges_the_decode_dtype_cannot_hold_are_refused(dtype, low, hi
 
 
 @pytest.mark.parametrize(
-    "low, high, clip", [("abc", 1, False), (None, 1, False), (0, [1], False), (True, 2, False), (0, 1, "yes")]
+    "low, high, clip",
+    [("abc", 1, False), (None, 1, False), (0, [1], False), (True, 2, False), (0, 1, "yes")],
 )
 def test_quantize_bad_arguments_are_column_errors(low, high, clip):
     with pytest.raises(ColumnError):

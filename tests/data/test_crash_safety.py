@@ -94,7 +94,9 @@ def _check(path: str, reported: int) -> None:
             got = store.episode(i)
             assert store.episode_metadata(i) == {"i": i}
             for name, value in expected.items():
-                assert np.array_equal(got[name].numpy(), value), f"episode {i} column {name} differs"
+                assert np.array_equal(got[name].numpy(), value), (
+                    f"episode {i} column {name} differs"
+                )
         assert store.num_rows == sum(len(episode_rows(i)["reward"]) for i in range(n))
 
 
@@ -120,14 +122,18 @@ def test_sigkilled_writer_keeps_every_committed_episode(tmp_path):
         delay = rng.uniform(0.0, 0.02) if trial % 8 == 0 else rng.uniform(0.05, 0.6)
         reported = _kill_writer(path, 0, delay)
         status, text = run_forked(_check, path, reported)
-        assert status == "ok", f"trial {trial} (delay {delay:.3f}s, {reported} reported): {status}\n{text}"
+        assert status == "ok", (
+            f"trial {trial} (delay {delay:.3f}s, {reported} reported): {status}\n{text}"
+        )
         outcomes.append(reported)
         if os.path.exists(path) and trial % 3 == 0:
             # resume after the crash, get killed again, resume again, and verify everything
             visible = _episodes_in(path)
             reported = _kill_writer(path, visible, rng.uniform(0.05, 0.3))
             status, text = run_forked(_check, path, reported)
-            assert status == "ok", f"trial {trial} after a resumed writer was killed: {status}\n{text}"
+            assert status == "ok", (
+                f"trial {trial} after a resumed writer was killed: {status}\n{text}"
+            )
             have = _episodes_in(path)
             status, text = run_forked(_resume_and_extend, path, have)
             assert status == "ok", f"trial {trial} resume: {status}\n{text}"

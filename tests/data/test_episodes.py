@@ -32,7 +32,9 @@ def test_lookup_and_ranges():
 )
 def test_invalid_indexes_are_rejected(lengths, offsets, rows, match):
     with pytest.raises(StoreFormatError, match=match):
-        EpisodeIndex(torch.tensor(lengths), None if offsets is None else torch.tensor(offsets), num_rows=rows)
+        EpisodeIndex(
+            torch.tensor(lengths), None if offsets is None else torch.tensor(offsets), num_rows=rows
+        )
 
 
 @given(st.lists(st.integers(1, 50), min_size=1, max_size=40))

@@ -46,9 +46,15 @@ def _read_all(path: str, reference: dict) -> None:
         with TrajectoryStore(path) as store:
             assert store.num_rows == 34000 and store.num_episodes == 4
             for name, ref in reference.items():
-                got = np.concatenate([s.numpy() for s in (
-                    torch.from_numpy(store.read_column(name, a, min(a + 7000, 34000))) for a in range(0, 34000, 7000)
-                )])
+                got = np.concatenate(
+                    [
+                        s.numpy()
+                        for s in (
+                            torch.from_numpy(store.read_column(name, a, min(a + 7000, 34000)))
+                            for a in range(0, 34000, 7000)
+                        )
+                    ]
+                )
                 assert np.array_equal(got, ref), f"silent wrong data in column {name}"
             for i in range(4):
                 assert store.episode_metadata(i) == {"i": i}
@@ -120,7 +126,10 @@ def test_a_flipped_data_byte_names_the_column_and_rows(pristine, tmp_path):
         f.seek(offset + 100)
         f.write(bytes([b ^ 0x10]))
     with TrajectoryStore(bad) as store:
-        with pytest.raises(IntegrityError, match=rf"column 'obs' rows {3 * rows}\.\.{4 * rows - 1} fail their checksum"):
+        with pytest.raises(
+            IntegrityError,
+            match=rf"column 'obs' rows {3 * rows}\.\.{4 * rows - 1} fail their checksum",
+        ):
             store.read_slab(0, store.num_rows)
         # other columns and other rows of the same column are still readable
         assert store.read_slab(0, 3 * rows, columns=["obs"])["obs"].shape[0] == 3 * rows
@@ -219,7 +228,9 @@ def test_a_huge_flipped_count_in_an_old_store_is_an_error_not_an_allocation(tmp_
         bad = tmp_path / f"old{field}.h5"
         shutil.copyfile(demo, bad)
         _flip(bad, _commit_offset(bad) + 8 * field + 4, bit=4)  # count += 2**36
-        with pytest.raises(IntegrityError, match="counts more than the .*-byte file can hold|is inconsistent"):
+        with pytest.raises(
+            IntegrityError, match="counts more than the .*-byte file can hold|is inconsistent"
+        ):
             TrajectoryStore(bad)
 
 
@@ -242,8 +253,11 @@ def test_damaged_object_headers_raise_torchstore_errors_only(pristine, tmp_path)
     path, reference = pristine
     good = open(path, "rb").read()
     rng = random.Random(5)
-    trials = [(name, rng.randrange(lo, hi), rng.randrange(8))
-              for name, (lo, hi) in _object_header_ranges(path).items() for _ in range(12)]
+    trials = [
+        (name, rng.randrange(lo, hi), rng.randrange(8))
+        for name, (lo, hi) in _object_header_ranges(path).items()
+        for _ in range(12)
+    ]
 
     def check():
         for _name, offset, bit in trials:
@@ -287,4 +301,6 @@ def test_a_damaged_global_heap_of_a_format1_store_is_an_error_not_a_hang(tmp_pat
             damaged = bytearray(good)
             damaged[offset] ^= 1 << bit
             bad.write_bytes(damaged)
-            assert run_forked(open_it, timeout=60) == ("ok", ""), f"heap byte {offset - heap}, bit {bit}"
+            assert run_forked(open_it, timeout=60) == ("ok", ""), (
+                f"heap byte {offset - heap}, bit {bit}"
+            )

@@ -113,7 +113,9 @@ def test_a_live_reader_still_reports_real_corruption(tmp_path):
     with TrajectoryStoreWriter(path, COLUMNS) as w:
         w.add_episode({"q": np.zeros((20000, 4), np.float32), "done": np.zeros(20000, bool)})
     with TrajectoryStore(path) as store:
-        assert store._ds.columns["q"].block_rows < 20000  # block 0 is full: the writer never rewrites it
+        assert (
+            store._ds.columns["q"].block_rows < 20000
+        )  # block 0 is full: the writer never rewrites it
         offset = store._ds.columns["q"].data.id.get_chunk_info(0).byte_offset
     ready_r, ready_w = os.pipe()
     writer = _fork(_writer, path, 2000, 3500, ready_w)

@@ -13,12 +13,19 @@ from torchstore.errors import ColumnError
 
 
 def _columns(clip=False):
-    return [ColumnSpec("pix", torch.float32, (3,), quantize=Quantize(0.0, 1.0, clip=clip)), ColumnSpec("done", torch.bool)]
+    return [
+        ColumnSpec("pix", torch.float32, (3,), quantize=Quantize(0.0, 1.0, clip=clip)),
+        ColumnSpec("done", torch.bool),
+    ]
 
 
 @pytest.mark.parametrize(
     "bad, match",
-    [(float("nan"), "column 'pix' holds NaN"), (255.0, "column 'pix' holds 255, outside"), (float("inf"), "outside")],
+    [
+        (float("nan"), "column 'pix' holds NaN"),
+        (255.0, "column 'pix' holds 255, outside"),
+        (float("inf"), "outside"),
+    ],
 )
 def test_the_writer_refuses_and_keeps_what_was_committed(tmp_path, bad, match):
     path = tmp_path / "q.h5"
@@ -51,7 +58,9 @@ def test_the_replay_ring_refuses_nan_and_out_of_range_rows_without_writing():
 
     ring = StoreReplay(8, columns=_columns())
     rb = TensorDictReplayBuffer(storage=ring)
-    ok = TensorDict({"pix": torch.full((3, 3), 0.25), "done": torch.zeros(3, dtype=torch.bool)}, [3])
+    ok = TensorDict(
+        {"pix": torch.full((3, 3), 0.25), "done": torch.zeros(3, dtype=torch.bool)}, [3]
+    )
     rb.extend(ok)
     before = ring.packed.blocks[0].clone()
     for bad in (float("nan"), 2.0):

@@ -50,7 +50,10 @@ def _same_ring(a: StoreReplay, b: StoreReplay) -> bool:
     return (
         (a.cursor, len(a)) == (b.cursor, len(b))
         and all(torch.equal(x, y) for x, y in zip(a.packed.blocks, b.packed.blocks, strict=True))
-        and all(torch.equal(x, y) for x, y in zip(a.episode_segments(), b.episode_segments(), strict=True))
+        and all(
+            torch.equal(x, y)
+            for x, y in zip(a.episode_segments(), b.episode_segments(), strict=True)
+        )
     )
 
 
@@ -103,7 +106,13 @@ def rings():
 
 @pytest.mark.parametrize(
     "step, survivor",
-    [("episode-1", 0), ("episode-30", 0), ("episode-60", 0), ("before-rename", 0), ("after-rename", 1)],
+    [
+        ("episode-1", 0),
+        ("episode-30", 0),
+        ("episode-60", 0),
+        ("before-rename", 0),
+        ("after-rename", 1),
+    ],
 )
 def test_a_dump_killed_at_any_step_leaves_a_loadable_checkpoint(tmp_path, rings, step, survivor):
     rings[0].dumps(tmp_path)

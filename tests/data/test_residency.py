@@ -33,7 +33,9 @@ def test_resident_gather_matches_the_written_rows(walker_store):
         assert np.array_equal(batch[key].numpy(), flat[name][index.numpy()]), name
     q = WALKER_COLUMNS[-1].quantize
     assert batch["pixels"].dtype == torch.float32
-    assert (batch["pixels"] - torch.from_numpy(flat["pixels"][index.numpy()])).abs().max() <= q.step / 2 + 1e-6
+    assert (
+        batch["pixels"] - torch.from_numpy(flat["pixels"][index.numpy()])
+    ).abs().max() <= q.step / 2 + 1e-6
     codes = view.gather(index, raw=True)["pixels"]
     assert codes.dtype == torch.uint8 and torch.equal(q.decode(codes), batch["pixels"])
     assert set(raw.gather(index).keys()) == {"pixels", "reward"}
@@ -72,7 +74,9 @@ def test_resident_view_is_a_read_only_torchrl_storage(walker_store, tmp_path):
     rb = TensorDictReplayBuffer(storage=view, sampler=UniformSampler(generator=0), batch_size=128)
     batch, info = rb.sample(return_info=True)
     assert np.array_equal(batch["qpos"].numpy(), flat["qpos"][info["index"].numpy()])
-    prio = TensorDictReplayBuffer(storage=view, sampler=PrioritizedSampler(len(view)), batch_size=64)
+    prio = TensorDictReplayBuffer(
+        storage=view, sampler=PrioritizedSampler(len(view)), batch_size=64
+    )
     sample, info = prio.sample(return_info=True)
     assert "priority_weight" in sample.keys()
     prio.update_priority(info["index"], torch.rand(64))
@@ -82,8 +86,17 @@ def test_resident_view_is_a_read_only_torchrl_storage(walker_store, tmp_path):
     assert torch.equal(w["reward"].reshape(4, 50), torch.from_numpy(flat["reward"])[index])
     assert bool((index[:, 1:] - index[:, :-1] == 1).all())  # consecutive rows
     assert len(list(zip(range(3), rb))) == 3  # iterating the buffer works
-    rows = TensorDict({"qpos": torch.zeros(2, 9), "reward": torch.zeros(2), "done": torch.zeros(2, dtype=torch.bool)}, [2])
-    with pytest.raises(ReadOnlyStorageError, match="read-only view of .*w.h5.*StoreReplay.from_store"):
+    rows = TensorDict(
+        {
+            "qpos": torch.zeros(2, 9),
+            "reward": torch.zeros(2),
+            "done": torch.zeros(2, dtype=torch.bool),
+        },
+        [2],
+    )
+    with pytest.raises(
+        ReadOnlyStorageError, match="read-only view of .*w.h5.*StoreReplay.from_store"
+    ):
         rb.extend(rows)
     with pytest.raises(ReadOnlyStorageError, match="cannot empty it"):
         rb.empty()
@@ -100,10 +113,15 @@ def test_gather_out_of_range_names_the_index_and_the_row_count(walker_store):
     with TrajectoryStore(path) as store:
         view = store.resident(columns=["qpos"])
     for bad in ([0, n], [-1, 3]):
-        with pytest.raises(RowIndexError, match=rf"gather index {bad[0] if bad[0] < 0 else n} is out of range .* it holds {n} rows"):
+        with pytest.raises(
+            RowIndexError,
+            match=rf"gather index {bad[0] if bad[0] < 0 else n} is out of range .* it holds {n} rows",
+        ):
             view.gather(torch.tensor(bad))
     with pytest.raises(IndexError):  # the builtin a user catches
         view.gather(torch.tensor([n + 100]))
     # int32 or list indices are taken as rows too
-    assert np.array_equal(view.gather(torch.tensor([3, 1], dtype=torch.int32))["qpos"].numpy(), flat["qpos"][[3, 1]])
+    assert np.array_equal(
+        view.gather(torch.tensor([3, 1], dtype=torch.int32))["qpos"].numpy(), flat["qpos"][[3, 1]]
+    )
     assert view.gather(torch.tensor([], dtype=torch.int64))["qpos"].shape == (0, 9)

@@ -48,7 +48,9 @@ def _start_live_writer(path, *, resume: bool, episodes: int = EPISODES):
         try:
             os.close(ready_r)
             os.close(go_w)
-            writer = TrajectoryStoreWriter.resume(path) if resume else TrajectoryStoreWriter(path, COLS)
+            writer = (
+                TrajectoryStoreWriter.resume(path) if resume else TrajectoryStoreWriter(path, COLS)
+            )
             first = writer.num_episodes
             writer.add_episode(_rows(first))
             os.write(ready_w, b"o")
@@ -72,7 +74,9 @@ def _finish(pid: int, go_w: int, ready_r: int) -> None:
     _, status = os.waitpid(pid, 0)
     os.close(go_w)
     os.close(ready_r)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the live writer failed ({status})"
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (
+        f"the live writer failed ({status})"
+    )
 
 
 def _check_all(path, n: int) -> None:

@@ -19,8 +19,17 @@ from torchstore.errors import (
     TorchstoreError,
 )
 
-ALL_DTYPES = [torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32,
-              torch.int64, torch.uint8, torch.bool]
+ALL_DTYPES = [
+    torch.float16,
+    torch.float32,
+    torch.float64,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+]
 
 
 def _write(path, columns, lengths, data_seed=0, **kwargs):
@@ -46,12 +55,23 @@ def test_every_dtype_and_shape_round_trips_exactly(tmp_path, dtype, shape):
 
 def test_walker_store_round_trip_nested_and_quantised(tmp_path):
     path = tmp_path / "w.h5"
-    episodes = _write(path, WALKER_COLUMNS, [1000, 700, 1300], env_id="walker-walk", seed=3,
-                      metadata={"task": "walk", "nested": {"k": [1, 2]}})
+    episodes = _write(
+        path,
+        WALKER_COLUMNS,
+        [1000, 700, 1300],
+        env_id="walker-walk",
+        seed=3,
+        metadata={"task": "walk", "nested": {"k": [1, 2]}},
+    )
     with TrajectoryStore(path) as store:
         m = store.manifest
         assert (m.env_id, m.seed, m.metadata["nested"], m.num_rows, m.num_episodes) == (
-            "walker-walk", 3, {"k": [1, 2]}, 3000, 3)
+            "walker-walk",
+            3,
+            {"k": [1, 2]},
+            3000,
+            3,
+        )
         assert m.columns == WALKER_COLUMNS
         ep = store.episode(1)
         assert ep["next", "qpos"].shape == (700, 9)
@@ -66,14 +86,19 @@ def test_walker_store_round_trip_nested_and_quantised(tmp_path):
         expected = np.concatenate([episodes[0]["reward"][900:], episodes[1]["reward"][:100]])
         assert np.array_equal(slab["reward"].numpy(), expected)
         streamed = torch.cat([s["action"] for s in store.iter_slabs(777, columns=["action"])])
-        assert torch.equal(streamed, torch.from_numpy(np.concatenate([e["action"] for e in episodes])))
+        assert torch.equal(
+            streamed, torch.from_numpy(np.concatenate([e["action"] for e in episodes]))
+        )
 
 
 def test_append_in_pieces_and_tensordict_input(tmp_path):
     cols = [ColumnSpec("obs", torch.float32, (2,)), ColumnSpec("next/obs", torch.float32, (2,))]
     with TrajectoryStoreWriter(tmp_path / "s.h5", cols) as w:
         for i in range(5):
-            td = TensorDict({"obs": torch.full((1, 2), float(i)), "next": {"obs": torch.full((1, 2), i + 1.0)}}, [1])
+            td = TensorDict(
+                {"obs": torch.full((1, 2), float(i)), "next": {"obs": torch.full((1, 2), i + 1.0)}},
+                [1],
+            )
             w.append(td)
         assert w.pending_rows == 5 and w.num_rows == 0
         w.end_episode()
@@ -114,11 +139,26 @@ def open_writer(tmp_path):
     "rows, match",
     [
         ({"obs": np.ones((2, 3), np.float32)}, r"missing \['done'\]"),
-        ({"obs": np.ones((2, 3), np.float32), "done": np.zeros(2, bool), "x": np.ones(2)}, r"unknown \['x'\]"),
-        ({"obs": np.full((2, 3), 0.1), "done": np.zeros(2, bool)}, r"column 'obs' expects float32\[3\], got float64\[3\]"),
-        ({"obs": np.ones((2, 4), np.float32), "done": np.zeros(2, bool)}, "expects rows of shape \\[3\\]"),
-        ({"obs": np.ones((2, 3), np.float32), "done": np.zeros(3, bool)}, "has 3 rows, other columns have 2"),
-        ({"obs": np.ones((2, 3), np.float32), "done": np.zeros(2, np.float32)}, "column 'done' expects bool"),
+        (
+            {"obs": np.ones((2, 3), np.float32), "done": np.zeros(2, bool), "x": np.ones(2)},
+            r"unknown \['x'\]",
+        ),
+        (
+            {"obs": np.full((2, 3), 0.1), "done": np.zeros(2, bool)},
+            r"column 'obs' expects float32\[3\], got float64\[3\]",
+        ),
+        (
+            {"obs": np.ones((2, 4), np.float32), "done": np.zeros(2, bool)},
+            "expects rows of shape \\[3\\]",
+        ),
+        (
+            {"obs": np.ones((2, 3), np.float32), "done": np.zeros(3, bool)},
+            "has 3 rows, other columns have 2",
+        ),
+        (
+            {"obs": np.ones((2, 3), np.float32), "done": np.zeros(2, np.float32)},
+            "column 'done' expects bool",
+        ),
         ({"obs": np.ones((0, 3), np.float32), "done": np.zeros(0, bool)}, "zero rows"),
         ([1, 2, 3], "mapping of columns"),
     ],
@@ -146,7 +186,9 @@ def test_existing_file_is_not_overwritten_by_default(open_writer, tmp_path):
 
 def test_bad_manifest_inputs(tmp_path):
     with pytest.raises(ColumnError, match="JSON-serialisable"):
-        TrajectoryStoreWriter(tmp_path / "a.h5", [ColumnSpec("x", torch.float32)], metadata={"t": torch.ones(1)})
+        TrajectoryStoreWriter(
+            tmp_path / "a.h5", [ColumnSpec("x", torch.float32)], metadata={"t": torch.ones(1)}
+        )
     with pytest.raises(ColumnError, match="seed must be an int"):
         TrajectoryStoreWriter(tmp_path / "a.h5", [ColumnSpec("x", torch.float32)], seed="1")
     assert not (tmp_path / "a.h5").exists()
@@ -182,7 +224,9 @@ def test_future_format_version_and_corrupt_manifest(tmp_path):
     path = tmp_path / "s.h5"
     _write(path, [ColumnSpec("x", torch.float32)], [3])
     _rewrite_manifest(path, lambda t: t.replace('"format_version": 2', '"format_version": 7'))
-    with pytest.raises(StoreFormatError, match="format version 7.*reads up to version 2: upgrade torchstore"):
+    with pytest.raises(
+        StoreFormatError, match="format version 7.*reads up to version 2: upgrade torchstore"
+    ):
         TrajectoryStore(path)
     _rewrite_manifest(path, lambda t: t[:40])
     with pytest.raises(StoreFormatError, match="manifest is not valid JSON"):
@@ -193,7 +237,9 @@ def test_read_bounds(tmp_path):
     _write(tmp_path / "s.h5", [ColumnSpec("x", torch.float32)], [3])
     with TrajectoryStore(tmp_path / "s.h5") as store:
         for start, stop in ((2, 4), (-1, 2), (2, 1), (0, -1)):
-            with pytest.raises(RowIndexError, match=rf"slab \[{start}, {stop}\) is outside the rows \[0, 3\)"):
+            with pytest.raises(
+                RowIndexError, match=rf"slab \[{start}, {stop}\) is outside the rows \[0, 3\)"
+            ):
                 store.read_slab(start, stop)
         with pytest.raises(IndexError):  # the builtin a user catches
             store.read_slab(-1, 2)
@@ -238,7 +284,9 @@ def test_a_store_indexes_and_iterates_as_rows(tmp_path):
         assert len(store) == 12 == store.num_rows
         row = store[7]
         assert row.batch_size == torch.Size([]) and np.array_equal(row["x"].numpy(), x[7])
-        assert int(store[-1]["next", "y"]) == y[-1] and np.array_equal(store[-12]["x"].numpy(), x[0])
+        assert int(store[-1]["next", "y"]) == y[-1] and np.array_equal(
+            store[-12]["x"].numpy(), x[0]
+        )
         assert np.array_equal(store[2:9]["x"].numpy(), x[2:9])
         assert np.array_equal(store[1:11:3]["x"].numpy(), x[1:11:3])
         assert np.array_equal(store[::-2]["next", "y"].numpy(), y[::-2])
@@ -255,7 +303,9 @@ def test_a_store_indexes_and_iterates_as_rows(tmp_path):
         assert np.array_equal(np.stack([r["x"].numpy() for r in rows]), x)
         assert [e.batch_size[0] for e in store.iter_episodes()] == [5, 3, 4]
         for bad in (12, -13):
-            with pytest.raises(RowIndexError, match=f"row {bad} is out of range for .* which holds 12 rows"):
+            with pytest.raises(
+                RowIndexError, match=f"row {bad} is out of range for .* which holds 12 rows"
+            ):
                 store[bad]
         with pytest.raises(IndexError, match="row 40 is out of range"):
             store[[1, 40]]
@@ -304,7 +354,9 @@ def _format1_store(tmp_path):
     from pathlib import Path
 
     path = tmp_path / "format1.h5"
-    path.write_bytes(gzip.decompress((Path(__file__).parent / "fixtures" / "format1.h5.gz").read_bytes()))
+    path.write_bytes(
+        gzip.decompress((Path(__file__).parent / "fixtures" / "format1.h5.gz").read_bytes())
+    )
     return path
 
 
@@ -328,7 +380,12 @@ def test_stores_of_the_previous_format_still_open_and_resume(tmp_path):
 def test_deeply_nested_or_malformed_manifests_are_format_errors(tmp_path):
     path = tmp_path / "s.h5"
     _write(path, [ColumnSpec("x", torch.float32)], [3])
-    deep = '{"format": "torchstore.trajectory", "format_version": 2, "columns": [], "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    deep = (
+        '{"format": "torchstore.trajectory", "format_version": 2, "columns": [], "metadata": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}"
+    )
     _rewrite_manifest(path, lambda t: deep)
     with pytest.raises(StoreFormatError, match="not valid JSON"):
         TrajectoryStore(path)
@@ -355,7 +412,9 @@ def test_deeply_nested_metadata_is_refused_when_written(tmp_path):
     for _ in range(100_000):
         deep = [deep]
     with pytest.raises(ColumnError, match="JSON-serialisable"):
-        TrajectoryStoreWriter(tmp_path / "a.h5", [ColumnSpec("x", torch.float32)], metadata={"d": deep})
+        TrajectoryStoreWriter(
+            tmp_path / "a.h5", [ColumnSpec("x", torch.float32)], metadata={"d": deep}
+        )
     with TrajectoryStoreWriter(tmp_path / "b.h5", [ColumnSpec("x", torch.float32)]) as w:
         w.append({"x": np.zeros(2, np.float32)})
         with pytest.raises(EpisodeError, match="JSON-serialisable"):

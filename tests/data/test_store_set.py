@@ -37,7 +37,11 @@ COLUMNS = [
 def _episode(shard: int, ep: int, n: int) -> dict[str, np.ndarray]:
     """Rows that name their shard, episode and step."""
     obs = np.stack([np.full(n, shard), np.full(n, ep), np.arange(n)], 1).astype(np.float32)
-    return {"obs": obs, "pixels": np.full((n, 2), (shard % 5) / 4, np.float32), "done": np.arange(n) == n - 1}
+    return {
+        "obs": obs,
+        "pixels": np.full((n, 2), (shard % 5) / 4, np.float32),
+        "done": np.arange(n) == n - 1,
+    }
 
 
 def _write(path, shard: int, lengths) -> None:
@@ -115,7 +119,9 @@ def test_reader_follows_writer_processes_and_new_shards(tmp_path):
         assert _check_episodes(shards) == {0: 40, 1: 40, 2: 15}
         assert len(shards.shards) == 3 and refreshes >= 2
         whole = shards.read_slab(0, len(shards))
-        assert torch.equal(whole["obs"], torch.cat([s.read_slab(0, len(s))["obs"] for s in shards.shards]))
+        assert torch.equal(
+            whole["obs"], torch.cat([s.read_slab(0, len(s))["obs"] for s in shards.shards])
+        )
 
 
 def test_killed_writer_loses_nothing_committed(tmp_path):
@@ -141,7 +147,9 @@ def test_killed_writer_loses_nothing_committed(tmp_path):
 _SHARDS = st.lists(st.lists(st.integers(1, 5), min_size=0, max_size=4), min_size=1, max_size=4)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(layout=_SHARDS, data=st.data())
 def test_reads_across_shard_edges_equal_the_concatenation(tmp_path_factory, layout, data):
     folder = tmp_path_factory.mktemp("set")
@@ -157,7 +165,9 @@ def test_reads_across_shard_edges_equal_the_concatenation(tmp_path_factory, layo
         stop = data.draw(st.integers(start, n))
         got = shards.read_slab(start, stop)
         assert (got == whole[start:stop]).all()
-        assert torch.equal(shards.read_slab(start, stop, raw=True)["pixels"], raw[start:stop]["pixels"])
+        assert torch.equal(
+            shards.read_slab(start, stop, raw=True)["pixels"], raw[start:stop]["pixels"]
+        )
         assert torch.equal(shards[start:stop]["obs"], whole["obs"][start:stop])
         if n:
             rows = data.draw(st.lists(st.integers(-n, n - 1), min_size=2, max_size=12))
@@ -166,7 +176,9 @@ def test_reads_across_shard_edges_equal_the_concatenation(tmp_path_factory, layo
             assert torch.equal(torch.cat([s["obs"] for s in shards.iter_slabs(size)]), whole["obs"])
             view = shards.resident()
             assert torch.equal(view.gather(torch.arange(n))["obs"], whole["obs"])
-            assert torch.equal(view.episodes.lengths, torch.tensor([x for ls in layout for x in ls]))
+            assert torch.equal(
+                view.episodes.lengths, torch.tensor([x for ls in layout for x in ls])
+            )
             # every episode lies inside one shard and reads as that shard's episode
             episodes = [s.episode(i)["obs"] for s in shards.shards for i in range(s.num_episodes)]
             for e, expected in enumerate(episodes):
@@ -203,7 +215,13 @@ def test_bad_sets_are_clear_errors(tmp_path):
         StoreSet([tmp_path / "a.h5", tmp_path / "a.h5"])
     other = [ColumnSpec("obs", torch.float64, (3,)), *COLUMNS[1:]]
     with TrajectoryStoreWriter(tmp_path / "b.h5", other) as w:
-        w.add_episode({"obs": np.zeros((2, 3)), "pixels": np.zeros((2, 2), np.float32), "done": np.zeros(2, bool)})
+        w.add_episode(
+            {
+                "obs": np.zeros((2, 3)),
+                "pixels": np.zeros((2, 2), np.float32),
+                "done": np.zeros(2, bool),
+            }
+        )
     with pytest.raises(ColumnError, match=r"b\.h5.*'obs'"):
         StoreSet(tmp_path)
     os.unlink(tmp_path / "b.h5")
@@ -218,7 +236,13 @@ def test_bad_sets_are_clear_errors(tmp_path):
             shards[5]
         # a shard with other columns appearing later is refused, the set stays as it was
         with TrajectoryStoreWriter(tmp_path / "c.h5", other) as w:
-            w.add_episode({"obs": np.zeros((2, 3)), "pixels": np.zeros((2, 2), np.float32), "done": np.zeros(2, bool)})
+            w.add_episode(
+                {
+                    "obs": np.zeros((2, 3)),
+                    "pixels": np.zeros((2, 2), np.float32),
+                    "done": np.zeros(2, bool),
+                }
+            )
         with pytest.raises(ColumnError, match=r"c\.h5"):
             shards.refresh()
         assert len(shards) == 2 and len(shards.shards) == 1
@@ -231,7 +255,10 @@ def test_info_and_verify_over_a_set(tmp_path):
         info = summarize(shards)
     assert (info["rows"], info["episodes"], len(info["shards"])) == (21, 6, 3)
     out = subprocess.run(
-        [sys.executable, "-m", "torchstore.cli", "info", str(tmp_path)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "torchstore.cli", "info", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     assert "shards     3" in out.stdout and "rows       21" in out.stdout
@@ -249,7 +276,9 @@ def test_info_and_verify_over_a_set(tmp_path):
     assert not report.ok and report.problems[0].startswith("s1.h5: column 'obs'")
     out = subprocess.run(
         [sys.executable, "-m", "torchstore.cli", "verify", "--no-progress", str(tmp_path)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 1 and "s1.h5" in out.stdout + out.stderr
     with StoreSet(tmp_path) as shards, pytest.raises(IntegrityError):

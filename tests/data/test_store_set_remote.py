@@ -47,7 +47,9 @@ def test_sync_of_a_shard_folder_while_collectors_write(tmp_path):
     _write(folder / "collector-0.h5", 0, [2, 3])
     live = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(folder / "collector-1.h5"), "1", "100000", "0.01"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         for line in live.stdout:

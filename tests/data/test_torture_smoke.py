@@ -19,10 +19,28 @@ def torture():
 
 
 def test_a_short_torture_run_is_all_on_target(torture, tmp_path, capsys):
-    code = torture.main([
-        "--seed", "1", "--kills", "6", "--corruptions", "16", "--readers", "2", "--commits", "300",
-        "--dumps", "2", "--dump-rows", "20000", "--second-writers", "3", "--dir", str(tmp_path),
-    ])
+    code = torture.main(
+        [
+            "--seed",
+            "1",
+            "--kills",
+            "6",
+            "--corruptions",
+            "16",
+            "--readers",
+            "2",
+            "--commits",
+            "300",
+            "--dumps",
+            "2",
+            "--dump-rows",
+            "20000",
+            "--second-writers",
+            "3",
+            "--dir",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert "| writer kill, inside commit" in out and "| bit flip: manifest" in out
     assert "| live readers x2, 300 commits" in out and "| StoreReplay.dumps killed" in out
@@ -34,11 +52,18 @@ def test_the_region_map_finds_every_region_of_a_store(torture, tmp_path):
     path = tmp_path / "s.h5"
     torture._pristine_store(path)
     regions = torture.file_regions(path)
-    for name in ("superblock", "object headers", "manifest", "checksum tables", "episode tables",
-                 "commit record", "data"):
+    for name in (
+        "superblock",
+        "object headers",
+        "manifest",
+        "checksum tables",
+        "episode tables",
+        "commit record",
+        "data",
+    ):
         assert regions[name], name
     data = path.read_bytes()
-    (lo, hi), = regions["manifest"]
+    ((lo, hi),) = regions["manifest"]
     assert data[lo:hi].startswith(b'{"columns"')
-    (lo, hi), = regions["commit record"]
+    ((lo, hi),) = regions["commit record"]
     assert hi - lo == 32  # three counts and their hash

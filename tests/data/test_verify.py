@@ -77,11 +77,25 @@ def test_cli_verify_exit_status_and_one_line_verdict(store, capsys, monkeypatch)
 
 
 def test_cli_verify_in_a_subprocess(store):
-    ok = subprocess.run([sys.executable, "-m", "torchstore.cli", "verify", str(store)], capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        [sys.executable, "-m", "torchstore.cli", "verify", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr
     _flip_chunk(store, "action", 0)
-    bad = subprocess.run([sys.executable, "-m", "torchstore.cli", "verify", str(store)], capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 1 and "column 'action' rows 0.." in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "torchstore.cli", "verify", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        bad.returncode == 1
+        and "column 'action' rows 0.." in bad.stderr
+        and "Traceback" not in bad.stderr
+    )
 
 
 def test_info_says_the_data_is_not_verified(store, capsys):

@@ -60,7 +60,9 @@ def _store(path) -> None:
 def _run(path, bypass: bool) -> tuple[int, str]:
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(path), "1" if bypass else "0"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
@@ -71,7 +73,9 @@ def _check_intact(path, committed: int) -> None:
     with TrajectoryStore(path) as store:
         assert store.num_episodes == committed
         for i in range(committed):
-            assert np.array_equal(store.episode(i)["x"].numpy(), np.full((ROWS, 256), i, np.float32))
+            assert np.array_equal(
+                store.episode(i)["x"].numpy(), np.full((ROWS, 256), i, np.float32)
+            )
     with TrajectoryStoreWriter.resume(path) as w:  # and the store goes on once there is room
         w.add_episode({"x": np.full((ROWS, 256), committed, np.float32)})
     with TrajectoryStore(path) as store:
@@ -119,7 +123,9 @@ CREATE = textwrap.dedent(
 
 def test_no_room_to_create_a_store_is_a_storage_full_error(tmp_path):
     path = tmp_path / "new.h5"
-    proc = subprocess.run([sys.executable, "-c", CREATE, str(path)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", CREATE, str(path)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.startswith("ERROR") and f"{path}: no room to create the store" in proc.stdout
     assert not path.exists() and not any(tmp_path.glob(".new.h5*"))

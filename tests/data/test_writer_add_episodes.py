@@ -26,9 +26,17 @@ def test_add_episodes_splits_rows_into_episodes_with_their_metadata(tmp_path):
         assert (w.num_episodes, w.num_rows) == (5, 14)
     with TrajectoryStore(path) as store:
         assert [int(n) for n in store.episodes.lengths] == [2, 4, 1, 4, 3]
-        assert [store.episode_metadata(e) for e in range(5)] == [{"i": 0}, {"i": 1}, {}, {"i": 3}, {}]
+        assert [store.episode_metadata(e) for e in range(5)] == [
+            {"i": 0},
+            {"i": 1},
+            {},
+            {"i": 3},
+            {},
+        ]
         np.testing.assert_array_equal(store.episode(3)["obs"][:, 0].numpy(), np.arange(7, 11))
-        np.testing.assert_array_equal(store.episode(4)[("next", "r")].numpy(), np.arange(11, 14) * 0.5)
+        np.testing.assert_array_equal(
+            store.episode(4)[("next", "r")].numpy(), np.arange(11, 14) * 0.5
+        )
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,9 @@ def test_collectors_feed_the_served_buffer_and_their_shards(cluster, tmp_path):
             ray.get(c.close.remote(), timeout=120)
     finally:
         buffer.close()
-    resumed = serve_replay(5000, batch_size=64, sampler="prioritized", resume=tmp_path / "checkpoint")
+    resumed = serve_replay(
+        5000, batch_size=64, sampler="prioritized", resume=tmp_path / "checkpoint"
+    )
     try:
         assert len(resumed) == 900
         hits = torch.cat([resumed.sample()["index"] for _ in range(5)])

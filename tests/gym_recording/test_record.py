@@ -16,7 +16,11 @@ from torchstore.gym import EpisodeRecorder, RecordEpisodes, record, space_column
 
 def test_the_natural_loop_writes_float64_and_python_floats_losslessly(tmp_path):
     env = gym.make("CartPole-v1")
-    columns = [ColumnSpec("obs", "float32", (4,)), ColumnSpec("reward", "float32"), ColumnSpec("done", "bool")]
+    columns = [
+        ColumnSpec("obs", "float32", (4,)),
+        ColumnSpec("reward", "float32"),
+        ColumnSpec("done", "bool"),
+    ]
     with TrajectoryStoreWriter(tmp_path / "s.h5", columns) as w:
         obs, _ = env.reset(seed=0)
         obs, r, term, trunc, _ = env.step(0)
@@ -24,7 +28,9 @@ def test_the_natural_loop_writes_float64_and_python_floats_losslessly(tmp_path):
         w.append({"obs": obs[None], "reward": np.array([r]), "done": np.array([term])})
         w.append({"obs": obs[None], "reward": [r], "done": [trunc]})
         w.end_episode()
-        with pytest.raises(ColumnError, match=r"'reward' expects float32, got float64\[\]; casting would lose"):
+        with pytest.raises(
+            ColumnError, match=r"'reward' expects float32, got float64\[\]; casting would lose"
+        ):
             w.append({"obs": obs[None], "reward": np.array([0.1]), "done": np.array([False])})
     with TrajectoryStore(tmp_path / "s.h5") as s:
         assert s[:]["reward"].tolist() == [1.0, 1.0]
@@ -56,7 +62,10 @@ def test_columns_come_from_every_space_kind():
 
 
 def test_nested_spaces_record_and_read_back_exactly(tmp_path):
-    obs_space = spaces.Dict(pos=spaces.Box(-1, 1, (2,), np.float32), tup=spaces.Tuple((spaces.Discrete(3), spaces.MultiBinary(2))))
+    obs_space = spaces.Dict(
+        pos=spaces.Box(-1, 1, (2,), np.float32),
+        tup=spaces.Tuple((spaces.Discrete(3), spaces.MultiBinary(2))),
+    )
     act_space = spaces.MultiDiscrete([3, 2])
     rec = EpisodeRecorder(tmp_path / "n.h5", obs_space, act_space)
     obs_space.seed(0)
@@ -70,7 +79,9 @@ def test_nested_spaces_record_and_read_back_exactly(tmp_path):
     with TrajectoryStore(tmp_path / "n.h5") as s:
         ep = s.episode(0)
         assert ep["obs", "pos"].numpy().tolist() == [o["pos"].tolist() for o in steps[:5]]
-        assert ep["next", "obs", "tup", "1"].numpy().tolist() == [o["tup"][1].tolist() for o in steps[1:]]
+        assert ep["next", "obs", "tup", "1"].numpy().tolist() == [
+            o["tup"][1].tolist() for o in steps[1:]
+        ]
         assert ep["action"].numpy().tolist() == [a.tolist() for a in actions]
         assert ep["terminated"].tolist() == [False] * 4 + [True]
         assert s.episode_metadata(0) == {"seed": 7}
@@ -80,10 +91,14 @@ def test_nested_spaces_record_and_read_back_exactly(tmp_path):
 def test_a_wrong_shape_is_an_error_naming_the_column(tmp_path):
     rec = EpisodeRecorder(tmp_path / "w.h5", spaces.Box(-1, 1, (3,)), spaces.Discrete(2))
     rec.reset(0, np.zeros(3, np.float32))
-    with pytest.raises(ColumnError, match=r"column 'obs' expects one step of shape \[3\], got \[4\]"):
+    with pytest.raises(
+        ColumnError, match=r"column 'obs' expects one step of shape \[3\], got \[4\]"
+    ):
         rec.step(0, 1, np.zeros(4, np.float32), 1.0, False, False)
     with pytest.raises(EpisodeError, match="before reset"):
-        EpisodeRecorder(tmp_path / "x.h5", spaces.Box(-1, 1, (3,)), spaces.Discrete(2)).step(0, 1, np.zeros(3), 1.0, False, False)
+        EpisodeRecorder(tmp_path / "x.h5", spaces.Box(-1, 1, (3,)), spaces.Discrete(2)).step(
+            0, 1, np.zeros(3), 1.0, False, False
+        )
     rec.close()
 
 
@@ -144,7 +159,11 @@ def test_vector_envs_write_one_stream_per_sub_env(tmp_path, mode):
         assert s.num_episodes == 7
         streams = [s.episode_metadata(i)["stream"] for i in range(7)]
         assert set(streams) == {0, 1, 2}
-        first_seeds = {m["stream"]: m["seed"] for m in map(s.episode_metadata, range(7)) if m["seed"] is not None}
+        first_seeds = {
+            m["stream"]: m["seed"]
+            for m in map(s.episode_metadata, range(7))
+            if m["seed"] is not None
+        }
         assert first_seeds == {0: 10, 1: 11, 2: 12}
         for i in range(7):
             ep = s.episode(i)
@@ -153,7 +172,9 @@ def test_vector_envs_write_one_stream_per_sub_env(tmp_path, mode):
             assert len(ep["reward"]) <= 30
         # each sub-env's first episode starts at its seeded reset observation
         for stream, seed in first_seeds.items():
-            first = next(i for i in range(7) if s.episode_metadata(i) == {"seed": seed, "stream": stream})
+            first = next(
+                i for i in range(7) if s.episode_metadata(i) == {"seed": seed, "stream": stream}
+            )
             obs, _ = gym.make("CartPole-v1").reset(seed=seed)
             assert np.array_equal(s.episode(first)["obs"][0].numpy(), obs)
 
@@ -170,7 +191,8 @@ def test_a_killed_recording_keeps_every_finished_episode(tmp_path):
     import textwrap
 
     script = tmp_path / "rec.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import gymnasium as gym
         from torchstore.gym import RecordEpisodes
         env = RecordEpisodes(gym.make("CartPole-v1"), {str(tmp_path / "k.h5")!r})
@@ -184,7 +206,8 @@ def test_a_killed_recording_keeps_every_finished_episode(tmp_path):
                     break
             episode += 1
             print(episode, flush=True)
-    """))
+    """)
+    )
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:
@@ -205,7 +228,8 @@ def test_the_vector_wrapper_records_each_sub_env(tmp_path):
     from torchstore.gym import RecordVectorEpisodes
 
     venv = RecordVectorEpisodes(
-        gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", max_episode_steps=15), tmp_path / "w.h5"
+        gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", max_episode_steps=15),
+        tmp_path / "w.h5",
     )
     obs, _ = venv.reset(seed=4)
     finished = 0
@@ -225,9 +249,12 @@ def test_image_observations_stay_uint8_or_are_quantised(tmp_path):
     from torchstore.data import Quantize
 
     obs_space = spaces.Dict(
-        pixels=spaces.Box(0, 255, (32, 32, 3), np.uint8), depth=spaces.Box(0.0, 2.0, (8, 8), np.float32)
+        pixels=spaces.Box(0, 255, (32, 32, 3), np.uint8),
+        depth=spaces.Box(0.0, 2.0, (8, 8), np.float32),
     )
-    rec = EpisodeRecorder(tmp_path / "i.h5", obs_space, spaces.Discrete(2), quantize={"obs/depth": "bounds"})
+    rec = EpisodeRecorder(
+        tmp_path / "i.h5", obs_space, spaces.Discrete(2), quantize={"obs/depth": "bounds"}
+    )
     obs_space.seed(0)
     frames = [obs_space.sample() for _ in range(4)]
     rec.reset(0, frames[0])
@@ -238,13 +265,22 @@ def test_image_observations_stay_uint8_or_are_quantised(tmp_path):
         assert s.column("obs/pixels").describe() == "uint8[32, 32, 3]"
         assert s.column("next/obs/depth").quantize == Quantize(0.0, 2.0)
         ep = s.episode(0)
-        assert np.array_equal(ep["obs", "pixels"].numpy(), np.stack([f["pixels"] for f in frames[:3]]))
+        assert np.array_equal(
+            ep["obs", "pixels"].numpy(), np.stack([f["pixels"] for f in frames[:3]])
+        )
         depth = np.stack([f["depth"] for f in frames[1:]])
         assert np.abs(ep["next", "obs", "depth"].numpy() - depth).max() <= 2.0 / 510 + 1e-6
     with pytest.raises(ColumnError, match=r"quantize names \['obs/nope'\]"):
-        EpisodeRecorder(tmp_path / "j.h5", obs_space, spaces.Discrete(2), quantize={"obs/nope": "bounds"})
+        EpisodeRecorder(
+            tmp_path / "j.h5", obs_space, spaces.Discrete(2), quantize={"obs/nope": "bounds"}
+        )
     with pytest.raises(ColumnError, match="no finite bounds"):
-        EpisodeRecorder(tmp_path / "j.h5", spaces.Box(-np.inf, np.inf, (2,)), spaces.Discrete(2), quantize={"obs": "bounds"})
+        EpisodeRecorder(
+            tmp_path / "j.h5",
+            spaces.Box(-np.inf, np.inf, (2,)),
+            spaces.Discrete(2),
+            quantize={"obs": "bounds"},
+        )
 
 
 from hypothesis import given  # noqa: E402
@@ -282,7 +318,9 @@ def test_spaces_round_trip_through_the_manifest_json():
     ):
         text = json.dumps(space_to_json(space), allow_nan=False)
         assert space_from_json(json.loads(text)) == space
-    assert space_to_json(spaces.Box(0, 255, (84, 84, 3), np.uint8))["low"] == 0  # uniform bounds stay small
+    assert (
+        space_to_json(spaces.Box(0, 255, (84, 84, 3), np.uint8))["low"] == 0
+    )  # uniform bounds stay small
     with pytest.raises(ColumnError, match="malformed"):
         space_from_json({"type": "Box", "shape": [2]})
     with pytest.raises(ColumnError, match="unknown type 'Graph'"):

@@ -20,7 +20,9 @@ def frames(n: int) -> np.ndarray:
 
 def test_threaded_encode_equals_inline_and_copies_the_callers_buffer(tmp_path):
     want = frames(12)
-    encoder = BackgroundVideoEncoder(tmp_path / "bg.mp4", fps=10, width=64, height=48, max_pending=2)
+    encoder = BackgroundVideoEncoder(
+        tmp_path / "bg.mp4", fps=10, width=64, height=48, max_pending=2
+    )
     buffer = np.empty_like(want[0])
     for frame in want:
         buffer[:] = frame  # the recorder reuses one buffer, as camera drivers do
@@ -29,7 +31,10 @@ def test_threaded_encode_equals_inline_and_copies_the_callers_buffer(tmp_path):
     assert encoder.close() == 12
     encode_video(tmp_path / "inline.mp4", want, fps=10)
     assert probe_video(tmp_path / "bg.mp4").frames == 12
-    with VideoFrameReader(tmp_path / "bg.mp4", fps=10) as a, VideoFrameReader(tmp_path / "inline.mp4", fps=10) as b:
+    with (
+        VideoFrameReader(tmp_path / "bg.mp4", fps=10) as a,
+        VideoFrameReader(tmp_path / "inline.mp4", fps=10) as b,
+    ):
         np.testing.assert_array_equal(a.read(0.0, 12), b.read(0.0, 12))
 
 

@@ -421,7 +421,10 @@ def test_raw_luma_reads_high_bit_depth_codes_exactly(tmp_path):
     """Depth maps: gray12le codes come back as stored (uint16), not converted to RGB."""
     import av
 
-    codes = [((np.arange(48 * 64).reshape(48, 64) * 7 + 13 * i) % 4096).astype(np.uint16) for i in range(6)]
+    codes = [
+        ((np.arange(48 * 64).reshape(48, 64) * 7 + 13 * i) % 4096).astype(np.uint16)
+        for i in range(6)
+    ]
     path = tmp_path / "depth.mp4"
     with av.open(str(path), "w") as container:
         stream = container.add_stream("libx265", rate=FPS)

@@ -63,7 +63,9 @@ def test_a_second_acquire_is_refused_naming_the_holder_even_in_one_process(tmp_p
         holder = live_writer(path)
         assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
         assert holder["since"] > 0
-        with pytest.raises(StoreLockedError, match=rf"s\.h5 is being written by process {os.getpid()}"):
+        with pytest.raises(
+            StoreLockedError, match=rf"s\.h5 is being written by process {os.getpid()}"
+        ):
             WriterLock.acquire(path)
     assert live_writer(path) is None
     assert not lock_path(path).exists()  # the sidecar goes with its writer
@@ -85,7 +87,9 @@ def test_other_processes_see_the_holder_and_are_refused(tmp_path):
             "except StoreLockedError as exc:\n"
             "    print('refused', exc)\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+        )
         assert out.returncode == 0, out.stderr
         lines = out.stdout.splitlines()
         assert lines[0] == str(pid)

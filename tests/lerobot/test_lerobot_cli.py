@@ -69,15 +69,44 @@ def test_export_flags_do_what_they_say(tmp_path, capsys):
     from torchstore.data import ColumnSpec, TrajectoryStoreWriter
 
     record(tmp_path / "ds", (5, 7))
-    assert main(["import-lerobot", str(tmp_path / "ds"), str(tmp_path / "a.h5"), "--no-progress"]) == 0
+    assert (
+        main(["import-lerobot", str(tmp_path / "ds"), str(tmp_path / "a.h5"), "--no-progress"]) == 0
+    )
     out = tmp_path / "img"
-    assert main(["export-lerobot", str(tmp_path / "a.h5"), str(out), "--cameras", "image", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "export-lerobot",
+                str(tmp_path / "a.h5"),
+                str(out),
+                "--cameras",
+                "image",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     info = json.loads((out / "meta/info.json").read_text())
     assert info["features"]["observation.images.front"]["dtype"] == "image"  # was video
     with TrajectoryStoreWriter(tmp_path / "plain.h5", [ColumnSpec("x", torch.float32, (2,))]) as w:
         w.add_episode({"x": np.zeros((3, 2), np.float32)})
     capsys.readouterr()
-    assert main(["export-lerobot", str(tmp_path / "plain.h5"), str(tmp_path / "p"), "--no-progress"]) == 1
+    assert (
+        main(["export-lerobot", str(tmp_path / "plain.h5"), str(tmp_path / "p"), "--no-progress"])
+        == 1
+    )
     assert "--fps" in capsys.readouterr().err
-    assert main(["export-lerobot", str(tmp_path / "plain.h5"), str(tmp_path / "p"), "--fps", "15", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "export-lerobot",
+                str(tmp_path / "plain.h5"),
+                str(tmp_path / "p"),
+                "--fps",
+                "15",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "p/meta/info.json").read_text())["fps"] == 15

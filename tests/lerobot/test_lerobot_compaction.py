@@ -57,7 +57,10 @@ def files(root: Path, pattern: str) -> list[str]:
 def assert_lerobot_layout(root: Path, episodes: int) -> None:
     """What LeRobot's loader relies on: sorted data files give index 0..N-1, sorted
     episode tables give episodes 0..N-1, and the table's frame ranges match."""
-    data = [pq.read_table(root / f, columns=["index", "episode_index"]) for f in files(root, "data/*/*.parquet")]
+    data = [
+        pq.read_table(root / f, columns=["index", "episode_index"])
+        for f in files(root, "data/*/*.parquet")
+    ]
     meta = [pq.read_table(root / f) for f in files(root, "meta/episodes/*/*.parquet")]
     index = pa.concat_tables(data).column("index").to_numpy() if data else np.array([])
     table = pa.concat_tables(meta) if meta else None
@@ -94,7 +97,9 @@ def test_each_save_adds_its_own_files_and_close_merges_them(tmp_path):
     meta = pq.read_table(root / "meta/episodes/chunk-000/file-000.parquet")
     lengths = [len(rows(e)["state"]) for e in range(6)]
     ends = np.cumsum(lengths) / 10
-    np.testing.assert_allclose(meta.column("videos/front/from_timestamp").to_numpy(), [0, *ends[:-1]])
+    np.testing.assert_allclose(
+        meta.column("videos/front/from_timestamp").to_numpy(), [0, *ends[:-1]]
+    )
     np.testing.assert_allclose(meta.column("videos/front/to_timestamp").to_numpy(), ends)
     groups = pq.ParquetFile(root / "data/chunk-000/file-000.parquet").metadata.num_row_groups
     assert groups == 6  # one row group per episode, as LeRobot writes them
@@ -103,7 +108,10 @@ def test_each_save_adds_its_own_files_and_close_merges_them(tmp_path):
     with LeRobotWriter.resume(root) as w:
         for e in range(6, 9):
             w.add_episode(rows(e), task="reach")
-    assert files(root, "data/*/*.parquet") == ["data/chunk-000/file-000.parquet", "data/chunk-000/file-001.parquet"]
+    assert files(root, "data/*/*.parquet") == [
+        "data/chunk-000/file-000.parquet",
+        "data/chunk-000/file-001.parquet",
+    ]
     assert len(files(root, "meta/episodes/*/*.parquet")) == 2
     check_episodes(root, 9)
 
@@ -221,7 +229,9 @@ def test_without_checkpoints_the_folder_is_the_same_dataset(tmp_path):
             assert a.column(name).to_pylist() == b.column(name).to_pylist(), name
     for meta in ("info.json", "stats.json"):
         assert (tmp_path / "a/meta" / meta).read_text() == (tmp_path / "b/meta" / meta).read_text()
-    assert pq.read_table(tmp_path / "a/meta/tasks.parquet").equals(pq.read_table(tmp_path / "b/meta/tasks.parquet"))
+    assert pq.read_table(tmp_path / "a/meta/tasks.parquet").equals(
+        pq.read_table(tmp_path / "b/meta/tasks.parquet")
+    )
     assert not (tmp_path / "b/images").exists()
 
 
@@ -242,7 +252,12 @@ KILLED_SESSION = ROWS_SOURCE + textwrap.dedent(
 def test_resume_merges_the_files_of_a_session_killed_before_close(tmp_path):
     root = tmp_path / "ds"
     env = {**os.environ, "PYTHONPATH": str(REPO), "SVT_LOG": "0"}
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_SESSION, str(root)], stdout=subprocess.PIPE, env=env, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_SESSION, str(root)],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("saved all"), line

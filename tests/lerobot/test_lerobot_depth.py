@@ -19,7 +19,12 @@ from torchstore.lerobot.layout import VIDEO_PATH
 
 KEY = "observation.images.depth"
 H, W, FPS = 48, 64, 10  # x265 needs frames of at least 64 wide
-CODING = {"video.depth_min": 0.01, "video.depth_max": 10.0, "video.shift": 3.5, "video.use_log": True}
+CODING = {
+    "video.depth_min": 0.01,
+    "video.depth_max": 10.0,
+    "video.shift": 3.5,
+    "video.use_log": True,
+}
 
 
 def quantize(depth_m: np.ndarray) -> np.ndarray:
@@ -46,7 +51,9 @@ def encode_gray12(path, codes: np.ndarray) -> None:
 def depth_dataset(root, tmp_path, info_extra=None) -> list[np.ndarray]:
     """A numbers dataset, then a depth camera added as lerobot 0.6 lays it out."""
     lengths = (4, 3)
-    with LeRobotWriter(root, fps=FPS, features={"x": {"dtype": "float32", "shape": [1], "names": None}}) as w:
+    with LeRobotWriter(
+        root, fps=FPS, features={"x": {"dtype": "float32", "shape": [1], "names": None}}
+    ) as w:
         for n in lengths:
             w.add_episode({"x": np.zeros(n, np.float32)}, task="look")
     rng = np.random.default_rng(0)
@@ -75,9 +82,19 @@ def depth_dataset(root, tmp_path, info_extra=None) -> list[np.ndarray]:
         "dtype": "video",
         "shape": [H, W, 1],
         "names": ["height", "width", "channels"],
-        "info": {"video.height": H, "video.width": W, "video.codec": "hevc", "video.pix_fmt": "gray12le",
-                 "video.fps": FPS, "video.channels": 1, "has_audio": False, "is_depth_map": True,
-                 "depth_unit": "m", **CODING, **(info_extra or {})},
+        "info": {
+            "video.height": H,
+            "video.width": W,
+            "video.codec": "hevc",
+            "video.pix_fmt": "gray12le",
+            "video.fps": FPS,
+            "video.channels": 1,
+            "has_audio": False,
+            "is_depth_map": True,
+            "depth_unit": "m",
+            **CODING,
+            **(info_extra or {}),
+        },
     }
     (root / "meta/info.json").write_text(json.dumps(info, indent=4))
     return depths
@@ -102,6 +119,8 @@ def test_depth_video_imports_as_metres_not_rgb(tmp_path):
 def test_depth_without_its_coding_is_refused(tmp_path):
     root = tmp_path / "ds"
     depth_dataset(root, tmp_path, {"video.depth_max": None})
-    with pytest.raises(LeRobotFormatError, match=r"depth feature 'observation.images.depth'.*video.depth_max"):
+    with pytest.raises(
+        LeRobotFormatError, match=r"depth feature 'observation.images.depth'.*video.depth_max"
+    ):
         import_lerobot(root, tmp_path / "a.h5", progress=False)
     assert not (tmp_path / "a.h5").exists()

@@ -245,7 +245,9 @@ def test_merged_sessions_load_in_lerobot_after_every_save(tmp_path, backend):
     w = LeRobotWriter(root, fps=FPS, features=FEATURES)
     for e in range(3):
         w.add_episode(episodes[e], task=tasks[e])
-        check_in_lerobot(load(root, backend), episodes[: e + 1], tasks[: e + 1], videos={VIDEO}, images={IMAGE})
+        check_in_lerobot(
+            load(root, backend), episodes[: e + 1], tasks[: e + 1], videos={VIDEO}, images={IMAGE}
+        )
     os.close(w._session_fd)  # as a kill: no close(), no merge, and the kernel drops the lock
     w._closed = True
     with LeRobotWriter.resume(root) as again:  # merges the killed session's files
@@ -501,7 +503,9 @@ def test_episode_stats_are_lerobots(n):
     from torchstore.lerobot.stats import numeric_stats
 
     rows = stats_rows(n, n)
-    features = {k: {"dtype": d, "shape": list(s), "names": None} for k, (d, s) in STATS_CASES.items()}
+    features = {
+        k: {"dtype": d, "shape": list(s), "names": None} for k, (d, s) in STATS_CASES.items()
+    }
     theirs = compute_episode_stats(rows, features)
     for key, values in rows.items():
         ours = numeric_stats(values)
@@ -525,7 +529,9 @@ def test_lerobot_aggregates_a_torchstore_datasets_episode_stats(tmp_path):
     from lerobot.datasets.compute_stats import aggregate_stats
 
     root = tmp_path / "ds"
-    features = {k: {"dtype": d, "shape": list(s), "names": None} for k, (d, s) in STATS_CASES.items()}
+    features = {
+        k: {"dtype": d, "shape": list(s), "names": None} for k, (d, s) in STATS_CASES.items()
+    }
     with LeRobotWriter(root, fps=FPS, features=features) as w:
         for e, n in enumerate((5, 9, 4)):
             w.add_episode(stats_rows(e, n), task="t")
@@ -543,6 +549,11 @@ def test_lerobot_aggregates_a_torchstore_datasets_episode_stats(tmp_path):
     assert np.asarray(ours["grid"]["mean"]).shape == (2,)
     for key in STATS_CASES:
         for stat, want in theirs[key].items():
-            np.testing.assert_allclose(np.asarray(ours[key][stat], dtype=float), np.asarray(want, dtype=float),
-                                       rtol=1e-9, atol=1e-12, err_msg=f"{key} {stat}")
+            np.testing.assert_allclose(
+                np.asarray(ours[key][stat], dtype=float),
+                np.asarray(want, dtype=float),
+                rtol=1e-9,
+                atol=1e-12,
+                err_msg=f"{key} {stat}",
+            )
     assert ours["grip"]["min"] == [bool(v) for v in theirs["grip"]["min"]]

@@ -65,7 +65,9 @@ def episode_rows(episode: int, n: int) -> dict[str, np.ndarray]:
 def record(root, lengths=LENGTHS, **kwargs) -> list[dict[str, np.ndarray]]:
     """Episode 0 frame by frame (two tasks), the rest through add_episode."""
     written = []
-    with LeRobotWriter(root, fps=FPS, features=FEATURES, robot_type="so101_follower", **kwargs) as w:
+    with LeRobotWriter(
+        root, fps=FPS, features=FEATURES, robot_type="so101_follower", **kwargs
+    ) as w:
         for e, n in enumerate(lengths):
             rows = episode_rows(e, n)
             if e == 0:
@@ -143,9 +145,22 @@ def test_files_and_keys_follow_the_spec(recorded):
     assert (info["total_episodes"], info["total_frames"], info["total_tasks"]) == (3, 33, 3)
     assert info["splits"] == {"train": "0:3"}
     assert info["data_path"] == "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-    assert info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-    assert (info["chunks_size"], info["data_files_size_in_mb"], info["video_files_size_in_mb"]) == (1000, 100, 200)
-    assert list(info["features"]) == [*FEATURES, "timestamp", "frame_index", "episode_index", "index", "task_index"]
+    assert (
+        info["video_path"] == "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+    )
+    assert (info["chunks_size"], info["data_files_size_in_mb"], info["video_files_size_in_mb"]) == (
+        1000,
+        100,
+        200,
+    )
+    assert list(info["features"]) == [
+        *FEATURES,
+        "timestamp",
+        "frame_index",
+        "episode_index",
+        "index",
+        "task_index",
+    ]
     assert info["features"]["timestamp"] == {"dtype": "float32", "shape": [1], "names": None}
     video = info["features"]["observation.images.front"]["info"]
     assert video["video.codec"] == "av1" and video["video.pix_fmt"] == "yuv420p"
@@ -161,13 +176,24 @@ def test_files_and_keys_follow_the_spec(recorded):
     assert schema.field("timestamp").type == pa.float32()
     action = schema.field("action")
     assert action.type == pa.list_(pa.list_(pa.float64()))
-    assert action.metadata[b"ARROW:extension:name"] == b"datasets.features.features.Array2DExtensionType"
+    assert (
+        action.metadata[b"ARROW:extension:name"]
+        == b"datasets.features.features.Array2DExtensionType"
+    )
     assert json.loads(action.metadata[b"ARROW:extension:metadata"]) == [[2, 2], "float64"]
-    assert schema.field("observation.images.wrist").type == pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    assert schema.field("observation.images.wrist").type == pa.struct(
+        [("bytes", pa.binary()), ("path", pa.string())]
+    )
     hf = json.loads(schema.metadata[b"huggingface"])["info"]["features"]
-    assert hf["observation.state"] == {"_type": "List", "feature": {"dtype": "float32", "_type": "Value"}, "length": 3}
+    assert hf["observation.state"] == {
+        "_type": "List",
+        "feature": {"dtype": "float32", "_type": "Value"},
+        "length": 3,
+    }
     assert hf["observation.images.wrist"] == {"_type": "Image"}
-    assert [data.metadata.row_group(i).num_rows for i in range(data.num_row_groups)] == list(LENGTHS)
+    assert [data.metadata.row_group(i).num_rows for i in range(data.num_row_groups)] == list(
+        LENGTHS
+    )
     first = data.read_row_group(0).column("observation.images.wrist")[0].as_py()
     assert first["bytes"][:8] == b"\x89PNG\r\n\x1a\n" and first["path"] == "frame-000000.png"
     table = data.read()
@@ -187,8 +213,14 @@ def test_files_and_keys_follow_the_spec(recorded):
     assert sorted(episodes.column("tasks")[0].as_py()) == ["pick the cube", "place the cube"]
     assert episodes.schema.field("stats/observation.state/mean").type == pa.list_(pa.float64())
     assert episodes.schema.field("stats/count/count").type == pa.list_(pa.int64())
-    assert episodes.schema.field("stats/observation.images.front/mean").type == pa.list_(pa.list_(pa.list_(pa.float64())))
-    assert np.asarray(episodes.column("stats/observation.images.front/max")[0].as_py()).shape == (3, 1, 1)
+    assert episodes.schema.field("stats/observation.images.front/mean").type == pa.list_(
+        pa.list_(pa.list_(pa.float64()))
+    )
+    assert np.asarray(episodes.column("stats/observation.images.front/max")[0].as_py()).shape == (
+        3,
+        1,
+        1,
+    )
     for stat in STAT_NAMES:
         assert f"stats/frame_index/{stat}" in episodes.column_names
 
@@ -200,7 +232,9 @@ def test_files_and_keys_follow_the_spec(recorded):
     stats = json.loads((root / "meta/stats.json").read_text())
     assert stats["observation.state"]["count"] == [33]
     assert np.asarray(stats["observation.images.front"]["mean"]).shape == (3, 1, 1)
-    all_states = np.concatenate([episode_rows(e, n)["observation.state"] for e, n in enumerate(LENGTHS)])
+    all_states = np.concatenate(
+        [episode_rows(e, n)["observation.state"] for e, n in enumerate(LENGTHS)]
+    )
     np.testing.assert_allclose(stats["observation.state"]["mean"], all_states.mean(0), rtol=1e-6)
     np.testing.assert_allclose(stats["observation.state"]["std"], all_states.std(0), rtol=1e-5)
 
@@ -223,9 +257,15 @@ def test_every_save_is_a_complete_dataset(tmp_path):
 def test_files_roll_over_at_the_caps(tmp_path):
     root = tmp_path / "ds"
     lengths = (6, 7, 5, 8, 6)
-    written = record(root, lengths, chunks_size=2, data_files_size_in_mb=0.003, video_files_size_in_mb=0.003)
+    written = record(
+        root, lengths, chunks_size=2, data_files_size_in_mb=0.003, video_files_size_in_mb=0.003
+    )
     data = sorted(p.relative_to(root).as_posix() for p in (root / "data").rglob("*.parquet"))
-    assert data[:3] == ["data/chunk-000/file-000.parquet", "data/chunk-000/file-001.parquet", "data/chunk-001/file-000.parquet"]
+    assert data[:3] == [
+        "data/chunk-000/file-000.parquet",
+        "data/chunk-000/file-001.parquet",
+        "data/chunk-001/file-000.parquet",
+    ]
     videos = sorted((root / "videos").rglob("*.mp4"))
     assert len(videos) > 1
     with LeRobotSource(root) as src:
@@ -357,7 +397,10 @@ def test_string_features_become_codes_and_export_back(tmp_path):
         for episode in notes:
             n = len(episode)
             w.add_episode({"note": episode, "x": np.arange(n, dtype=np.float32)}, task="t")
-    assert pq.read_schema(tmp_path / "ds/data/chunk-000/file-000.parquet").field("note").type == pa.string()
+    assert (
+        pq.read_schema(tmp_path / "ds/data/chunk-000/file-000.parquet").field("note").type
+        == pa.string()
+    )
     import_lerobot(tmp_path / "ds", tmp_path / "a.h5", progress=False)
     with TrajectoryStore(tmp_path / "a.h5") as store:
         table = store.manifest.metadata["lerobot"]["string_tables"]["note"]
@@ -402,7 +445,9 @@ def test_round_trip_restores_the_store(tmp_path):
     ]
     metadata = {"robot": {"arm": "so101", "links": [1, 2]}, "note": "demo"}
     rng = np.random.default_rng(3)
-    with TrajectoryStoreWriter(tmp_path / "s.h5", columns, env_id="Reach-v0", seed=7, metadata=metadata) as w:
+    with TrajectoryStoreWriter(
+        tmp_path / "s.h5", columns, env_id="Reach-v0", seed=7, metadata=metadata
+    ) as w:
         for e, n in enumerate((4, 6, 3)):
             rows = {
                 "obs": rng.uniform(-2, 2, (n, 3)).astype(np.float32),
@@ -444,8 +489,16 @@ def test_a_lerobot_imported_store_round_trips_with_its_task_table(recorded, tmp_
         assert a.manifest.metadata == b.manifest.metadata
         for e in range(a.num_episodes):
             assert a.episode_metadata(e) == b.episode_metadata(e)
-            for name in ("observation.state", "task_index", "timestamp", "frame_index", "episode_index"):
-                np.testing.assert_array_equal(a.episode(e)[name].numpy(), b.episode(e)[name].numpy(), err_msg=name)
+            for name in (
+                "observation.state",
+                "task_index",
+                "timestamp",
+                "frame_index",
+                "episode_index",
+            ):
+                np.testing.assert_array_equal(
+                    a.episode(e)[name].numpy(), b.episode(e)[name].numpy(), err_msg=name
+                )
 
 
 def test_cameras_option_applies_to_imported_cameras(recorded, tmp_path):
@@ -503,15 +556,19 @@ def test_lerobot_imported_stores_train_in_both_datamodules(recorded, tmp_path):
 
 
 @pytest.mark.parametrize("slab_frames", [1, 12, 10**6])
-def test_import_in_slabs_of_any_size_gives_the_same_store(recorded, tmp_path, monkeypatch, slab_frames):
+def test_import_in_slabs_of_any_size_gives_the_same_store(
+    recorded, tmp_path, monkeypatch, slab_frames
+):
     """Episodes are decoded and committed in slabs; where a slab ends changes nothing."""
     import torchstore.lerobot.importer as importer
 
     root, written = recorded
     with LeRobotSource(root) as src:
         frame_bytes = sum(
-            int(np.prod(src.features[n].column_spec().shape, dtype=np.int64)) * src.features[n].column_spec().storage_dtype.itemsize
-            for n in src.features if n != "index"
+            int(np.prod(src.features[n].column_spec().shape, dtype=np.int64))
+            * src.features[n].column_spec().storage_dtype.itemsize
+            for n in src.features
+            if n != "index"
         )
     monkeypatch.setattr(importer, "_SLAB_BYTES", slab_frames * frame_bytes)
     import_lerobot(root, tmp_path / "all.h5", progress=False)
@@ -531,15 +588,31 @@ def test_language_annotations_import_as_codes_of_their_json(tmp_path):
     with LeRobotWriter(root, fps=FPS, features=features) as w:
         for n in (3, 2):
             w.add_episode({"x": np.arange(n, dtype=np.float32)}, task="t")
-    message = pa.struct([("role", pa.string()), ("content", pa.string()), ("style", pa.string()),
-                         ("timestamp", pa.float64()), ("camera", pa.string()), ("tool_calls", pa.string())])
-    plan = {"role": "assistant", "content": "open the gripper", "style": "subtask", "timestamp": 0.0,
-            "camera": None, "tool_calls": None}
+    message = pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("style", pa.string()),
+            ("timestamp", pa.float64()),
+            ("camera", pa.string()),
+            ("tool_calls", pa.string()),
+        ]
+    )
+    plan = {
+        "role": "assistant",
+        "content": "open the gripper",
+        "style": "subtask",
+        "timestamp": 0.0,
+        "camera": None,
+        "tool_calls": None,
+    }
     later = {**plan, "content": "lift", "timestamp": 0.2}
     cells = [[plan], [plan], [plan, later], None, [later]]
     path = root / "data/chunk-000/file-000.parquet"
     table = pq.read_table(path)
-    pq.write_table(table.append_column("language_persistent", pa.array(cells, pa.list_(message))), path)
+    pq.write_table(
+        table.append_column("language_persistent", pa.array(cells, pa.list_(message))), path
+    )
     info = json.loads((root / "meta/info.json").read_text())
     info["features"]["language_persistent"] = {"dtype": "language", "shape": [1], "names": None}
     (root / "meta/info.json").write_text(json.dumps(info, indent=4))

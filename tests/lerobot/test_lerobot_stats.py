@@ -198,7 +198,9 @@ def image_reference(pixels: np.ndarray) -> dict[str, np.ndarray]:
         "std": x.std(0),
     }
     for name, q in QUANTILES.items():
-        out[name] = np.array([histogram_quantile(raw[:, c], q) for c in range(raw.shape[1])]) / 255.0
+        out[name] = (
+            np.array([histogram_quantile(raw[:, c], q) for c in range(raw.shape[1])]) / 255.0
+        )
     out = {k: v.reshape(-1, 1, 1) for k, v in out.items()}
     return out
 
@@ -473,8 +475,11 @@ def test_running_stats_equal_aggregating_all_episodes(lengths, seed, offset):
         for name in STAT_NAMES:
             assert got[feature][name].dtype == want[feature][name].dtype, (feature, name)
             np.testing.assert_allclose(
-                got[feature][name].astype(float), want[feature][name].astype(float),
-                rtol=1e-9, atol=1e-9 * max(1.0, offset), err_msg=f"{feature}/{name}",
+                got[feature][name].astype(float),
+                want[feature][name].astype(float),
+                rtol=1e-9,
+                atol=1e-9 * max(1.0, offset),
+                err_msg=f"{feature}/{name}",
             )
 
 
@@ -494,7 +499,13 @@ def test_writer_stats_follow_lerobot_shapes_and_types(tmp_path):
     rng = np.random.default_rng(0)
     with LeRobotWriter(tmp_path / "ds", fps=10, features=features) as w:
         for n in (4, 6):
-            w.add_episode({"grid": rng.standard_normal((n, 2, 3)).astype(np.float32), "grip": rng.random(n) < 0.5}, task="t")
+            w.add_episode(
+                {
+                    "grid": rng.standard_normal((n, 2, 3)).astype(np.float32),
+                    "grip": rng.random(n) < 0.5,
+                },
+                task="t",
+            )
     data = json.loads((tmp_path / "ds/meta/stats.json").read_text())
     assert np.asarray(data["grid"]["mean"]).shape == (3,) and data["grid"]["count"] == [10]
     assert all(isinstance(v, bool) for v in data["grip"]["min"] + data["grip"]["max"])
@@ -539,7 +550,11 @@ def test_quantiles_from_sorted_columns_equal_reading_the_histogram(rows, seed, l
     from torchstore.lerobot.stats import _column_quantiles, _columns_quantiles
 
     rng = np.random.default_rng(seed)
-    x = rng.integers(0, levels, (rows, 4)) * scale if levels else rng.standard_normal((rows, 4)) * scale
+    x = (
+        rng.integers(0, levels, (rows, 4)) * scale
+        if levels
+        else rng.standard_normal((rows, 4)) * scale
+    )
     for data in (x, x.astype(np.float32)):  # float32 features get float32 edges, as in lerobot
         got = _columns_quantiles(data.astype(np.float64), data.min(0), data.max(0))
         for c in range(4):

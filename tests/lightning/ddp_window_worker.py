@@ -23,8 +23,16 @@ DDP = {**QUIET, "strategy": "ddp", "devices": 2}
 
 
 def make(store):
-    dm = OfflineDataModule(store, batch_size=16, steps_per_epoch=4, sampler="prioritized",
-                           seed=5, resident=60, resident_blocks=2, device="cpu")
+    dm = OfflineDataModule(
+        store,
+        batch_size=16,
+        steps_per_epoch=4,
+        sampler="prioritized",
+        seed=5,
+        resident=60,
+        resident_blocks=2,
+        device="cpu",
+    )
     return dm, Recorder(offline_xy, 3, 1, priority=True)
 
 
@@ -41,10 +49,16 @@ def main() -> None:
     store, out = sys.argv[1], Path(sys.argv[2])
     trainer, dm, model = fit(store, 6)
     window = dm.window
-    order = [(int(window.blocks.lo[b]), int(window.blocks.hi[b]))
-             for b in window.schedule.epoch_order(0)]
-    result = {"rank": trainer.global_rank, "rows": torch.stack(model.seen), "order": order,
-              "phase": window.schedule.phase, "per_epoch": window.schedule.per_epoch}
+    order = [
+        (int(window.blocks.lo[b]), int(window.blocks.hi[b])) for b in window.schedule.epoch_order(0)
+    ]
+    result = {
+        "rank": trainer.global_rank,
+        "rows": torch.stack(model.seen),
+        "order": order,
+        "phase": window.schedule.phase,
+        "per_epoch": window.schedule.per_epoch,
+    }
     dm.close()
     ckpt = out / "windowed.ckpt"
     fit(store, 3, save=ckpt)[1].close()

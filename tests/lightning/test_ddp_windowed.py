@@ -22,12 +22,20 @@ def ddp_run(tmp_path_factory):
     store = write_demo_store(tmp / "demo.h5", episodes=8, steps=30)  # 240 rows, 12 blocks
     out = tmp / "out"
     out.mkdir()
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     for name in ("MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK"):
         env.pop(name, None)
-    proc = subprocess.run([sys.executable, str(WORKER), str(store), str(out)], cwd=WORKER.parent,
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), str(store), str(out)],
+        cwd=WORKER.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)], out
 

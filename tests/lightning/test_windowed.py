@@ -34,16 +34,31 @@ def rows(store_path):
 
 def demo(store_path, **kw):
     return DemonstrationDataModule(
-        store_path, batch_size=8, obs_keys=["obs"], action_keys=["action"], n_obs_steps=2,
-        action_horizon=4, device="cpu", stats_cache=False, **kw
+        store_path,
+        batch_size=8,
+        obs_keys=["obs"],
+        action_keys=["action"],
+        n_obs_steps=2,
+        action_horizon=4,
+        device="cpu",
+        stats_cache=False,
+        **kw,
     )
 
 
 @pytest.mark.parametrize("layout", ["flat", "torchrl"])
 @pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
 def test_offline_batches_are_store_rows(store_path, rows, layout, sampler):
-    dm = OfflineDataModule(store_path, batch_size=16, resident=45, resident_blocks=2,
-                           device="cpu", val_episodes=2, layout=layout, sampler=sampler)
+    dm = OfflineDataModule(
+        store_path,
+        batch_size=16,
+        resident=45,
+        resident_blocks=2,
+        device="cpu",
+        val_episodes=2,
+        layout=layout,
+        sampler=sampler,
+    )
     batches = list(dm.train_dataloader())
     assert len(batches) == 160 // 16
     obs = "obs" if layout == "flat" else "observation"
@@ -60,8 +75,15 @@ def test_offline_batches_are_store_rows(store_path, rows, layout, sampler):
 
 
 def test_offline_sequence_windows_stay_in_an_episode(store_path, rows):
-    dm = OfflineDataModule(store_path, batch_size=8, resident=60, resident_blocks=2,
-                           device="cpu", window=5, val_episodes=1)
+    dm = OfflineDataModule(
+        store_path,
+        batch_size=8,
+        resident=60,
+        resident_blocks=2,
+        device="cpu",
+        window=5,
+        val_episodes=1,
+    )
     for b in dm.train_dataloader():
         index = b["index"]
         assert index.shape == (8, 5)
@@ -87,8 +109,9 @@ def test_demonstration_windows_equal_the_resident_ones(store_path):
         assert torch.equal(x["obs", "obs"], y["obs", "obs"])
         assert torch.equal(x["action_mask"], y["action_mask"])
     # statistics over every committed row, read from disk in chunks
-    torch.testing.assert_close(windowed.normalizer.stats["obs"].mean,
-                               resident.normalizer.stats["obs"].mean)
+    torch.testing.assert_close(
+        windowed.normalizer.stats["obs"].mean, resident.normalizer.stats["obs"].mean
+    )
     windowed.close()
 
 
@@ -98,10 +121,21 @@ def test_a_trainer_fits_from_a_store_ten_times_the_budget(tmp_path):
         row_bytes = 36  # obs 3 + action 1 + reward 1 + next/obs 3 float32, done, truncated
         budget = store.num_rows * row_bytes // 10
     for dm, model in [
-        (OfflineDataModule(path, batch_size=16, resident=f"{budget}B", device="cpu",
-                           val_episodes=2, steps_per_epoch=30), Recorder(offline_xy, 3, 1)),
-        (demo(path, resident=100, resident_blocks=3, val_episodes=2, steps_per_epoch=60),
-         Recorder(demo_xy, 6, 4)),
+        (
+            OfflineDataModule(
+                path,
+                batch_size=16,
+                resident=f"{budget}B",
+                device="cpu",
+                val_episodes=2,
+                steps_per_epoch=30,
+            ),
+            Recorder(offline_xy, 3, 1),
+        ),
+        (
+            demo(path, resident=100, resident_blocks=3, val_episodes=2, steps_per_epoch=60),
+            Recorder(demo_xy, 6, 4),
+        ),
     ]:
         trainer = pl.Trainer(max_epochs=2, limit_val_batches=2, **QUIET)
         trainer.fit(model, datamodule=dm)
@@ -118,18 +152,42 @@ def test_a_trainer_fits_from_a_store_ten_times_the_budget(tmp_path):
 
 CONFIGS = {
     "offline-uniform": lambda p: (
-        OfflineDataModule(p, batch_size=8, steps_per_epoch=4, seed=11, val_episodes=1,
-                          resident=30, resident_blocks=2, device="cpu"),
+        OfflineDataModule(
+            p,
+            batch_size=8,
+            steps_per_epoch=4,
+            seed=11,
+            val_episodes=1,
+            resident=30,
+            resident_blocks=2,
+            device="cpu",
+        ),
         Recorder(offline_xy, 3, 1),
     ),
     "offline-prioritized": lambda p: (
-        OfflineDataModule(p, batch_size=8, steps_per_epoch=4, sampler="prioritized",
-                          layout="torchrl", resident="1200B", resident_blocks=2, device="cpu"),
+        OfflineDataModule(
+            p,
+            batch_size=8,
+            steps_per_epoch=4,
+            sampler="prioritized",
+            layout="torchrl",
+            resident="1200B",
+            resident_blocks=2,
+            device="cpu",
+        ),
         Recorder(offline_xy, 3, 1, priority=True),
     ),
     "offline-windows": lambda p: (
-        OfflineDataModule(p, batch_size=4, steps_per_epoch=4, seed=3, window=4,
-                          resident=60, resident_blocks=2, device="cpu"),
+        OfflineDataModule(
+            p,
+            batch_size=4,
+            steps_per_epoch=4,
+            seed=3,
+            window=4,
+            resident=60,
+            resident_blocks=2,
+            device="cpu",
+        ),
         Recorder(lambda b: (b["obs"].flatten(1), b["action"].flatten(1)), 12, 4),
     ),
     "demonstration": lambda p: (
@@ -141,9 +199,13 @@ CONFIGS = {
 
 def fit(config, store_path, max_steps, *, callbacks=(), ckpt_path=None):
     dm, model = CONFIGS[config](store_path)
-    trainer = pl.Trainer(max_steps=max_steps, callbacks=list(callbacks),
-                         enable_checkpointing=bool(callbacks), limit_val_batches=1,
-                         **CHECKPOINTING)
+    trainer = pl.Trainer(
+        max_steps=max_steps,
+        callbacks=list(callbacks),
+        enable_checkpointing=bool(callbacks),
+        limit_val_batches=1,
+        **CHECKPOINTING,
+    )
     trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
     assert trainer.global_step == max_steps
     dm.close()
@@ -155,8 +217,9 @@ def fit(config, store_path, max_steps, *, callbacks=(), ckpt_path=None):
 def test_resume_mid_epoch_draws_the_uninterrupted_batches(config, tmp_path):
     store_path = write_demo_store(tmp_path / "demo.h5", episodes=5, steps=20)
     a = fit(config, store_path, 10)
-    steps = ModelCheckpoint(dirpath=tmp_path, filename="step{step}", every_n_train_steps=3,
-                            save_top_k=-1)
+    steps = ModelCheckpoint(
+        dirpath=tmp_path, filename="step{step}", every_n_train_steps=3, save_top_k=-1
+    )
     b = fit(config, store_path, 7, callbacks=[steps])
     assert b == a[:7]
     for step in (3, 6):

@@ -41,7 +41,11 @@ def test_a_d4rl_file_imports_exactly(tmp_path, column_flags):
     data = _d4rl_file(tmp_path / "d.hdf5", column_flags=column_flags)
     path = import_d4rl(tmp_path / "d.hdf5", tmp_path / "d.h5", env_id="Hopper-v5")
     with TrajectoryStore(path) as s:
-        assert s.episodes.lengths.tolist() == [4, 3, 3]  # ends at 3 (terminal), 6 (timeout), then a tail
+        assert s.episodes.lengths.tolist() == [
+            4,
+            3,
+            3,
+        ]  # ends at 3 (terminal), 6 (timeout), then a tail
         assert s.episode_metadata(2) == {"unfinished": True} and s.episode_metadata(0) == {}
         rows = s[:]
         assert np.array_equal(rows["obs"].numpy(), data["observations"])
@@ -51,7 +55,10 @@ def test_a_d4rl_file_imports_exactly(tmp_path, column_flags):
         assert rows["terminated"].nonzero().flatten().tolist() == [3]
         assert rows["truncated"].nonzero().flatten().tolist() == [6]
         assert rows["done"].nonzero().flatten().tolist() == [3, 6]
-        assert rows["info", "qpos"].shape == (10, 4) and rows["info", "goal"].dtype.is_floating_point is False
+        assert (
+            rows["info", "qpos"].shape == (10, 4)
+            and rows["info", "goal"].dtype.is_floating_point is False
+        )
         assert s.manifest.env_id == "Hopper-v5"
         assert s.manifest.metadata["d4rl"] == {"source": "d.hdf5", "algorithm": "random"}
 
@@ -77,7 +84,9 @@ def test_hostile_d4rl_files_are_clear_errors(tmp_path, capsys):
     with h5py.File(bad, "a") as f:
         del f["rewards"]
         f["rewards"] = np.zeros((5, 2))
-    with pytest.raises(DatasetFormatError, match=r"'rewards' must be numbers of shape \[5\] or \[5, 1\]"):
+    with pytest.raises(
+        DatasetFormatError, match=r"'rewards' must be numbers of shape \[5\] or \[5, 1\]"
+    ):
         import_d4rl(bad, tmp_path / "x.h5")
     with h5py.File(bad, "a") as f:
         del f["rewards"]
@@ -105,7 +114,18 @@ def test_hostile_d4rl_files_are_clear_errors(tmp_path, capsys):
     assert main(["import-d4rl", str(truncated), str(tmp_path / "x.h5")]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("torchstore import-d4rl: ")
-    assert main(["import-d4rl", str(tmp_path / "good.hdf5"), str(tmp_path / "y.h5"), "--env-id", "Hopper-v5"]) == 0
+    assert (
+        main(
+            [
+                "import-d4rl",
+                str(tmp_path / "good.hdf5"),
+                str(tmp_path / "y.h5"),
+                "--env-id",
+                "Hopper-v5",
+            ]
+        )
+        == 0
+    )
     with TrajectoryStore(tmp_path / "y.h5") as s:
         assert s.num_rows == 10 and s.manifest.env_id == "Hopper-v5"
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 gym = pytest.importorskip("gymnasium", reason="Minari interop needs gymnasium")
-minari = pytest.importorskip("minari", reason='Minari interop needs: pip install "torchstore[interop]"')
+minari = pytest.importorskip(
+    "minari", reason='Minari interop needs: pip install "torchstore[interop]"'
+)
 from gymnasium import spaces  # noqa: E402
 from minari.data_collector import EpisodeBuffer  # noqa: E402
 
@@ -69,25 +71,42 @@ def _cartpole_buffers(episodes: int) -> list:
         steps = np.arange(len(observations), dtype=np.int64).reshape(-1, 1)
         buffers.append(
             EpisodeBuffer(
-                id=ep, seed=ep, observations=np.stack(observations), actions=np.array(actions),
-                rewards=rewards, terminations=terms, truncations=truncs, infos={"step": steps},
+                id=ep,
+                seed=ep,
+                observations=np.stack(observations),
+                actions=np.array(actions),
+                rewards=rewards,
+                terminations=terms,
+                truncations=truncs,
+                infos={"step": steps},
             )
         )
     return buffers
 
 
 def _dict_buffers() -> tuple[list, spaces.Space, spaces.Space]:
-    obs_space = spaces.Dict(pos=spaces.Box(-1, 1, (2,), np.float32), tup=spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (1,), np.float64))))
+    obs_space = spaces.Dict(
+        pos=spaces.Box(-1, 1, (2,), np.float32),
+        tup=spaces.Tuple((spaces.Discrete(3), spaces.Box(-1, 1, (1,), np.float64))),
+    )
     act_space = spaces.Box(-1, 1, (1,), np.float32)
     rng = np.random.default_rng(0)
     buffers = []
     for ep in range(3):
         T = 4 + ep
-        obs = {"pos": rng.random((T + 1, 2), dtype=np.float32), "tup": (np.arange(T + 1) % 3, rng.random((T + 1, 1)))}
+        obs = {
+            "pos": rng.random((T + 1, 2), dtype=np.float32),
+            "tup": (np.arange(T + 1) % 3, rng.random((T + 1, 1))),
+        }
         buffers.append(
             EpisodeBuffer(
-                id=ep, seed=10 + ep, observations=obs, actions=rng.random((T, 1), dtype=np.float32),
-                rewards=list(rng.random(T)), terminations=[False] * (T - 1) + [True], truncations=[False] * T,
+                id=ep,
+                seed=10 + ep,
+                observations=obs,
+                actions=rng.random((T, 1), dtype=np.float32),
+                rewards=list(rng.random(T)),
+                terminations=[False] * (T - 1) + [True],
+                truncations=[False] * T,
                 infos={"x": np.arange(T + 1).reshape(T + 1, 1)},
             )
         )
@@ -96,7 +115,9 @@ def _dict_buffers() -> tuple[list, spaces.Space, spaces.Space]:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_cartpole_round_trip_is_exact(tmp_path, fmt):
-    source = minari.create_dataset_from_buffers(f"probe/cartpole-{fmt}-v0", _cartpole_buffers(4), env="CartPole-v1", data_format=fmt)
+    source = minari.create_dataset_from_buffers(
+        f"probe/cartpole-{fmt}-v0", _cartpole_buffers(4), env="CartPole-v1", data_format=fmt
+    )
     store = import_minari(f"probe/cartpole-{fmt}-v0", tmp_path / "c.h5")
     with TrajectoryStore(store) as s:
         assert s.num_episodes == 4 and s.num_rows == source.total_steps
@@ -120,11 +141,21 @@ def test_cartpole_round_trip_is_exact(tmp_path, fmt):
 def test_dict_and_tuple_spaces_round_trip(tmp_path, fmt):
     buffers, obs_space, act_space = _dict_buffers()
     source = minari.create_dataset_from_buffers(
-        f"probe/dict-{fmt}-v0", buffers, observation_space=obs_space, action_space=act_space, data_format=fmt
+        f"probe/dict-{fmt}-v0",
+        buffers,
+        observation_space=obs_space,
+        action_space=act_space,
+        data_format=fmt,
     )
     store = import_minari(tmp_path / "minari" / "probe" / f"dict-{fmt}-v0", tmp_path / "d.h5")
     with TrajectoryStore(store) as s:
-        assert {c.name for c in s.columns} >= {"obs/pos", "obs/tup/0", "obs/tup/1", "next/obs/tup/1", "info/x"}
+        assert {c.name for c in s.columns} >= {
+            "obs/pos",
+            "obs/tup/0",
+            "obs/tup/1",
+            "next/obs/tup/1",
+            "info/x",
+        }
     export_minari(store, f"back/dict-{fmt}-v0", data_format=fmt)
     back = minari.load_dataset(f"back/dict-{fmt}-v0")
     _assert_equal_datasets(source, back)
@@ -132,7 +163,10 @@ def test_dict_and_tuple_spaces_round_trip(tmp_path, fmt):
 
 
 def test_data_collector_datasets_import_when_jax_is_installed(tmp_path):
-    pytest.importorskip("jax", reason="minari's DataCollector needs jax (minari[create]); buffers are tested without it")
+    pytest.importorskip(
+        "jax",
+        reason="minari's DataCollector needs jax (minari[create]); buffers are tested without it",
+    )
     env = minari.DataCollector(gym.make("CartPole-v1"), record_infos=True, data_format="hdf5")
     for ep in range(3):
         env.reset(seed=ep)
@@ -172,7 +206,9 @@ def test_export_refuses_a_store_without_next_observations(tmp_path):
 
 
 def test_hostile_minari_datasets_are_clear_errors(tmp_path, capsys):
-    minari.create_dataset_from_buffers("probe/cp-v0", _cartpole_buffers(2), env="CartPole-v1", data_format="hdf5")
+    minari.create_dataset_from_buffers(
+        "probe/cp-v0", _cartpole_buffers(2), env="CartPole-v1", data_format="hdf5"
+    )
     folder = tmp_path / "minari" / "probe" / "cp-v0"
     data = folder / "data" / "main_data.hdf5"
     with pytest.raises(DatasetFormatError, match="not a Minari dataset"):
@@ -193,7 +229,9 @@ def test_hostile_minari_datasets_are_clear_errors(tmp_path, capsys):
         obs = f["episode_1/observations"][:-1]
         del f["episode_1/observations"]
         f["episode_1/observations"] = obs
-    with pytest.raises(DatasetFormatError, match=r"episode 1: 'observations' has \d+ rows, expected \d+"):
+    with pytest.raises(
+        DatasetFormatError, match=r"episode 1: 'observations' has \d+ rows, expected \d+"
+    ):
         import_minari(folder, tmp_path / "x.h5")
     assert not (tmp_path / "x.h5").exists()  # a failed import leaves no partial store
     # a missing key
@@ -209,9 +247,24 @@ def test_hostile_minari_datasets_are_clear_errors(tmp_path, capsys):
 
 
 def test_cli_import_and_export(tmp_path, capsys):
-    minari.create_dataset_from_buffers("probe/cli-v0", _cartpole_buffers(2), env="CartPole-v1", data_format="arrow")
+    minari.create_dataset_from_buffers(
+        "probe/cli-v0", _cartpole_buffers(2), env="CartPole-v1", data_format="arrow"
+    )
     assert main(["import-minari", "probe/cli-v0", str(tmp_path / "c.h5")]) == 0
-    assert main(["export-minari", str(tmp_path / "c.h5"), "back/cli-v0", "--root", str(tmp_path / "other"), "--format", "hdf5"]) == 0
+    assert (
+        main(
+            [
+                "export-minari",
+                str(tmp_path / "c.h5"),
+                "back/cli-v0",
+                "--root",
+                str(tmp_path / "other"),
+                "--format",
+                "hdf5",
+            ]
+        )
+        == 0
+    )
     assert f"wrote {tmp_path / 'other' / 'back' / 'cli-v0'}" in capsys.readouterr().out
     assert main(["import-minari", "probe/cli-v0", str(tmp_path / "c.h5")]) == 1
     assert "--overwrite" in capsys.readouterr().err
@@ -233,9 +286,13 @@ def test_a_failed_overwrite_keeps_the_old_store(tmp_path):
 
 def test_infos_that_change_between_episodes_are_named(tmp_path):
     buffers = _cartpole_buffers(2)
-    buffers[1] = EpisodeBuffer(**{**buffers[1].__dict__, "infos": {"other": buffers[1].infos["step"]}})
+    buffers[1] = EpisodeBuffer(
+        **{**buffers[1].__dict__, "infos": {"other": buffers[1].infos["step"]}}
+    )
     minari.create_dataset_from_buffers("probe/infos-v0", buffers, env="CartPole-v1")
-    with pytest.raises(DatasetFormatError, match="episode 1: infos lack 'step', which episode 0 has"):
+    with pytest.raises(
+        DatasetFormatError, match="episode 1: infos lack 'step', which episode 0 has"
+    ):
         import_minari("probe/infos-v0", tmp_path / "x.h5")
 
 
@@ -245,14 +302,21 @@ def test_image_observations_round_trip(tmp_path):
     rng = np.random.default_rng(1)
     buffers = [
         EpisodeBuffer(
-            id=i, seed=i, observations=rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8),
-            actions=rng.integers(0, 4, 5), rewards=[0.0] * 5, terminations=[False] * 4 + [True],
-            truncations=[False] * 5, infos={},
+            id=i,
+            seed=i,
+            observations=rng.integers(0, 256, (6, 32, 32, 3), dtype=np.uint8),
+            actions=rng.integers(0, 4, 5),
+            rewards=[0.0] * 5,
+            terminations=[False] * 4 + [True],
+            truncations=[False] * 5,
+            infos={},
         )
         for i in range(2)
     ]
     # minari JPEG-encodes images by default; what it reads back is what must survive
-    source = minari.create_dataset_from_buffers("probe/img-v0", buffers, observation_space=image, action_space=act)
+    source = minari.create_dataset_from_buffers(
+        "probe/img-v0", buffers, observation_space=image, action_space=act
+    )
     store = import_minari("probe/img-v0", tmp_path / "img.h5")
     with TrajectoryStore(store) as s:
         assert s.column("obs").describe() == "uint8[32, 32, 3]"
@@ -276,11 +340,19 @@ class _NestedEnv(gym.Env):
 
     def step(self, action):
         self.t += 1
-        return self._obs(), float(action.sum()), self.t >= 4 + int(self.np_random.integers(3)), False, {}
+        return (
+            self._obs(),
+            float(action.sum()),
+            self.t >= 4 + int(self.np_random.integers(3)),
+            False,
+            {},
+        )
 
     def _obs(self):
-        return {"pos": self.np_random.uniform(-1, 1, 2).astype(np.float32),
-                "tup": (int(self.np_random.integers(3)), self.np_random.uniform(0, 5, 1))}
+        return {
+            "pos": self.np_random.uniform(-1, 1, 2).astype(np.float32),
+            "tup": (int(self.np_random.integers(3)), self.np_random.uniform(0, 5, 1)),
+        }
 
 
 def test_a_vector_recording_with_nested_spaces_exports_exactly(tmp_path):
@@ -295,14 +367,18 @@ def test_a_vector_recording_with_nested_spaces_exports_exactly(tmp_path):
         for i, ep in enumerate(back.iterate_episodes()):
             rows = s.episode(i)
             assert np.array_equal(ep.observations["tup"][1][:-1], rows["obs", "tup", "1"].numpy())
-            assert np.array_equal(ep.observations["pos"][-1], rows["next", "obs", "pos"][-1].numpy())
+            assert np.array_equal(
+                ep.observations["pos"][-1], rows["next", "obs", "pos"][-1].numpy()
+            )
             assert np.array_equal(ep.actions, rows["action"].numpy())
             assert np.array_equal(ep.rewards, rows["reward"].numpy())
     # and back into a store: the same rows
     again = import_minari("rec/nested-v0", tmp_path / "again.h5")
     with TrajectoryStore(path) as a, TrajectoryStore(again) as b:
         for name in ("obs/pos", "obs/tup/0", "next/obs/tup/1", "action", "reward", "terminated"):
-            assert np.array_equal(a.read_column(name, 0, a.num_rows), b.read_column(name, 0, b.num_rows)), name
+            assert np.array_equal(
+                a.read_column(name, 0, a.num_rows), b.read_column(name, 0, b.num_rows)
+            ), name
 
 
 def test_export_in_chunks_and_hostile_ids(tmp_path, monkeypatch):
@@ -318,7 +394,12 @@ def test_export_in_chunks_and_hostile_ids(tmp_path, monkeypatch):
             assert np.array_equal(ep.observations[1:], s.episode(i)["next", "obs"].numpy())
     from torchstore.errors import UnsafePathError
 
-    for bad, error in (("", ValueError), ("no version", ValueError), ("../../escape-v0", UnsafePathError), ("/abs/x-v0", UnsafePathError)):
+    for bad, error in (
+        ("", ValueError),
+        ("no version", ValueError),
+        ("../../escape-v0", UnsafePathError),
+        ("/abs/x-v0", UnsafePathError),
+    ):
         with pytest.raises(error, match="dataset_id"):
             export_minari(path, bad)
     assert sorted(p.name for p in (tmp_path / "minari").iterdir()) == ["probe"]
@@ -343,7 +424,9 @@ def test_a_failed_export_leaves_no_partial_dataset(tmp_path, monkeypatch):
 
 
 def test_a_damaged_arrow_dataset_is_a_clear_error(tmp_path):
-    minari.create_dataset_from_buffers("probe/arrow-v0", _cartpole_buffers(3), env="CartPole-v1", data_format="arrow")
+    minari.create_dataset_from_buffers(
+        "probe/arrow-v0", _cartpole_buffers(3), env="CartPole-v1", data_format="arrow"
+    )
     data = tmp_path / "minari" / "probe" / "arrow-v0" / "data"
     part = next((data / "1").glob("*.arrow"))
     raw = part.read_bytes()

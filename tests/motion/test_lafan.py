@@ -201,7 +201,9 @@ def test_the_source_is_never_the_destination(tmp_path):
     with pytest.raises(DestinationError, match="is the input"):
         import_lafan(src, src, overwrite=True)
     with pytest.raises(DestinationError, match="not a torchstore store"):
-        import_lafan(src, write_csv(tmp_path / "b.csv", frames_of(LinearMotion(), 5)), overwrite=True)
+        import_lafan(
+            src, write_csv(tmp_path / "b.csv", frames_of(LinearMotion(), 5)), overwrite=True
+        )
     assert src.read_bytes() == before
 
 
@@ -238,8 +240,10 @@ def test_resume_appends_the_files_not_yet_committed(tmp_path, monkeypatch):
     resumed = TrajectoryStore(import_lafan(folder, part, resume=True))
     assert [resumed.episode_metadata(i)["file"] for i in range(3)] == ["m0.csv", "m1.csv", "m2.csv"]
     for name in ("root_pos", "joint_pos"):
-        assert resumed.read_slab(0, resumed.num_rows, [name]).get(name).equal(
-            whole.read_slab(0, whole.num_rows, [name]).get(name)
+        assert (
+            resumed.read_slab(0, resumed.num_rows, [name])
+            .get(name)
+            .equal(whole.read_slab(0, whole.num_rows, [name]).get(name))
         )
 
 

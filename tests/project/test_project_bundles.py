@@ -27,9 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(argv, cwd, env, timeout=600):
-    proc = subprocess.run(
-        argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -47,7 +45,9 @@ def _learned(output: str) -> str:
 def _new_project(root: Path) -> Path:
     root.mkdir(parents=True)
     shutil.copytree(REPO / "configs", root / "configs")
-    shutil.copytree(REPO / "recipes", root / "recipes", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "recipes", root / "recipes", ignore=shutil.ignore_patterns("__pycache__")
+    )
     return root
 
 
@@ -73,9 +73,15 @@ def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
         [sys.executable, "-m", "torchstore.cli", "datasets", "reach-demo", "--path"], here, env_a
     ).strip()
     trained = _run(
-        [sys.executable, "recipes/bc.py", "trainer.max_steps=20", "eval.episodes=3",
-         f"store.path={store_path}"],
-        project, env_a,
+        [
+            sys.executable,
+            "recipes/bc.py",
+            "trainer.max_steps=20",
+            "eval.episodes=3",
+            f"store.path={store_path}",
+        ],
+        project,
+        env_a,
     )
     (run,) = list((project / "outputs" / "bc").iterdir())
     run_rel = run.relative_to(project).as_posix()
@@ -85,7 +91,8 @@ def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
     (project / "recipes" / "__pycache__" / "bc.cpython-311.pyc").write_bytes(b"\0" * 16)
     pushed = _run(
         [sys.executable, "-m", "torchstore.cli", "project", "push", str(project), url, "reach-bc"],
-        here, env_a,
+        here,
+        env_a,
     )
     assert f"dataset reach-demo@{dataset.revision[:12]}" in pushed and run_rel in pushed
     shutil.rmtree(here)  # the first machine is gone: its project and its cache
@@ -95,7 +102,8 @@ def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
     env_b = _env(there / "cache")  # no locations configured: the bundle pins them
     pulled = _run(
         [sys.executable, "-m", "torchstore.cli", "project", "pull", url, "reach-bc", "proj"],
-        there, env_b,
+        there,
+        env_b,
     )
     fresh = there / "proj"
     manifest = ProjectManifest.parse((fresh / MANIFEST_NAME).read_bytes())
@@ -104,7 +112,10 @@ def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
     (recorded,) = manifest.runs
     assert recorded.path == run_rel and recorded.recipe == "bc"
     assert recorded.command == (
-        "python", "recipes/bc.py", "trainer.max_steps=20", "eval.episodes=3",
+        "python",
+        "recipes/bc.py",
+        "trainer.max_steps=20",
+        "eval.episodes=3",
         "store.path=datasets/reach-demo/reach_demo.h5",
     )
     assert not list(fresh.rglob("__pycache__"))
@@ -191,7 +202,9 @@ def test_round_trip_with_a_named_dataset_and_revisions(tmp_path, monkeypatch):
     assert [d.pinned for d in done.manifest.datasets] == [f"ds@{ds.revision}"]
     assert done.manifest.runs[0].command is None  # no .hydra/overrides.yaml to say it
     # the same project again: up to date; changed: needs replace, old revision pullable
-    assert push_project(project, loc, "proj", datasets=[f"ds@{ds.revision}"], progress=False).up_to_date
+    assert push_project(
+        project, loc, "proj", datasets=[f"ds@{ds.revision}"], progress=False
+    ).up_to_date
     (project / "configs" / "train.yaml").write_text("seed: 1\n")
     with pytest.raises(FileExistsError, match="--replace"):
         push_project(project, loc, "proj", datasets=[f"ds@{ds.revision}"], progress=False)
@@ -207,7 +220,11 @@ def test_round_trip_with_a_named_dataset_and_revisions(tmp_path, monkeypatch):
     assert (new.path / "datasets" / "ds" / "notes.json").read_text() == "{}"  # pinned, kept
     with pytest.raises(ProjectError, match="twice"):
         push_project(
-            project, loc, "proj", datasets=[f"ds@{ds.revision}", f"ds@{ds2.revision}"], progress=False
+            project,
+            loc,
+            "proj",
+            datasets=[f"ds@{ds.revision}", f"ds@{ds2.revision}"],
+            progress=False,
         )
 
 
@@ -240,14 +257,44 @@ GOOD = {"format": "torchstore-project", "version": 1, "name": "proj", "datasets"
         (GOOD, {"outputs/r/w.safetensors": BAD_WEIGHTS}, StoreFormatError, "needs 8 bytes"),
         ({**GOOD, "version": 99}, {}, StoreFormatError, "upgrade torchstore"),
         ({**GOOD, "format": "other"}, {}, StoreFormatError, "format"),
-        ({**GOOD, "runs": [{"path": "../../etc", "recipe": None, "command": None}]}, {}, ValueError, "etc"),
-        ({**GOOD, "runs": [{"path": "outputs/gone", "recipe": None, "command": None}]}, {}, StoreFormatError, "lacks"),
-        ({**GOOD, "datasets": [{"name": "d", "location": "/x", "revision": "HEAD; rm -rf"}]}, {}, StoreFormatError, "hex"),
-        ({**GOOD, "datasets": [{"name": "../d", "location": "/x", "revision": "abcdef0"}]}, {}, ValueError, "name"),
-        ({**GOOD, "datasets": [{"name": "d", "location": "http://u:p@h/x", "revision": "abcdef0"}]}, {}, StoreFormatError, "credentials"),
+        (
+            {**GOOD, "runs": [{"path": "../../etc", "recipe": None, "command": None}]},
+            {},
+            ValueError,
+            "etc",
+        ),
+        (
+            {**GOOD, "runs": [{"path": "outputs/gone", "recipe": None, "command": None}]},
+            {},
+            StoreFormatError,
+            "lacks",
+        ),
+        (
+            {**GOOD, "datasets": [{"name": "d", "location": "/x", "revision": "HEAD; rm -rf"}]},
+            {},
+            StoreFormatError,
+            "hex",
+        ),
+        (
+            {**GOOD, "datasets": [{"name": "../d", "location": "/x", "revision": "abcdef0"}]},
+            {},
+            ValueError,
+            "name",
+        ),
+        (
+            {
+                **GOOD,
+                "datasets": [{"name": "d", "location": "http://u:p@h/x", "revision": "abcdef0"}],
+            },
+            {},
+            StoreFormatError,
+            "credentials",
+        ),
     ],
 )
-def test_hostile_bundles_are_refused_and_nothing_is_written(tmp_path, manifest, extra, error, words):
+def test_hostile_bundles_are_refused_and_nothing_is_written(
+    tmp_path, manifest, extra, error, words
+):
     loc = _publish_bundle(tmp_path, manifest, extra)
     with pytest.raises(error, match=words):
         pull_project(loc, "proj", tmp_path / "dest", progress=False)
@@ -313,11 +360,21 @@ def test_ctrl_c_during_a_project_pull_leaves_no_destination_and_the_next_pull_fi
     push_project(project, file_server.url, "proj", datasets=[f"ds@{ds.revision}"], progress=False)
     env = _env(tmp_path / "fresh-cache", NO_PROXY="127.0.0.1,localhost")
     env.pop("TORCHSTORE_LOCATIONS", None)
-    argv = [sys.executable, "-m", "torchstore.cli", "project", "pull", file_server.url, "proj",
-            str(tmp_path / "dest")]
+    argv = [
+        sys.executable,
+        "-m",
+        "torchstore.cli",
+        "project",
+        "pull",
+        file_server.url,
+        "proj",
+        str(tmp_path / "dest"),
+    ]
     file_server.drip_s["ds/a.bin"] = 0.01  # 40 s for the dataset's file: mid-transfer
     file_server.body_bytes.clear()  # the push pinned ds by pulling it here: count afresh
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     deadline = time.monotonic() + 180
     while not file_server.body_bytes.get("ds/a.bin"):
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
@@ -340,12 +397,19 @@ def test_a_run_on_a_store_imported_from_lerobot_names_the_lerobot_dataset(tmp_pa
     from torchstore.data import TrajectoryStore
     from torchstore.lerobot import LeRobotWriter
 
-    features = {"observation.state": {"dtype": "float32", "shape": [3], "names": None},
-                "action": {"dtype": "float32", "shape": [2], "names": None}}
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [3], "names": None},
+        "action": {"dtype": "float32", "shape": [2], "names": None},
+    }
     with LeRobotWriter(tmp_path / "lr", fps=10, features=features) as w:
         for episode in range(2):
-            w.add_episode({"observation.state": np.full((5, 3), episode, np.float32),
-                           "action": np.zeros((5, 2), np.float32)}, task="reach")
+            w.add_episode(
+                {
+                    "observation.state": np.full((5, 3), episode, np.float32),
+                    "action": np.zeros((5, 2), np.float32),
+                },
+                task="reach",
+            )
     loc = tmp_path / "loc"
     lr = push(tmp_path / "lr", loc, "lr", progress=False)
     monkeypatch.setenv("TORCHSTORE_LOCATIONS", str(loc))

@@ -122,7 +122,9 @@ def test_prune_drops_old_revisions_and_their_bytes(tmp_path, capsys):
     # first's info.json is used by no kept revision: deleted; the shared files stay
     assert not (loc / "ds" / "meta" / "info.json").exists()
     assert (loc / "ds" / "store.h5").exists()
-    assert tree_bytes(pull(loc, "ds", cache_dir=tmp_path / "c", progress=False)) == tree_bytes(local)
+    assert tree_bytes(pull(loc, "ds", cache_dir=tmp_path / "c", progress=False)) == tree_bytes(
+        local
+    )
     done = prune(loc, "ds")  # keep=1: the latest only
     assert done.dropped == (second.revision,) and done.left == ()
     assert not (loc / "ds" / f".blobs/{second.file('extra.txt').sha256}").exists()
@@ -212,7 +214,9 @@ def test_sync_keep_prunes_old_snapshots_of_a_growing_recording(tmp_path, capsys)
         assert main(["sync", str(rec), str(loc), "rec", "--keep", "2", "--no-progress"]) == 0
     entry = RemoteCatalog(loc)["rec"]
     assert len(entry.revisions) == 2
-    stored = {p.relative_to(loc / "rec").as_posix() for p in (loc / "rec").rglob("*") if p.is_file()}
+    stored = {
+        p.relative_to(loc / "rec").as_posix() for p in (loc / "rec").rglob("*") if p.is_file()
+    }
     assert stored == {f.stored_at for e in entry.revisions for f in e.files}  # nothing else kept
     assert main(["sync", str(rec), str(loc), "rec", "--keep", "0"]) == 2
 

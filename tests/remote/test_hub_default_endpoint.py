@@ -28,7 +28,11 @@ def test_push_catalog_pull_with_the_default_endpoint(hub_server, tmp_path, monke
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
     location = "hf://datasets/defaultep"
     local = make_dataset(tmp_path / "local")
-    out = _ok(run_cli_default_endpoint(hub_server.endpoint, "push", str(local), location, "ds", "--no-progress"))
+    out = _ok(
+        run_cli_default_endpoint(
+            hub_server.endpoint, "push", str(local), location, "ds", "--no-progress"
+        )
+    )
     assert "pushed ds" in out
     assert ("dataset", "defaultep/ds") in hub_server.repos
     out = _ok(run_cli_default_endpoint(hub_server.endpoint, "catalog", location))
@@ -49,7 +53,9 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("command", [["catalog", "hf://datasets/nowhere"], ["pull", "hf://datasets/nowhere", "ds"]])
+@pytest.mark.parametrize(
+    "command", [["catalog", "hf://datasets/nowhere"], ["pull", "hf://datasets/nowhere", "ds"]]
+)
 def test_an_unreachable_hub_is_one_line(tmp_path, command):
     proc = run_cli_default_endpoint(
         f"http://127.0.0.1:{_closed_port()}",
@@ -63,11 +69,15 @@ def test_an_unreachable_hub_is_one_line(tmp_path, command):
     assert "127.0.0.1" in lines[0] or "connect" in lines[0].lower()
 
 
-@pytest.mark.parametrize("command", [["catalog", "hf://datasets/ns"], ["pull", "hf://datasets/ns", "ds"]])
+@pytest.mark.parametrize(
+    "command", [["catalog", "hf://datasets/ns"], ["pull", "hf://datasets/ns", "ds"]]
+)
 def test_offline_hub_is_one_line_and_sends_nothing(hub_server, tmp_path, command):
     before = len(hub_server.requests)
     proc = run_cli_default_endpoint(
-        hub_server.endpoint, *command, env={"HF_HUB_OFFLINE": "1", "TORCHSTORE_CACHE": str(tmp_path / "c")}
+        hub_server.endpoint,
+        *command,
+        env={"HF_HUB_OFFLINE": "1", "TORCHSTORE_CACHE": str(tmp_path / "c")},
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "offline" in proc.stderr

@@ -110,7 +110,9 @@ def test_a_damaged_cached_file_is_not_used_and_is_pulled_again(tmp_path, monkeyp
     blob.write_bytes(bytes(data))
     again = resolve("ds", progress=False)
     assert again.source == "location"  # the cache did not answer with damaged bytes
-    assert blob.read_bytes() == (tmp_path / "local" / "data" / "chunk-000" / "blob.bin").read_bytes()
+    assert (
+        blob.read_bytes() == (tmp_path / "local" / "data" / "chunk-000" / "blob.bin").read_bytes()
+    )
 
 
 def test_a_failing_location_is_an_error_not_a_fall_through(tmp_path, monkeypatch, config_home):
@@ -158,7 +160,9 @@ def test_an_entry_with_several_stores_needs_file(tmp_path, monkeypatch, config_h
         assert store.num_episodes == 3
 
 
-def test_a_lerobot_entry_is_imported_once_and_returned_as_a_store(tmp_path, monkeypatch, config_home):
+def test_a_lerobot_entry_is_imported_once_and_returned_as_a_store(
+    tmp_path, monkeypatch, config_home
+):
     pytest.importorskip("pyarrow")
     from torchstore.lerobot import LeRobotWriter
 
@@ -228,7 +232,9 @@ def test_the_cache_answers_names_pulled_from_anywhere_but_a_hub_id_only_from_its
         resolve("someone/ds")  # not the cached index entry of the same base name
 
 
-def test_a_minari_entry_is_imported_once_and_returned_as_a_store(tmp_path, monkeypatch, config_home):
+def test_a_minari_entry_is_imported_once_and_returned_as_a_store(
+    tmp_path, monkeypatch, config_home
+):
     pytest.importorskip("minari")
     gym = pytest.importorskip("gymnasium")
     from torchstore.gym import record

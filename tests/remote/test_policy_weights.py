@@ -55,7 +55,9 @@ def test_pickle_weights_are_refused(file_server, tmp_path):
     folder = tmp_path / "pickled"
     folder.mkdir()
     torch.save({"w": torch.zeros(2)}, folder / "model.pt")
-    with pytest.raises(StoreFormatError, match=r"needs at least one .safetensors file \(only pickle"):
+    with pytest.raises(
+        StoreFormatError, match=r"needs at least one .safetensors file \(only pickle"
+    ):
         push(folder, file_server.url, "old", kind="policy", progress=False)
     assert file_server.puts == []
     push(folder, file_server.url, "old", kind="assets", progress=False)  # published some other way

@@ -143,7 +143,13 @@ def _can_mount_read_only() -> bool:
     if not shutil.which("unshare") or not shutil.which("mount"):
         return False
     probe = subprocess.run(
-        ["unshare", "-rm", "sh", "-c", "mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp /tmp"],
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            "mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp /tmp",
+        ],
         capture_output=True,
     )
     return probe.returncode == 0
@@ -323,9 +329,21 @@ def test_a_dripping_server_is_stopped_by_the_deadline(file_server, tmp_path, cap
     partial = next(cache.glob("*/.partial/ds/*"))
     have = partial.stat().st_size
     assert 0 < have < 4000  # what arrived is kept
-    assert main(
-        ["pull", file_server.url, "ds", "--cache-dir", str(cache), "--deadline", "1", "--no-progress"]
-    ) == 1
+    assert (
+        main(
+            [
+                "pull",
+                file_server.url,
+                "ds",
+                "--cache-dir",
+                str(cache),
+                "--deadline",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 1
+    )
     assert "deadline" in _one_line_error(capsys)
     del file_server.drip_s["ds/big.bin"]
     got = pull(file_server.url, "ds", cache_dir=cache, progress=False)
@@ -422,10 +440,14 @@ def test_a_gap_between_tensors_is_refused(tmp_path):
 
     path = _weights(tmp_path / "policy")
     check_safetensors(path)
-    _edit_header(path, lambda h: (h["a"].update(data_offsets=[24, 72]), h["b"].update(data_offsets=[0, 20])))
+    _edit_header(
+        path, lambda h: (h["a"].update(data_offsets=[24, 72]), h["b"].update(data_offsets=[0, 20]))
+    )
     with open(path, "ab") as f:
         f.write(b"\0" * 4)
-    with pytest.raises(StoreFormatError, match=r"tensor 'a' \(bytes 24..72\) leaves a gap at byte 20"):
+    with pytest.raises(
+        StoreFormatError, match=r"tensor 'a' \(bytes 24..72\) leaves a gap at byte 20"
+    ):
         check_safetensors(path)
 
 
@@ -436,7 +458,9 @@ def test_push_policy_needs_a_safetensors_file(file_server, tmp_path, capsys):
     assert main(["push", str(folder), file_server.url, "pi", "--kind", "policy"]) == 1
     assert "needs at least one .safetensors file" in _one_line_error(capsys)
     _weights(folder)
-    assert main(["push", str(folder), file_server.url, "pi", "--kind", "policy", "--no-progress"]) == 0
+    assert (
+        main(["push", str(folder), file_server.url, "pi", "--kind", "policy", "--no-progress"]) == 0
+    )
 
 
 def test_fetching_onto_a_missing_device_is_a_device_error(file_server, tmp_path):

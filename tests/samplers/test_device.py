@@ -29,15 +29,23 @@ def _rows(start: int, n: int, device="cpu") -> TensorDict:
     done = torch.zeros(n, dtype=torch.bool, device=device)
     done[-1] = True
     return TensorDict(
-        {"obs": r[:, None].expand(n, 5).clone(), "action": -r[:, None].expand(n, 2).clone(),
-         "reward": r, "done": done, "pix": (r[:, None] % 7 / 7).expand(n, 3).clone()},
-        [n], device=device,
+        {
+            "obs": r[:, None].expand(n, 5).clone(),
+            "action": -r[:, None].expand(n, 2).clone(),
+            "reward": r,
+            "done": done,
+            "pix": (r[:, None] % 7 / 7).expand(n, 3).clone(),
+        },
+        [n],
+        device=device,
     )
 
 
 def _replay(capacity=64, filled=40, device="cpu") -> StoreReplay:
     storage = StoreReplay(capacity, columns=COLUMNS, device=device)
-    storage.buffer = ReplayBuffer(storage=storage, sampler=PhiloxSampler(seed=0))  # for later extends
+    storage.buffer = ReplayBuffer(
+        storage=storage, sampler=PhiloxSampler(seed=0)
+    )  # for later extends
     storage.buffer.extend(_rows(0, filled, device))
     return storage
 
@@ -187,7 +195,9 @@ def test_cuda_graph_replays_draw_like_eager_calls_and_see_new_rows(prioritized):
     def make():
         if prioritized:
             sampler = PrioritizedSampler(128, philox=PhiloxStream(7, device="cuda"), device="cuda")
-            sampler.update_priority(torch.arange(128, device="cuda"), torch.ones(128, device="cuda"))
+            sampler.update_priority(
+                torch.arange(128, device="cuda"), torch.ones(128, device="cuda")
+            )
             return sampler
         return PhiloxSampler(seed=7, device="cuda")
 

@@ -41,16 +41,30 @@ def segments(store):
 
 
 def window(store, budget, *, k=3, batch=16, **kw):
-    return BlockWindow(store, None, segments=segments(store), budget=budget,
-                       resident_blocks=k, batch_size=batch, **kw)
+    return BlockWindow(
+        store,
+        None,
+        segments=segments(store),
+        budget=budget,
+        resident_blocks=k,
+        batch_size=batch,
+        **kw,
+    )
 
 
 # ------------------------------------------------------------------ pure schedule
 @pytest.mark.parametrize(
     "value, expected",
-    [("all", ("all", None)), (" ALL ", ("all", None)), (1000, ("rows", 1000)),
-     ("8GiB", ("bytes", 8 * 2**30)), ("512MB", ("bytes", 512 * 10**6)),
-     ("1_000B", ("bytes", 1000)), ("1.5KiB", ("bytes", 1536)), ("4096", ("bytes", 4096))],
+    [
+        ("all", ("all", None)),
+        (" ALL ", ("all", None)),
+        (1000, ("rows", 1000)),
+        ("8GiB", ("bytes", 8 * 2**30)),
+        ("512MB", ("bytes", 512 * 10**6)),
+        ("1_000B", ("bytes", 1000)),
+        ("1.5KiB", ("bytes", 1536)),
+        ("4096", ("bytes", 4096)),
+    ],
 )
 def test_budgets_parse(value, expected):
     assert parse_budget(value) == expected
@@ -251,7 +265,9 @@ def test_rows_not_resident_are_refused(store_path):
         w.draw_rows(PhiloxStream(0), 8)
         lo, hi = w.active_blocks[0]
         assert w.to_packed(torch.tensor([lo, hi - 1])).tolist() == [
-            w.to_packed(torch.tensor([lo]))[0].item(), w.to_packed(torch.tensor([lo]))[0].item() + hi - 1 - lo]
+            w.to_packed(torch.tensor([lo]))[0].item(),
+            w.to_packed(torch.tensor([lo]))[0].item() + hi - 1 - lo,
+        ]
         resident = {r for a, b in w.active_blocks for r in range(a, b)}
         away = next(r for r in range(store.num_rows) if r not in resident)
         with pytest.raises(RowIndexError, match=f"row {away} is not resident"):

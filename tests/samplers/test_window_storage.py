@@ -25,8 +25,9 @@ def rows(store_path):
 
 def buffer(store_path, **kw):
     storage = WindowStorage(store_path, resident=50, batch_size=16, resident_blocks=4, **kw)
-    return TensorDictReplayBuffer(storage=storage, sampler=WindowSampler(storage, seed=1),
-                                  batch_size=16), storage
+    return TensorDictReplayBuffer(
+        storage=storage, sampler=WindowSampler(storage, seed=1), batch_size=16
+    ), storage
 
 
 def test_replay_buffer_samples_every_row_through_a_tenth_of_the_store(store_path, rows):

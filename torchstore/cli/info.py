@@ -58,16 +58,27 @@ def summarize_minari(data: Path) -> dict:
             lengths = [int(f[k].attrs["total_steps"]) for k in groups]
             if groups:
                 f[groups[0]].visititems(
-                    lambda name, obj: columns.append(
-                        {"name": name, "dtype": str(obj.dtype), "shape": list(obj.shape[1:]),
-                         "quantize": None}
-                    ) if isinstance(obj, h5py.Dataset) else None
+                    lambda name, obj: (
+                        columns.append(
+                            {
+                                "name": name,
+                                "dtype": str(obj.dtype),
+                                "shape": list(obj.shape[1:]),
+                                "quantize": None,
+                            }
+                        )
+                        if isinstance(obj, h5py.Dataset)
+                        else None
+                    )
                 )
     else:
         episodes = sorted(
-            (p for p in data.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name)
+            (p for p in data.iterdir() if p.is_dir() and p.name.isdigit()),
+            key=lambda p: int(p.name),
         )
-        lengths = [int(json.loads((p / "metadata.json").read_text())["total_steps"]) for p in episodes]
+        lengths = [
+            int(json.loads((p / "metadata.json").read_text())["total_steps"]) for p in episodes
+        ]
     env = _json_inside_json(meta.get("env_spec"))
     return {
         "path": str(data.parent if data.name == "data" else data),
@@ -83,7 +94,13 @@ def summarize_minari(data: Path) -> dict:
         "columns": columns,
         "metadata": {
             k: _json_inside_json(meta[k])
-            for k in ("dataset_id", "observation_space", "action_space", "algorithm_name", "description")
+            for k in (
+                "dataset_id",
+                "observation_space",
+                "action_space",
+                "algorithm_name",
+                "description",
+            )
             if meta.get(k) is not None
         },
     }

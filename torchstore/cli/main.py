@@ -156,7 +156,9 @@ def _verify(args: argparse.Namespace) -> None:
 def _import_minari(args: argparse.Namespace) -> None:
     from torchstore.minari import import_minari
 
-    path = import_minari(args.source, args.dest, overwrite=args.overwrite, progress=not args.no_progress)
+    path = import_minari(
+        args.source, args.dest, overwrite=args.overwrite, progress=not args.no_progress
+    )
     print(f"wrote {path}")
 
 
@@ -164,7 +166,10 @@ def _export_minari(args: argparse.Namespace) -> None:
     from torchstore.minari import export_minari
 
     path = export_minari(
-        args.store, args.dataset_id, root=args.root, data_format=args.format,
+        args.store,
+        args.dataset_id,
+        root=args.root,
+        data_format=args.format,
         progress=not args.no_progress,
     )
     print(f"wrote {path}")
@@ -210,7 +215,9 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
         "info",
         help="summarise a store or a LeRobot dataset folder: columns, rows, episodes, size",
     )
-    p.add_argument("path", type=types.existing_path, help="a store file, or a LeRobot dataset folder")
+    p.add_argument(
+        "path", type=types.existing_path, help="a store file, or a LeRobot dataset folder"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_info)
 
@@ -240,7 +247,10 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
         help="resample to this frame rate (default: keep the source's 30 fps)",
     )
     p.add_argument(
-        "--quat-order", choices=("wxyz", "xyzw"), default="wxyz", help="order of the stored root_quat"
+        "--quat-order",
+        choices=("wxyz", "xyzw"),
+        default="wxyz",
+        help="order of the stored root_quat",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
     p.add_argument(
@@ -263,7 +273,9 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
         default=Path("data/reach_demo.h5"),
         help="the store file to write",
     )
-    p.add_argument("--episodes", type=types.positive_int, default=50, help="demonstrations to record")
+    p.add_argument(
+        "--episodes", type=types.positive_int, default=50, help="demonstrations to record"
+    )
     p.add_argument("--seed", type=types.seed, default=0, help="random seed (same seed, same bytes)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at PATH")
     p.set_defaults(func=_demo_data)
@@ -272,7 +284,9 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "viz", help="plot a store or a LeRobot folder: episode lengths, column traces, frames (PNG)"
     )
-    p.add_argument("store", type=types.existing_path, help="a store file, or a LeRobot dataset folder")
+    p.add_argument(
+        "store", type=types.existing_path, help="a store file, or a LeRobot dataset folder"
+    )
     p.add_argument(
         "--out", type=types.output_folder, required=True, help="folder to write the PNG files to"
     )
@@ -337,14 +351,18 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "verify", help="read every byte of a store and check its checksums (exit 1 if damaged)"
     )
-    p.add_argument("path", type=types.existing_path, help="the store file (or folder of shards) to check")
+    p.add_argument(
+        "path", type=types.existing_path, help="the store file (or folder of shards) to check"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_verify)
 
     p = sub.add_parser(
         "import-minari", help="import a Minari dataset (folder or local dataset id) into a store"
     )
-    p.add_argument("source", help="a Minari dataset folder, or a dataset id in the local Minari root")
+    p.add_argument(
+        "source", help="a Minari dataset folder, or a dataset id in the local Minari root"
+    )
     p.add_argument("dest", type=types.output_file, help="the store file to write")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -370,7 +388,9 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("source", type=types.existing_file, help="the D4RL-style .hdf5 file")
     p.add_argument("dest", type=types.output_file, help="the store file to write")
-    p.add_argument("--env-id", default=None, help="the env the data comes from (default: none recorded)")
+    p.add_argument(
+        "--env-id", default=None, help="the env the data comes from (default: none recorded)"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
     p.set_defaults(func=_import_d4rl)
     _writes(p, "dest")
@@ -415,7 +435,9 @@ def _describe(sub: argparse._SubParsersAction) -> None:
 
 
 # ---------------------------------------------------------------- running
-def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+def _command_parser(
+    parser: argparse.ArgumentParser, args: argparse.Namespace
+) -> argparse.ArgumentParser:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     found = sub.choices[args.command]
     nested = getattr(args, "remote_command", None) or getattr(args, "project_command", None)
@@ -459,7 +481,11 @@ def _interrupted(args: argparse.Namespace, before: tuple[int, int] | None) -> st
         return getattr(args, "interrupted_line", "interrupted")
     path = Path(getattr(args, dest))
     if _state(path) == before:
-        return f"interrupted; {path} unchanged" if before else f"interrupted; nothing written to {path}"
+        return (
+            f"interrupted; {path} unchanged"
+            if before
+            else f"interrupted; nothing written to {path}"
+        )
     n = _committed(path)
     if n is None:
         return f"interrupted; {path} holds nothing readable yet"
@@ -536,7 +562,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BROKEN_PIPE
     except (TorchstoreError, OSError, ValueError, ImportError) as exc:
         _remove_if_empty(created)
-        words = types.cli_words(str(exc) or type(exc).__name__, _flags(_command_parser(parser, args)))
+        words = types.cli_words(
+            str(exc) or type(exc).__name__, _flags(_command_parser(parser, args))
+        )
         print(f"torchstore {args.command}: {words}", file=sys.stderr)
         return 1
     return 0

@@ -114,7 +114,9 @@ def _push_lerobot(args: argparse.Namespace) -> None:
         branch=args.branch,
         progress=not args.no_progress,
     )
-    print(f"pushed LeRobot dataset {args.dir} to {args.location} (commit {commit[:12]}, tagged v3.0)")
+    print(
+        f"pushed LeRobot dataset {args.dir} to {args.location} (commit {commit[:12]}, tagged v3.0)"
+    )
 
 
 @_one_line_errors
@@ -328,7 +330,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("dir", type=types.existing_folder, help="the folder to upload")
     p.add_argument("location", help="a location; or, for a LeRobot dataset folder, a Hub repo id")
-    p.add_argument("name", nargs="?", default=None, help="the entry name (omit for a LeRobot dataset)")
+    p.add_argument(
+        "name", nargs="?", default=None, help="the entry name (omit for a LeRobot dataset)"
+    )
     p.add_argument("--private", action="store_true", help="LeRobot push: create the repo private")
     p.add_argument("--branch", default=None, help="LeRobot push: the branch to push to")
     p.add_argument(
@@ -484,9 +488,7 @@ def _add_dataset_commands(sub: argparse._SubParsersAction) -> None:
         "run the same command again to continue",
     )
 
-    q = project.add_parser(
-        "pull", help="restore a project and the exact dataset revisions it pins"
-    )
+    q = project.add_parser("pull", help="restore a project and the exact dataset revisions it pins")
     q.add_argument("location", help="where the project is")
     q.add_argument("name", help="the project's entry name; NAME@REVISION for an earlier one")
     q.add_argument(

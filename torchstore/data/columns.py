@@ -50,9 +50,7 @@ _TORCH_BY_NAME: dict[str, torch.dtype] = {
     "uint8": torch.uint8,
     "bool": torch.bool,
 }
-_NUMPY_BY_TORCH: dict[torch.dtype, np.dtype] = {
-    t: np.dtype(n) for n, t in _TORCH_BY_NAME.items()
-}
+_NUMPY_BY_TORCH: dict[torch.dtype, np.dtype] = {t: np.dtype(n) for n, t in _TORCH_BY_NAME.items()}
 _TORCH_BY_NUMPY: dict[np.dtype, torch.dtype] = {v: k for k, v in _NUMPY_BY_TORCH.items()}
 
 
@@ -134,7 +132,9 @@ class ColumnSpec:
                 raise TypeError("not a sequence of ints")
             shape = tuple(int(s) for s in self.shape)
         except (TypeError, ValueError) as exc:
-            raise ColumnError(f"column '{self.name}' shape must be a tuple of ints, got {self.shape!r}") from exc
+            raise ColumnError(
+                f"column '{self.name}' shape must be a tuple of ints, got {self.shape!r}"
+            ) from exc
         if any(s <= 0 for s in shape):
             raise ColumnError(f"column '{self.name}' shape ({shape}) must have positive sizes")
         object.__setattr__(self, "shape", shape)
@@ -143,9 +143,13 @@ class ColumnSpec:
                 try:
                     object.__setattr__(self, "quantize", Quantize(**self.quantize))
                 except TypeError as exc:
-                    raise ColumnError(f"column '{self.name}' quantize ({self.quantize!r}) is malformed: {exc}") from exc
+                    raise ColumnError(
+                        f"column '{self.name}' quantize ({self.quantize!r}) is malformed: {exc}"
+                    ) from exc
             elif not isinstance(self.quantize, Quantize):
-                raise ColumnError(f"column '{self.name}' quantize must be a Quantize, got {self.quantize!r}")
+                raise ColumnError(
+                    f"column '{self.name}' quantize must be a Quantize, got {self.quantize!r}"
+                )
             if not dtype.is_floating_point:
                 raise ColumnError(
                     f"column '{self.name}' is quantised, so its dtype must be floating, got {dtype}"
@@ -169,7 +173,10 @@ class ColumnSpec:
 
     @property
     def row_nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * torch.empty((), dtype=self.storage_dtype).element_size()
+        return (
+            int(np.prod(self.shape, dtype=np.int64))
+            * torch.empty((), dtype=self.storage_dtype).element_size()
+        )
 
     def describe(self) -> str:
         """``float32[26]`` style text, with the quantisation when there is one."""
@@ -192,13 +199,17 @@ class ColumnSpec:
         if not isinstance(data, Mapping):
             raise ColumnError(f"a column spec must be a mapping, got {data!r:.80}")
         if "name" not in data or "dtype" not in data:
-            raise ColumnError(f"a column spec needs 'name' and 'dtype', got keys {sorted(map(str, data))}")
+            raise ColumnError(
+                f"a column spec needs 'name' and 'dtype', got keys {sorted(map(str, data))}"
+            )
         q = data.get("quantize")
         if q is not None and not isinstance(q, Mapping):
             raise ColumnError(f"column {data['name']!r} quantize must be a mapping, got {q!r:.80}")
         shape = data.get("shape", ())
         if not isinstance(shape, list | tuple):
-            raise ColumnError(f"column {data['name']!r} shape must be a list of ints, got {shape!r:.80}")
+            raise ColumnError(
+                f"column {data['name']!r} shape must be a list of ints, got {shape!r:.80}"
+            )
         return cls(name=data["name"], dtype=data["dtype"], shape=tuple(shape), quantize=q)
 
     def check_rows(self, value: Any, *, rows: int | None = None) -> np.ndarray | torch.Tensor:
@@ -211,7 +222,9 @@ class ColumnSpec:
         is_tensor = isinstance(value, torch.Tensor)
         if is_tensor:
             if value.is_meta:
-                raise ColumnError(f"column '{self.name}' got a tensor on the meta device, which holds no data")
+                raise ColumnError(
+                    f"column '{self.name}' got a tensor on the meta device, which holds no data"
+                )
             src = value.dtype
         else:
             value = np.asarray(value)
@@ -220,7 +233,9 @@ class ColumnSpec:
             try:
                 src = torch_dtype(value.dtype)
             except ColumnError as exc:
-                raise ColumnError(f"column '{self.name}' got unsupported dtype {value.dtype}") from exc
+                raise ColumnError(
+                    f"column '{self.name}' got unsupported dtype {value.dtype}"
+                ) from exc
         if tuple(value.shape[1:]) != self.shape or value.ndim != 1 + len(self.shape):
             raise ColumnError(
                 f"column '{self.name}' expects rows of shape {list(self.shape)}, "

@@ -47,7 +47,9 @@ class EpisodeIndex:
             )
         if len(lengths) and bool((lengths < 1).any()):
             bad = int(torch.nonzero(lengths < 1)[0])
-            raise StoreFormatError(f"episode {bad} has length {int(lengths[bad])}; lengths must be >= 1")
+            raise StoreFormatError(
+                f"episode {bad} has length {int(lengths[bad])}; lengths must be >= 1"
+            )
         if not torch.equal(offsets, expected):
             bad = int(torch.nonzero(offsets != expected)[0])
             raise StoreFormatError(
@@ -92,7 +94,9 @@ class EpisodeIndex:
         """Episode number of each row (vectorised ``searchsorted``)."""
         rows = torch.as_tensor(rows, dtype=torch.int64, device=self.device)
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.num_rows):
-            raise EpisodeError(f"rows must lie in [0, {self.num_rows}), got min {int(rows.min())}, max {int(rows.max())}")
+            raise EpisodeError(
+                f"rows must lie in [0, {self.num_rows}), got min {int(rows.min())}, max {int(rows.max())}"
+            )
         return torch.searchsorted(self.offsets, rows, right=True) - 1
 
     def __repr__(self) -> str:

@@ -36,7 +36,14 @@ from torchstore.data.manifest import UNCHECKED_FORMAT_VERSION, Manifest
 from torchstore.errors import IntegrityError, StoreFormatError
 from torchstore.io.checksummed import ChecksummedDataset, create_checksummed
 
-__all__ = ["MANIFEST_ATTR", "MANIFEST_HASH_ATTR", "COMMIT", "build_store_file", "read_manifest", "StoreDatasets"]
+__all__ = [
+    "MANIFEST_ATTR",
+    "MANIFEST_HASH_ATTR",
+    "COMMIT",
+    "build_store_file",
+    "read_manifest",
+    "StoreDatasets",
+]
 
 MANIFEST_ATTR = "torchstore_manifest"
 MANIFEST_HASH_ATTR = "torchstore_manifest_xxh3"
@@ -67,12 +74,19 @@ def build_store_file(f: h5py.File, manifest: Manifest) -> None:
     sums = f.create_group(CHECKSUMS)
     for spec in manifest.columns:
         create_checksummed(
-            f.require_group(COLUMNS), spec.name, numpy_dtype(spec.storage_dtype), spec.shape,
+            f.require_group(COLUMNS),
+            spec.name,
+            numpy_dtype(spec.storage_dtype),
+            spec.shape,
             sums.require_group(COLUMNS),
         )
     for name, dtype, shape, chunk_bytes in _EPISODE_TABLES:
         create_checksummed(
-            f.require_group(EPISODES), name, np.dtype(dtype), shape, sums.require_group(EPISODES),
+            f.require_group(EPISODES),
+            name,
+            np.dtype(dtype),
+            shape,
+            sums.require_group(EPISODES),
             chunk_bytes=chunk_bytes,
         )
     f[EPISODES][EP_INDEX].attrs["fields"] = np.bytes_(",".join(EP_INDEX_FIELDS).encode())
@@ -134,7 +148,9 @@ def read_manifest(f: h5py.File, source: str) -> Manifest:
     try:
         attrs = f.attrs
         if MANIFEST_ATTR not in attrs:
-            raise StoreFormatError(f"{source} is an HDF5 file but not a torchstore store (no '{MANIFEST_ATTR}' attribute)")
+            raise StoreFormatError(
+                f"{source} is an HDF5 file but not a torchstore store (no '{MANIFEST_ATTR}' attribute)"
+            )
         expected = attrs[MANIFEST_HASH_ATTR] if MANIFEST_HASH_ATTR in attrs else None
         if expected is None:  # format 1: the manifest is a string in the global heap
             _check_global_heap(f.filename, source)
@@ -142,15 +158,21 @@ def read_manifest(f: h5py.File, source: str) -> Manifest:
     except StoreFormatError:
         raise
     except Exception as exc:  # h5py raises KeyError/OSError/RuntimeError for a damaged header
-        raise StoreFormatError(f"{source}: the store's attributes cannot be read (damaged file?): {exc}") from exc
+        raise StoreFormatError(
+            f"{source}: the store's attributes cannot be read (damaged file?): {exc}"
+        ) from exc
     raw = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
     if not isinstance(raw, bytes):
-        raise StoreFormatError(f"{source}: the manifest attribute is not text ({type(text).__name__})")
+        raise StoreFormatError(
+            f"{source}: the manifest attribute is not text ({type(text).__name__})"
+        )
     if expected is not None:
         try:
             expected = int(np.asarray(expected).reshape(()))
         except (TypeError, ValueError) as exc:
-            raise IntegrityError(f"{source}: the manifest's checksum attribute is malformed") from exc
+            raise IntegrityError(
+                f"{source}: the manifest's checksum attribute is malformed"
+            ) from exc
         if xxhash.xxh3_64_intdigest(raw) != expected:
             raise IntegrityError(
                 f"{source}: the manifest (column specs, quantisation, env id, metadata) fails its "
@@ -181,7 +203,8 @@ class StoreDatasets:
         return cls(
             commit=f[COMMIT],
             columns={
-                spec.name: table(COLUMNS, spec.name, f"column '{spec.name}'") for spec in manifest.columns
+                spec.name: table(COLUMNS, spec.name, f"column '{spec.name}'")
+                for spec in manifest.columns
             },
             ep_index=table(EPISODES, EP_INDEX, "episode index"),
             ep_meta=table(EPISODES, EP_META, "episode metadata"),
@@ -216,9 +239,13 @@ class StoreDatasets:
                     continue
                 raise IntegrityError(f"the commit record cannot be read ({exc})") from exc
             if record.shape not in ((3,), (4,)):
-                raise StoreFormatError(f"the commit record has shape {list(record.shape)}, expected [4]")
+                raise StoreFormatError(
+                    f"the commit record has shape {list(record.shape)}, expected [4]"
+                )
             rows, episodes, meta = (int(v) for v in record[:3])
-            if not checked or np.array_equal(commit_record(rows, episodes, meta, checked=True), record):
+            if not checked or np.array_equal(
+                commit_record(rows, episodes, meta, checked=True), record
+            ):
                 break
             time.sleep(0.001)
         else:

@@ -106,12 +106,18 @@ class Manifest:
         try:
             data = json.loads(text)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise StoreFormatError(f"{source}: the manifest is not valid JSON ({str(exc)[:200]})") from exc
+            raise StoreFormatError(
+                f"{source}: the manifest is not valid JSON ({str(exc)[:200]})"
+            ) from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-            raise StoreFormatError(f"{source}: not a torchstore trajectory store (format {data.get('format') if isinstance(data, dict) else None!r})")
+            raise StoreFormatError(
+                f"{source}: not a torchstore trajectory store (format {data.get('format') if isinstance(data, dict) else None!r})"
+            )
         version = data.get("format_version")
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise StoreFormatError(f"{source}: manifest format_version ({version!r}) must be a positive int")
+            raise StoreFormatError(
+                f"{source}: manifest format_version ({version!r}) must be a positive int"
+            )
         if version > FORMAT_VERSION:
             raise StoreFormatError(
                 f"{source} uses store format version {version}, written by torchstore "
@@ -120,11 +126,15 @@ class Manifest:
             )
         env_id, seed, metadata = data.get("env_id"), data.get("seed"), data.get("metadata") or {}
         if env_id is not None and not isinstance(env_id, str):
-            raise StoreFormatError(f"{source}: the manifest's env_id ({env_id!r:.80}) is not a string")
+            raise StoreFormatError(
+                f"{source}: the manifest's env_id ({env_id!r:.80}) is not a string"
+            )
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise StoreFormatError(f"{source}: the manifest's seed ({seed!r:.80}) is not an int")
         if not isinstance(metadata, dict):
-            raise StoreFormatError(f"{source}: the manifest's metadata ({metadata!r:.80}) is not an object")
+            raise StoreFormatError(
+                f"{source}: the manifest's metadata ({metadata!r:.80}) is not an object"
+            )
         if not isinstance(data.get("columns"), list):
             raise StoreFormatError(f"{source}: the manifest's column list is missing or not a list")
         try:
@@ -140,4 +150,6 @@ class Manifest:
                 format_version=version,
             )
         except (KeyError, TypeError, ValueError, ColumnError) as exc:
-            raise StoreFormatError(f"{source}: the manifest's column list is malformed ({exc})") from exc
+            raise StoreFormatError(
+                f"{source}: the manifest's column list is malformed ({exc})"
+            ) from exc

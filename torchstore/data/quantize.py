@@ -88,7 +88,9 @@ class Quantize:
                 "neighbouring codes would decode to the same value"
             )
 
-    def encode(self, values: torch.Tensor | np.ndarray, column: str | None = None) -> torch.Tensor | np.ndarray:
+    def encode(
+        self, values: torch.Tensor | np.ndarray, column: str | None = None
+    ) -> torch.Tensor | np.ndarray:
         """Floats to uint8 (numpy in, numpy out; tensor in, tensor out).
 
         Raises :class:`ColumnError` for NaN, and for values beyond half a step outside

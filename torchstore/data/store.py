@@ -74,9 +74,13 @@ class TrajectoryStore:
             except TorchstoreError:
                 raise
             except Exception as exc:  # KeyError, OSError, RuntimeError from a damaged header
-                raise StoreFormatError(f"{self.path}: a dataset the manifest names is missing or unreadable ({exc})") from exc
+                raise StoreFormatError(
+                    f"{self.path}: a dataset the manifest names is missing or unreadable ({exc})"
+                ) from exc
             if self._manifest.format_version > 1 and not self._ds.checked:
-                raise StoreFormatError(f"{self.path}: the commit record lacks the checksum its format version keeps")
+                raise StoreFormatError(
+                    f"{self.path}: the commit record lacks the checksum its format version keeps"
+                )
             self._rows = self._episodes_n = self._meta_n = -1
             self.refresh()
         except BaseException:
@@ -95,7 +99,9 @@ class TrajectoryStore:
             for table in self._ds.all():
                 table.refresh()
         except Exception as exc:  # h5py: OSError, ValueError, KeyError, RuntimeError
-            raise IntegrityError(f"{self.path}: the store's tables cannot be refreshed ({exc})") from exc
+            raise IntegrityError(
+                f"{self.path}: the store's tables cannot be refreshed ({exc})"
+            ) from exc
         if (rows, episodes, meta) == (self._rows, self._episodes_n, self._meta_n):
             return False
         for name, table in self._ds.columns.items():
@@ -105,9 +111,14 @@ class TrajectoryStore:
                     "committed; the file is truncated or damaged"
                 )
         if min(rows, episodes, meta) < 0 or (episodes == 0) != (rows == 0):
-            raise IntegrityError(f"{self.path}: the commit record ({rows}, {episodes}, {meta}) is inconsistent")
+            raise IntegrityError(
+                f"{self.path}: the commit record ({rows}, {episodes}, {meta}) is inconsistent"
+            )
         table = self._ds.ep_index.read(0, episodes, episodes, self._latest(1))
-        lengths, offsets = torch.from_numpy(table[:, 0].copy()), torch.from_numpy(table[:, 1].copy())
+        lengths, offsets = (
+            torch.from_numpy(table[:, 0].copy()),
+            torch.from_numpy(table[:, 1].copy()),
+        )
         try:
             self._episodes = EpisodeIndex(lengths, offsets, num_rows=rows)
         except StoreFormatError as exc:
@@ -164,21 +175,29 @@ class TrajectoryStore:
             pass
         else:
             if not -n <= i < n:
-                raise RowIndexError(f"row {i} is out of range for {self.path}, which holds {n} rows")
+                raise RowIndexError(
+                    f"row {i} is out of range for {self.path}, which holds {n} rows"
+                )
             i %= n
             return self.read_slab(i, i + 1)[0]
         try:
             rows = torch.as_tensor(index)
         except (TypeError, ValueError, RuntimeError) as exc:
-            raise RowIndexError(f"cannot index {self.path} with {index!r:.80}: use an int, a slice or integer rows") from exc
+            raise RowIndexError(
+                f"cannot index {self.path} with {index!r:.80}: use an int, a slice or integer rows"
+            ) from exc
         if rows.numel() == 0 and rows.ndim == 1:
             rows = rows.to(torch.int64)
         if rows.dtype == torch.bool:
             if rows.shape != (n,):
-                raise RowIndexError(f"a boolean mask over {self.path} must have shape [{n}], got {list(rows.shape)}")
+                raise RowIndexError(
+                    f"a boolean mask over {self.path} must have shape [{n}], got {list(rows.shape)}"
+                )
             rows = torch.nonzero(rows).flatten()
         if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.ndim != 1:
-            raise RowIndexError(f"row indices must be a 1-D integer sequence, got {rows.dtype} of shape {list(rows.shape)}")
+            raise RowIndexError(
+                f"row indices must be a 1-D integer sequence, got {rows.dtype} of shape {list(rows.shape)}"
+            )
         return self._read_rows(rows)
 
     def _read_rows(self, rows: torch.Tensor) -> TensorDict:
@@ -186,11 +205,17 @@ class TrajectoryStore:
         n = self._rows
         if rows.numel() and (int(rows.min()) < -n or int(rows.max()) >= n):
             bad = rows[(rows < -n) | (rows >= n)][0]
-            raise RowIndexError(f"row {int(bad)} is out of range for {self.path}, which holds {n} rows")
+            raise RowIndexError(
+                f"row {int(bad)} is out of range for {self.path}, which holds {n} rows"
+            )
         rows = torch.where(rows < 0, rows + n, rows)
         unique = torch.unique(rows)
         breaks = (torch.nonzero(torch.diff(unique) != 1).flatten() + 1).tolist()
-        parts = [self.read_slab(int(run[0]), int(run[-1]) + 1) for run in torch.tensor_split(unique, breaks) if len(run)]
+        parts = [
+            self.read_slab(int(run[0]), int(run[-1]) + 1)
+            for run in torch.tensor_split(unique, breaks)
+            if len(run)
+        ]
         if not parts:
             return self.read_slab(0, 0)[rows]
         slab = torch.cat(parts) if len(parts) > 1 else parts[0]
@@ -201,7 +226,9 @@ class TrajectoryStore:
         for slab in self.iter_slabs(4096):
             yield from slab.unbind(0)
 
-    def iter_episodes(self, columns: Iterable[str] | None = None, *, raw: bool = False) -> Iterator[TensorDict]:
+    def iter_episodes(
+        self, columns: Iterable[str] | None = None, *, raw: bool = False
+    ) -> Iterator[TensorDict]:
         """Every committed episode in order, as :meth:`episode` returns it."""
         for i in range(self._episodes_n):
             yield self.episode(i, columns, raw=raw)
@@ -233,13 +260,17 @@ class TrajectoryStore:
                 return gymnasium.make(gymnasium.envs.registration.EnvSpec.from_json(spec), **kwargs)
             return gymnasium.make(env_id, **kwargs)
         except (gymnasium.error.Error, ImportError, AttributeError, ValueError, TypeError) as exc:
-            raise EnvUnavailableError(f"gymnasium cannot make {env_id!r} (recorded in {self.path}): {exc}") from exc
+            raise EnvUnavailableError(
+                f"gymnasium cannot make {env_id!r} (recorded in {self.path}): {exc}"
+            ) from exc
 
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:
             if spec.name == name:
                 return spec
-        raise ColumnError(f"no column '{name}' in {self.path}; columns are {[c.name for c in self.columns]}")
+        raise ColumnError(
+            f"no column '{name}' in {self.path}; columns are {[c.name for c in self.columns]}"
+        )
 
     def select_columns(self, columns: Iterable[str] | None) -> list[ColumnSpec]:
         """The specs of ``columns`` (names, or nested keys), all columns for ``None``."""
@@ -252,7 +283,9 @@ class TrajectoryStore:
     # ----------------------------------------------------------------- reading
     def read_column(self, name: str, start: int, stop: int) -> np.ndarray:
         """One column's rows ``[start, stop)`` in its storage dtype (verified)."""
-        return self._ds.columns[self.column(name).name].read(start, stop, self._rows, self._latest(0))
+        return self._ds.columns[self.column(name).name].read(
+            start, stop, self._rows, self._latest(0)
+        )
 
     def read_slab(
         self,
@@ -290,7 +323,9 @@ class TrajectoryStore:
         for start in range(0, self._rows, rows):
             yield self.read_slab(start, min(start + rows, self._rows), names, raw=raw)
 
-    def episode(self, index: int, columns: Iterable[str] | None = None, *, raw: bool = False) -> TensorDict:
+    def episode(
+        self, index: int, columns: Iterable[str] | None = None, *, raw: bool = False
+    ) -> TensorDict:
         """All rows of one episode."""
         start, stop = self._episodes.range(index)
         return self.read_slab(start, stop, columns, raw=raw)
@@ -307,7 +342,9 @@ class TrajectoryStore:
         try:
             return json.loads(raw.tobytes())
         except (ValueError, RecursionError) as exc:
-            raise IntegrityError(f"{self.path}: episode {index} metadata is not valid JSON") from exc
+            raise IntegrityError(
+                f"{self.path}: episode {index} metadata is not valid JSON"
+            ) from exc
 
     # ----------------------------------------------------------------- residency
     def resident(self, columns: Sequence[str] | None = None, device: torch.device | str = "cpu"):
@@ -316,7 +353,9 @@ class TrajectoryStore:
 
         return ResidentStore.load(self, columns=columns, device=device)
 
-    def window(self, rows: int, columns: Sequence[str] | None = None, device: torch.device | str = "cpu"):
+    def window(
+        self, rows: int, columns: Sequence[str] | None = None, device: torch.device | str = "cpu"
+    ):
         """A :class:`WindowedStore` of ``rows`` resident rows, refilled by contiguous reads."""
         from torchstore.data.windowed import WindowedStore
 
@@ -336,4 +375,6 @@ class TrajectoryStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"TrajectoryStore({str(self.path)!r}, rows={self._rows}, episodes={self._episodes_n})"
+        return (
+            f"TrajectoryStore({str(self.path)!r}, rows={self._rows}, episodes={self._episodes_n})"
+        )

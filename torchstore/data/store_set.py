@@ -49,7 +49,9 @@ def find_shards(folder: str | os.PathLike) -> list[Path]:
     if not folder.is_dir():
         raise StoreFormatError(f"{folder} is not a folder of store shards")
     return sorted(
-        p for p in folder.iterdir() if p.suffix in SHARD_SUFFIXES and not p.name.startswith(".") and p.is_file()
+        p
+        for p in folder.iterdir()
+        if p.suffix in SHARD_SUFFIXES and not p.name.startswith(".") and p.is_file()
     )
 
 
@@ -97,8 +99,12 @@ class StoreSet(TrajectoryStore):
             self.folder = None
             paths = [Path(p) for p in source]
             if len(set(map(os.path.realpath, paths))) != len(paths):
-                raise StoreFormatError("a shard is listed twice: every shard must be a different file")
-            self.path = Path(os.path.commonpath([os.path.abspath(p) for p in paths])) if paths else Path()
+                raise StoreFormatError(
+                    "a shard is listed twice: every shard must be a different file"
+                )
+            self.path = (
+                Path(os.path.commonpath([os.path.abspath(p) for p in paths])) if paths else Path()
+            )
         if not paths:
             where = self.folder if self.folder is not None else "the list"
             raise StoreFormatError(f"no store shards in {where} (shards are *.h5 or *.hdf5 files)")
@@ -120,7 +126,9 @@ class StoreSet(TrajectoryStore):
             why = _same_columns(self._shards[0], store)
             if why is not None:
                 store.close()
-                raise ColumnError(f"shard {path} does not match shard {self._shards[0].path}: it has {why}")
+                raise ColumnError(
+                    f"shard {path} does not match shard {self._shards[0].path}: it has {why}"
+                )
         self._shards.append(store)
 
     def _index(self) -> bool:
@@ -150,7 +158,9 @@ class StoreSet(TrajectoryStore):
     def locate(self, row: int) -> tuple[int, int]:
         """``(shard number, row inside that shard)`` of a global row."""
         if not 0 <= row < self._rows:
-            raise RowIndexError(f"row {row} is out of range for {self.path}, which holds {self._rows} rows")
+            raise RowIndexError(
+                f"row {row} is out of range for {self.path}, which holds {self._rows} rows"
+            )
         shard = int(np.searchsorted(self.row_starts, row, side="right")) - 1
         return shard, row - int(self.row_starts[shard])
 
@@ -173,7 +183,9 @@ class StoreSet(TrajectoryStore):
         """One column's rows ``[start, stop)`` across shard edges, in its storage dtype (verified)."""
         spec = self.column(name)
         if not 0 <= start <= stop <= self._rows:
-            raise RowIndexError(f"rows [{start}, {stop}) are outside the rows [0, {self._rows}) of {self.path}")
+            raise RowIndexError(
+                f"rows [{start}, {stop}) are outside the rows [0, {self._rows}) of {self.path}"
+            )
         parts = []
         first = int(np.searchsorted(self.row_starts, start, side="right")) - 1
         for i in range(max(first, 0), len(self._shards)):

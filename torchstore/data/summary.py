@@ -56,8 +56,12 @@ def summarize(store: TrajectoryStore) -> dict:
         "episode_length": length_stats(store.episodes.lengths.tolist()),
         "size_on_disk": store.size_on_disk(),
         "columns": [
-            {"name": c.name, "dtype": str(c.dtype).removeprefix("torch."), "shape": list(c.shape),
-             "quantize": None if c.quantize is None else c.quantize.to_dict()}
+            {
+                "name": c.name,
+                "dtype": str(c.dtype).removeprefix("torch."),
+                "shape": list(c.shape),
+                "quantize": None if c.quantize is None else c.quantize.to_dict(),
+            }
             for c in m.columns
         ],
         "metadata": m.metadata,
@@ -89,7 +93,9 @@ def format_summary(info: dict) -> str:
     if info.get("verified") is False:
         # opening checks the manifest, commit record and episode index; column bytes are
         # checked only when read, so a summary says nothing about their health
-        lines.append(f"checksums  not verified (data is checked when read; run: torchstore verify {info['path']})")
+        lines.append(
+            f"checksums  not verified (data is checked when read; run: torchstore verify {info['path']})"
+        )
     lines.append("")
     header = ("column", "dtype", "shape", "quantisation")
     rows = [
@@ -97,7 +103,9 @@ def format_summary(info: dict) -> str:
             c["name"],
             c["dtype"],
             "x".join(str(s) for s in c["shape"]) or "scalar",
-            "-" if not c.get("quantize") else f"uint8 [{c['quantize']['low']:g}, {c['quantize']['high']:g}]",
+            "-"
+            if not c.get("quantize")
+            else f"uint8 [{c['quantize']['low']:g}, {c['quantize']['high']:g}]",
         )
         for c in info["columns"]
     ]

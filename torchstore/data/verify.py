@@ -126,7 +126,10 @@ def verify_store(
         rows, episodes, meta = tables.read_commit()
         report.columns, report.rows, report.episodes = len(store.columns), rows, episodes
         work = [(t, f"column '{name}'", rows) for name, t in tables.columns.items()]
-        work += [(tables.ep_index, "episode index", episodes), (tables.ep_meta, "episode metadata", meta)]
+        work += [
+            (tables.ep_index, "episode index", episodes),
+            (tables.ep_meta, "episode metadata", meta),
+        ]
         total = sum(t.row_nbytes * n for t, _, n in work)
         bar = None
         if progress is True:
@@ -165,7 +168,9 @@ def _verify_set(folder: Path, progress: bool | Callable[[int, int], None]) -> Ve
     for shard in shards:
         one = verify_store(shard, progress=progress)
         if report.columns and one.columns and one.columns != report.columns:
-            report.problems.append(f"{shard.name}: {one.columns} columns, the other shards have {report.columns}")
+            report.problems.append(
+                f"{shard.name}: {one.columns} columns, the other shards have {report.columns}"
+            )
         report.columns = report.columns or one.columns
         report.rows += one.rows
         report.episodes += one.episodes

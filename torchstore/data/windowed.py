@@ -71,7 +71,10 @@ class WindowedStore:
         stop = min(start + self.rows, total)
         self.packed.write(
             slice(0, stop - start),
-            {s.name: torch.from_numpy(self.store.read_column(s.name, start, stop)) for s in self.columns},
+            {
+                s.name: torch.from_numpy(self.store.read_column(s.name, start, stop))
+                for s in self.columns
+            },
         )
         self.start, self.stop = start, stop
 

@@ -84,7 +84,9 @@ def flatten_rows(rows: Mapping[str, Any] | TensorDictBase) -> dict[str, Any]:
             for k, v in rows.items(include_nested=True, leaves_only=True)
         }
     if not isinstance(rows, Mapping):
-        raise ColumnError(f"rows must be a TensorDict or a mapping of columns, got {type(rows).__name__}")
+        raise ColumnError(
+            f"rows must be a TensorDict or a mapping of columns, got {type(rows).__name__}"
+        )
     flat: dict[str, Any] = {}
     for key, value in rows.items():
         name = key if isinstance(key, str) else "/".join(key)
@@ -113,7 +115,13 @@ def lossless_cast(value: Any, dtype: torch.dtype) -> Any:
     """
     if isinstance(value, torch.Tensor):
         src = value.dtype
-        if src == dtype or value.is_meta or value.is_complex() or src == torch.bool or dtype == torch.bool:
+        if (
+            src == dtype
+            or value.is_meta
+            or value.is_complex()
+            or src == torch.bool
+            or dtype == torch.bool
+        ):
             return value
         if src.is_floating_point != dtype.is_floating_point:
             return value
@@ -214,7 +222,9 @@ class TrajectoryStoreWriter:
             code = _disk_full_errno(exc) if isinstance(exc, OSError | RuntimeError) else None
             if code is not None:
                 raise StorageFullError(
-                    code, f"{path}: no room to create the store ({os.strerror(code)}); nothing was written", str(path)
+                    code,
+                    f"{path}: no room to create the store ({os.strerror(code)}); nothing was written",
+                    str(path),
                 ) from exc
             raise
         self._attach(path, manifest, durable, file=file, lock=lock, aside=aside)
@@ -346,7 +356,9 @@ class TrajectoryStoreWriter:
             try:
                 meta = json.dumps(dict(metadata), allow_nan=False, sort_keys=True).encode()
             except (TypeError, ValueError, RecursionError) as exc:
-                raise EpisodeError(f"episode metadata must be JSON-serialisable: {str(exc)[:200]}") from exc
+                raise EpisodeError(
+                    f"episode metadata must be JSON-serialisable: {str(exc)[:200]}"
+                ) from exc
         ds = self._ds
         rows = self._rows + self._pending
         meta_end = self._meta_bytes + len(meta)
@@ -410,13 +422,19 @@ class TrajectoryStoreWriter:
             raise EpisodeError(f"add_episodes needs positive episode lengths, got {lengths[:10]}")
         metadata = list(metadata) if metadata is not None else [None] * len(lengths)
         if len(metadata) != len(lengths):
-            raise EpisodeError(f"add_episodes got {len(metadata)} metadata entries for {len(lengths)} episodes")
+            raise EpisodeError(
+                f"add_episodes got {len(metadata)} metadata entries for {len(lengths)} episodes"
+            )
         metas = []
         for m in metadata:
             try:
-                metas.append(json.dumps(dict(m), allow_nan=False, sort_keys=True).encode() if m else b"")
+                metas.append(
+                    json.dumps(dict(m), allow_nan=False, sort_keys=True).encode() if m else b""
+                )
             except (TypeError, ValueError, RecursionError) as exc:
-                raise EpisodeError(f"episode metadata must be JSON-serialisable: {str(exc)[:200]}") from exc
+                raise EpisodeError(
+                    f"episode metadata must be JSON-serialisable: {str(exc)[:200]}"
+                ) from exc
         flat = flatten_rows(rows)
         n = len(next(iter(flat.values()))) if flat else 0  # append() checks every column
         if n != sum(lengths):
@@ -445,7 +463,9 @@ class TrajectoryStoreWriter:
         self._pending = 0
         return range(first, self._episodes)
 
-    def _validate(self, rows: Mapping[str, Any] | TensorDictBase, *, raw: bool) -> dict[str, np.ndarray]:
+    def _validate(
+        self, rows: Mapping[str, Any] | TensorDictBase, *, raw: bool
+    ) -> dict[str, np.ndarray]:
         flat = flatten_rows(rows)
         missing = [n for n in self._specs if n not in flat]
         extra = [n for n in flat if n not in self._specs]
@@ -455,7 +475,9 @@ class TrajectoryStoreWriter:
                 parts.append(f"missing {missing}")
             if extra:
                 parts.append(f"unknown {extra}")
-            raise ColumnError(f"rows do not match the store's columns: {', '.join(parts)}; declared {list(self._specs)}")
+            raise ColumnError(
+                f"rows do not match the store's columns: {', '.join(parts)}; declared {list(self._specs)}"
+            )
         n: int | None = None
         out: dict[str, np.ndarray] = {}
         for name, spec in self._specs.items():
@@ -487,7 +509,11 @@ class TrajectoryStoreWriter:
             if st.f_bavail * st.f_frsize < need:
                 code = errno.ENOSPC
             limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-            if code is None and limit != resource.RLIM_INFINITY and self._written.stat().st_size + need > limit:
+            if (
+                code is None
+                and limit != resource.RLIM_INFINITY
+                and self._written.stat().st_size + need > limit
+            ):
                 code = errno.EFBIG
         except OSError:
             return
@@ -528,7 +554,9 @@ class TrajectoryStoreWriter:
         if self._closed:
             raise EpisodeError(f"the writer of {self.path} is closed")
         if getattr(self, "_failed", None):
-            raise StorageFullError(errno.ENOSPC, f"this writer stopped after a refused write: {self._failed}")
+            raise StorageFullError(
+                errno.ENOSPC, f"this writer stopped after a refused write: {self._failed}"
+            )
 
     def close(self) -> None:
         """Close the file. Rows appended after the last commit are discarded.

@@ -29,4 +29,10 @@ _EXPORTS = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-__all__ = ["RayUnavailableError", "ShardCollector", "init_local_ray", "serve_replay", "start_collectors"]
+__all__ = [
+    "RayUnavailableError",
+    "ShardCollector",
+    "init_local_ray",
+    "serve_replay",
+    "start_collectors",
+]

@@ -39,7 +39,13 @@ from tensordict import TensorDictBase
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import TorchstoreError
 
-__all__ = ["RayUnavailableError", "ShardCollector", "init_local_ray", "serve_replay", "start_collectors"]
+__all__ = [
+    "RayUnavailableError",
+    "ShardCollector",
+    "init_local_ray",
+    "serve_replay",
+    "start_collectors",
+]
 
 #: The keys a collector keeps of torchrl's transition layout.
 TRANSITION_KEYS = (
@@ -137,7 +143,9 @@ def serve_replay(
     else:
         raise ValueError(f"sampler ({sampler!r}) must be 'uniform' or 'prioritized'")
     if resume is not None and not Path(resume).is_dir():
-        raise FileNotFoundError(f"no replay checkpoint folder at {resume} (it is what buffer.dumps() writes)")
+        raise FileNotFoundError(
+            f"no replay checkpoint folder at {resume} (it is what buffer.dumps() writes)"
+        )
     buffer = RayReplayBuffer(
         replay_buffer_cls=TensorDictReplayBuffer,
         storage=functools.partial(StoreReplay, capacity, columns=columns),
@@ -153,7 +161,9 @@ def serve_replay(
 
 def _columns_of(rows: TensorDictBase) -> list[ColumnSpec]:
     return [
-        ColumnSpec("/".join(key) if isinstance(key, tuple) else key, value.dtype, tuple(value.shape[1:]))
+        ColumnSpec(
+            "/".join(key) if isinstance(key, tuple) else key, value.dtype, tuple(value.shape[1:])
+        )
         for key, value in rows.items(include_nested=True, leaves_only=True)
     ]
 

@@ -36,7 +36,13 @@ from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError, EpisodeError
 from torchstore.gym.spaces import flatten_value, space_columns, space_to_json, take
 
-__all__ = ["EpisodeRecorder", "RecordEpisodes", "RecordVectorEpisodes", "record", "env_spec_metadata"]
+__all__ = [
+    "EpisodeRecorder",
+    "RecordEpisodes",
+    "RecordVectorEpisodes",
+    "record",
+    "env_spec_metadata",
+]
 
 OBS, ACTION, NEXT_OBS = "obs", "action", "next/obs"
 
@@ -61,7 +67,9 @@ def env_spec_metadata(spec: Any) -> dict[str, Any]:
     return meta
 
 
-def _quantised(columns: list[ColumnSpec], space: Any, quantize: Mapping[str, Any]) -> list[ColumnSpec]:
+def _quantised(
+    columns: list[ColumnSpec], space: Any, quantize: Mapping[str, Any]
+) -> list[ColumnSpec]:
     """``columns`` with the uint8 quantisation ``quantize`` asks for."""
     from torchstore.data.quantize import Quantize
     from torchstore.gym.spaces import leaf_space
@@ -69,18 +77,27 @@ def _quantised(columns: list[ColumnSpec], space: Any, quantize: Mapping[str, Any
     names = {c.name for c in columns}
     unknown = sorted(set(quantize) - names)
     if unknown:
-        raise ColumnError(f"quantize names {unknown}, which are not observation columns; they are {sorted(names)}")
+        raise ColumnError(
+            f"quantize names {unknown}, which are not observation columns; they are {sorted(names)}"
+        )
     out = []
     for c in columns:
         q = quantize.get(c.name)
         if isinstance(q, str) and q == "bounds":
             box = leaf_space(space, c.name.split("/")[1:])
-            low, high = np.asarray(getattr(box, "low", np.nan)), np.asarray(getattr(box, "high", np.nan))
+            low, high = (
+                np.asarray(getattr(box, "low", np.nan)),
+                np.asarray(getattr(box, "high", np.nan)),
+            )
             if not (np.isfinite(low).all() and np.isfinite(high).all()):
-                raise ColumnError(f"column '{c.name}' has no finite bounds to quantise to; give a Quantize(low, high)")
+                raise ColumnError(
+                    f"column '{c.name}' has no finite bounds to quantise to; give a Quantize(low, high)"
+                )
             q = Quantize(float(low.min()), float(high.max()))
         elif q is not None and not isinstance(q, Quantize):
-            raise ColumnError(f"quantize['{c.name}'] must be a Quantize or \"bounds\", got {q!r:.80}")
+            raise ColumnError(
+                f"quantize['{c.name}'] must be a Quantize or \"bounds\", got {q!r:.80}"
+            )
         out.append(ColumnSpec(c.name, c.dtype, c.shape, q) if q is not None else c)
     return out
 
@@ -160,7 +177,9 @@ class EpisodeRecorder:
         """Record one step; returns the episode number committed when it ended the episode."""
         current = self._current[stream]
         if current is None:
-            raise EpisodeError(f"step() on stream {stream} before reset(): the first observation is unknown")
+            raise EpisodeError(
+                f"step() on stream {stream} before reset(): the first observation is unknown"
+            )
         nxt = self._flat(OBS, self.observation_space, observation)
         terminated, truncated = bool(terminated), bool(truncated)
         row = {**current, **self._flat(ACTION, self.action_space, action)}
@@ -358,7 +377,9 @@ class _VectorStreams:
                 self.recorder.reset(i, take(obs, i), None if seed is None else seed + i)
                 self._restart[i] = False
 
-    def step(self, actions, obs, rewards, terms, truncs, info, *, limit: int | None = None) -> np.ndarray:
+    def step(
+        self, actions, obs, rewards, terms, truncs, info, *, limit: int | None = None
+    ) -> np.ndarray:
         """Record one batched step; returns which sub-envs ended an episode."""
         ended = np.zeros(self.n, dtype=bool)
         for i in range(self.n):
@@ -426,7 +447,11 @@ def _record_vector(env, policy, episodes, path, seed, kwargs) -> Path:
             actions = policy(obs)
             obs, rewards, terms, truncs, info = env.step(actions)
             ended = streams.step(actions, obs, rewards, terms, truncs, info, limit=episodes)
-            if streams.mode == streams.modes.DISABLED and ended.any() and recorder.episodes < episodes:
+            if (
+                streams.mode == streams.modes.DISABLED
+                and ended.any()
+                and recorder.episodes < episodes
+            ):
                 obs, _ = env.reset(options={"reset_mask": ended})
                 streams.reset(obs, None, ended)
     except BaseException:

@@ -22,7 +22,15 @@ import numpy as np
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError
 
-__all__ = ["space_columns", "flatten_value", "unflatten_value", "take", "leaf_space", "space_to_json", "space_from_json"]
+__all__ = [
+    "space_columns",
+    "flatten_value",
+    "unflatten_value",
+    "take",
+    "leaf_space",
+    "space_to_json",
+    "space_from_json",
+]
 
 
 def space_columns(prefix: str, space: Any) -> list[ColumnSpec]:
@@ -30,9 +38,13 @@ def space_columns(prefix: str, space: Any) -> list[ColumnSpec]:
     from gymnasium import spaces
 
     if isinstance(space, spaces.Dict):
-        return [c for key, sub in space.spaces.items() for c in space_columns(_child(prefix, key), sub)]
+        return [
+            c for key, sub in space.spaces.items() for c in space_columns(_child(prefix, key), sub)
+        ]
     if isinstance(space, spaces.Tuple):
-        return [c for i, sub in enumerate(space.spaces) for c in space_columns(f"{prefix}/{i}", sub)]
+        return [
+            c for i, sub in enumerate(space.spaces) for c in space_columns(f"{prefix}/{i}", sub)
+        ]
     if isinstance(space, spaces.Box):
         dtype, shape = space.dtype, space.shape
     elif isinstance(space, spaces.Discrete):
@@ -54,11 +66,15 @@ def space_columns(prefix: str, space: Any) -> list[ColumnSpec]:
 
 def _child(prefix: str, key: Any) -> str:
     if not isinstance(key, str):
-        raise ColumnError(f"'{prefix}' is a Dict space with a non-string key {key!r}; keys name columns")
+        raise ColumnError(
+            f"'{prefix}' is a Dict space with a non-string key {key!r}; keys name columns"
+        )
     return f"{prefix}/{key}"
 
 
-def flatten_value(prefix: str, space: Any, value: Any, out: dict[str, Any] | None = None) -> dict[str, Any]:
+def flatten_value(
+    prefix: str, space: Any, value: Any, out: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``value`` of ``space`` as ``{column name: array}`` (a leading batch or time axis allowed)."""
     from gymnasium import spaces
 
@@ -68,11 +84,19 @@ def flatten_value(prefix: str, space: Any, value: Any, out: dict[str, Any] | Non
             raise ColumnError(f"'{prefix}' is a Dict space, got {type(value).__name__}")
         for key, sub in space.spaces.items():
             if key not in value:
-                raise ColumnError(f"'{prefix}' is missing the key {key!r} of its Dict space (got {sorted(map(str, value))})")
+                raise ColumnError(
+                    f"'{prefix}' is missing the key {key!r} of its Dict space (got {sorted(map(str, value))})"
+                )
             flatten_value(_child(prefix, key), sub, value[key], out)
     elif isinstance(space, spaces.Tuple):
-        if not isinstance(value, Sequence) or isinstance(value, str | bytes) or len(value) != len(space.spaces):
-            raise ColumnError(f"'{prefix}' is a Tuple space of {len(space.spaces)}, got {type(value).__name__}")
+        if (
+            not isinstance(value, Sequence)
+            or isinstance(value, str | bytes)
+            or len(value) != len(space.spaces)
+        ):
+            raise ColumnError(
+                f"'{prefix}' is a Tuple space of {len(space.spaces)}, got {type(value).__name__}"
+            )
         for i, sub in enumerate(space.spaces):
             flatten_value(f"{prefix}/{i}", sub, value[i], out)
     else:
@@ -85,9 +109,13 @@ def unflatten_value(prefix: str, space: Any, flat: Mapping[str, Any]) -> Any:
     from gymnasium import spaces
 
     if isinstance(space, spaces.Dict):
-        return {key: unflatten_value(f"{prefix}/{key}", sub, flat) for key, sub in space.spaces.items()}
+        return {
+            key: unflatten_value(f"{prefix}/{key}", sub, flat) for key, sub in space.spaces.items()
+        }
     if isinstance(space, spaces.Tuple):
-        return tuple(unflatten_value(f"{prefix}/{i}", sub, flat) for i, sub in enumerate(space.spaces))
+        return tuple(
+            unflatten_value(f"{prefix}/{i}", sub, flat) for i, sub in enumerate(space.spaces)
+        )
     if prefix not in flat:
         raise ColumnError(f"no column '{prefix}' for the space {space}")
     return flat[prefix]
@@ -113,6 +141,7 @@ def leaf_space(space: Any, path: Sequence[str]) -> Any:
 
 def _bound(values: np.ndarray) -> Any:
     """Box bounds as JSON: one number when uniform, else nested lists; infinities as strings."""
+
     def number(v: Any) -> Any:
         return v if np.isfinite(v) else str(v)  # "inf" / "-inf"
 
@@ -142,12 +171,22 @@ def space_to_json(space: Any) -> dict[str, Any]:
     if isinstance(space, spaces.Tuple):
         return {"type": "Tuple", "spaces": [space_to_json(v) for v in space.spaces]}
     if isinstance(space, spaces.Box):
-        return {"type": "Box", "dtype": str(space.dtype), "shape": list(space.shape),
-                "low": _bound(space.low), "high": _bound(space.high)}
+        return {
+            "type": "Box",
+            "dtype": str(space.dtype),
+            "shape": list(space.shape),
+            "low": _bound(space.low),
+            "high": _bound(space.high),
+        }
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.MultiDiscrete):
-        return {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(), "dtype": str(space.dtype)}
+        return {
+            "type": "MultiDiscrete",
+            "nvec": space.nvec.tolist(),
+            "start": space.start.tolist(),
+            "dtype": str(space.dtype),
+        }
     if isinstance(space, spaces.MultiBinary):
         return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
     raise ColumnError(f"a {type(space).__name__} space cannot be recorded")
@@ -171,11 +210,20 @@ def space_from_json(data: Mapping[str, Any]) -> Any:
             return spaces.Tuple([space_from_json(v) for v in data["spaces"]])
         if kind == "Box":
             shape, dtype = tuple(data["shape"]), np.dtype(data["dtype"])
-            return spaces.Box(_unbound(data["low"], shape, dtype), _unbound(data["high"], shape, dtype), shape, dtype)
+            return spaces.Box(
+                _unbound(data["low"], shape, dtype),
+                _unbound(data["high"], shape, dtype),
+                shape,
+                dtype,
+            )
         if kind == "Discrete":
             return spaces.Discrete(int(data["n"]), start=int(data.get("start", 0)))
         if kind == "MultiDiscrete":
-            return spaces.MultiDiscrete(np.asarray(data["nvec"]), dtype=data.get("dtype", "int64"), start=np.asarray(data["start"]))
+            return spaces.MultiDiscrete(
+                np.asarray(data["nvec"]),
+                dtype=data.get("dtype", "int64"),
+                start=np.asarray(data["start"]),
+            )
         if kind == "MultiBinary":
             return spaces.MultiBinary(data["n"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -42,12 +42,16 @@ class BackgroundVideoEncoder:
         settings: EncoderSettings | None = None,
         max_pending: int = 64,
     ) -> None:
-        self._encoder = EpisodeVideoEncoder(path, fps=fps, width=width, height=height, settings=settings)
+        self._encoder = EpisodeVideoEncoder(
+            path, fps=fps, width=width, height=height, settings=settings
+        )
         self.path = self._encoder.path
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._error: BaseException | None = None
         self._finished = False
-        self._worker = threading.Thread(target=self._run, name=f"encode {self.path.name}", daemon=True)
+        self._worker = threading.Thread(
+            target=self._run, name=f"encode {self.path.name}", daemon=True
+        )
         self._worker.start()
 
     def _run(self) -> None:

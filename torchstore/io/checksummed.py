@@ -69,10 +69,18 @@ def create_checksummed(
     row_nbytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
     rows = block_rows_for(row_nbytes, chunk_bytes)
     group.create_dataset(
-        name, shape=(0, *row_shape), maxshape=(None, *row_shape), chunks=(rows, *row_shape), dtype=dtype
+        name,
+        shape=(0, *row_shape),
+        maxshape=(None, *row_shape),
+        chunks=(rows, *row_shape),
+        dtype=dtype,
     )
     sums = sums_group.create_dataset(
-        name, shape=(0, 2, 2), maxshape=(None, 2, 2), chunks=(_SUM_CHUNK_BLOCKS, 2, 2), dtype=np.uint64
+        name,
+        shape=(0, 2, 2),
+        maxshape=(None, 2, 2),
+        chunks=(_SUM_CHUNK_BLOCKS, 2, 2),
+        dtype=np.uint64,
     )
     sums.attrs["block_rows"] = rows
 
@@ -233,7 +241,9 @@ class ChecksummedDataset:
             self.data.refresh()
             self.sums.refresh()
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise IntegrityError(f"{self.label} cannot be refreshed ({exc}); the file is damaged") from exc
+            raise IntegrityError(
+                f"{self.label} cannot be refreshed ({exc}); the file is damaged"
+            ) from exc
 
     def _read_raw(self, start: int, stop: int) -> np.ndarray:
         out = np.empty((stop - start, *self.row_shape), dtype=self.dtype)
@@ -267,7 +277,11 @@ class ChecksummedDataset:
         return self._sum_cache[first : last + 1]
 
     def read(
-        self, start: int, stop: int, committed_rows: int, latest_committed: Callable[[], int] | None = None
+        self,
+        start: int,
+        stop: int,
+        committed_rows: int,
+        latest_committed: Callable[[], int] | None = None,
     ) -> np.ndarray:
         """Rows ``[start, stop)``, every block they touch verified against its hash.
 
@@ -306,7 +320,9 @@ class ChecksummedDataset:
             "on disk (corruption or truncation)"
         )
 
-    def _reverify(self, block: int, committed_rows: int, latest_committed: Callable[[], int]) -> np.ndarray:
+    def _reverify(
+        self, block: int, committed_rows: int, latest_committed: Callable[[], int]
+    ) -> np.ndarray:
         """Read one block again until it verifies, or fails against a commit that held still.
 
         The block's rows up to the newest commit are read, and the rows a reader asked for
@@ -324,7 +340,9 @@ class ChecksummedDataset:
                 try:
                     row = self.sums[block]
                 except (OSError, ValueError, KeyError, RuntimeError, IndexError) as exc:
-                    raise IntegrityError(f"{self.label} checksum table cannot be read ({exc})") from exc
+                    raise IntegrityError(
+                        f"{self.label} checksum table cannot be read ({exc})"
+                    ) from exc
                 rows = self._read_raw(a, avail)
                 if self._verified(row, rows[: z - a]) or (avail > z and self._verified(row, rows)):
                     return rows[: z - a]

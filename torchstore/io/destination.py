@@ -88,7 +88,9 @@ def check_destination(
     for source in sources:
         source = Path(source)
         if dest.exists() and _same(dest, source):
-            raise DestinationError(f"the output {dest} is the input {source}; write to another path")
+            raise DestinationError(
+                f"the output {dest} is the input {source}; write to another path"
+            )
         if source.is_dir() and _inside(dest, source):
             raise DestinationError(
                 f"the output {dest} lies inside the input folder {source}; write outside it"

@@ -47,7 +47,9 @@ def _size_rule(rel: str, got: int, size: int) -> None:
         )
 
 
-def _check_unchanged(client, rel: str, if_match: str | None, if_absent: bool, *, where: str) -> None:
+def _check_unchanged(
+    client, rel: str, if_match: str | None, if_absent: bool, *, where: str
+) -> None:
     """The conditional-write rule both folder clients share: refuse if ``rel`` changed."""
     if if_match is None and not if_absent:
         return

@@ -213,14 +213,22 @@ def _recover_after_kill(path: Path) -> None:
     # failed its checksum). Forgetting them costs the free space they tracked, nothing else.
     for prop in (b"clear_status_flags", b"skip_eof_check", b"null_fsm_addr"):
         if lib.H5Pset(fapl.id, prop, ctypes.byref(on)) < 0:
-            raise OSError(f"this HDF5 build lacks the '{prop.decode()}' property; run h5clear -s --increment=0 {path}")
+            raise OSError(
+                f"this HDF5 build lacks the '{prop.decode()}' property; run h5clear -s --increment=0 {path}"
+            )
     try:
-        fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=fapl)
+        fid = h5py.h5f.open(
+            os.fsencode(path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=fapl
+        )
     except (OSError, RuntimeError, KeyError, ValueError) as exc:
-        raise StoreFormatError(f"{path} cannot be recovered for appending (damaged?): {exc}") from exc
+        raise StoreFormatError(
+            f"{path} cannot be recovered for appending (damaged?): {exc}"
+        ) from exc
     try:
         if lib.H5Fincrement_filesize(fid.id, 0) < 0:
-            raise StoreFormatError(f"{path} cannot be recovered for appending: H5Fincrement_filesize failed")
+            raise StoreFormatError(
+                f"{path} cannot be recovered for appending: H5Fincrement_filesize failed"
+            )
     finally:
         fid.close()
 
@@ -231,7 +239,9 @@ def _open_swmr_writer(path: Path) -> h5py.File:
     # Metadata read attempts are capped as for readers: HDF5's default retries a damaged
     # object header for minutes before it gives up.
     fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
-    return h5py.File(_open_waiting_for_lock(path, h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl))
+    return h5py.File(
+        _open_waiting_for_lock(path, h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl)
+    )
 
 
 class _WriterFile(h5py.File):
@@ -277,7 +287,9 @@ def _open_locked(path: Path) -> h5py.File:
             raise StoreFormatError(f"{path} cannot be opened for appending: {exc}") from exc
     except (RuntimeError, KeyError, ValueError) as exc:
         if not _left_open_for_writing(path):
-            raise StoreFormatError(f"{path} cannot be opened for appending (damaged?): {exc}") from exc
+            raise StoreFormatError(
+                f"{path} cannot be opened for appending (damaged?): {exc}"
+            ) from exc
     # The caller holds the writer lock, so no live torchstore writer has this file open:
     # "already open for writing" is the mark of a killed one.
     _recover_after_kill(path)

@@ -36,7 +36,9 @@ def require_pyarrow():
         import pyarrow
         import pyarrow.parquet  # noqa: F401
     except ImportError as exc:
-        raise ImportError("LeRobot datasets need pyarrow: pip install 'torchstore[lerobot]'") from exc
+        raise ImportError(
+            "LeRobot datasets need pyarrow: pip install 'torchstore[lerobot]'"
+        ) from exc
     return pyarrow
 
 
@@ -61,7 +63,9 @@ def check_footer(path: str | os.PathLike, *, what: str | None = None) -> None:
         )
 
 
-def read_table(path: str | os.PathLike, *, columns: Sequence[str] | None = None, what: str | None = None):
+def read_table(
+    path: str | os.PathLike, *, columns: Sequence[str] | None = None, what: str | None = None
+):
     """A ``pyarrow.Table`` from a complete Parquet file, with errors that name the file."""
     pa = require_pyarrow()
     import pyarrow.parquet as pq
@@ -116,7 +120,9 @@ def write_tables(
         raise ValueError("write_tables needs at least one table")
     if not isinstance(use_dictionary, bool):
         use_dictionary = [c for c in use_dictionary if c in parts[0].schema.names]
-    with pq.ParquetWriter(path, parts[0].schema, compression=compression, use_dictionary=use_dictionary) as writer:
+    with pq.ParquetWriter(
+        path, parts[0].schema, compression=compression, use_dictionary=use_dictionary
+    ) as writer:
         for table in parts:
             writer.write_table(table, row_group_size=max(table.num_rows, 1))
 
@@ -134,6 +140,8 @@ def write_table_atomically(
         raise ValueError("write_table_atomically needs at least one table")
     replace_atomically(
         path,
-        lambda tmp: write_tables(tmp, tables, compression=compression, use_dictionary=use_dictionary),
+        lambda tmp: write_tables(
+            tmp, tables, compression=compression, use_dictionary=use_dictionary
+        ),
         durable=durable,
     )

@@ -53,12 +53,24 @@ def lookup3(data: bytes, initval: int = 0) -> int:
         a = (a + int.from_bytes(data[pos : pos + 4], "little")) & _MASK
         b = (b + int.from_bytes(data[pos + 4 : pos + 8], "little")) & _MASK
         c = (c + int.from_bytes(data[pos + 8 : pos + 12], "little")) & _MASK
-        a = (a - c) & _MASK; a ^= _rot(c, 4); c = (c + b) & _MASK  # noqa: E702
-        b = (b - a) & _MASK; b ^= _rot(a, 6); a = (a + c) & _MASK  # noqa: E702
-        c = (c - b) & _MASK; c ^= _rot(b, 8); b = (b + a) & _MASK  # noqa: E702
-        a = (a - c) & _MASK; a ^= _rot(c, 16); c = (c + b) & _MASK  # noqa: E702
-        b = (b - a) & _MASK; b ^= _rot(a, 19); a = (a + c) & _MASK  # noqa: E702
-        c = (c - b) & _MASK; c ^= _rot(b, 4); b = (b + a) & _MASK  # noqa: E702
+        a = (a - c) & _MASK
+        a ^= _rot(c, 4)
+        c = (c + b) & _MASK  # noqa: E702
+        b = (b - a) & _MASK
+        b ^= _rot(a, 6)
+        a = (a + c) & _MASK  # noqa: E702
+        c = (c - b) & _MASK
+        c ^= _rot(b, 8)
+        b = (b + a) & _MASK  # noqa: E702
+        a = (a - c) & _MASK
+        a ^= _rot(c, 16)
+        c = (c + b) & _MASK  # noqa: E702
+        b = (b - a) & _MASK
+        b ^= _rot(a, 19)
+        a = (a + c) & _MASK  # noqa: E702
+        c = (c - b) & _MASK
+        c ^= _rot(b, 4)
+        b = (b + a) & _MASK  # noqa: E702
         pos += 12
     tail = data[pos:]
     if not tail:
@@ -67,13 +79,20 @@ def lookup3(data: bytes, initval: int = 0) -> int:
     a = (a + int.from_bytes(tail[0:4], "little")) & _MASK
     b = (b + int.from_bytes(tail[4:8], "little")) & _MASK
     c = (c + int.from_bytes(tail[8:12], "little")) & _MASK
-    c ^= b; c = (c - _rot(b, 14)) & _MASK  # noqa: E702
-    a ^= c; a = (a - _rot(c, 11)) & _MASK  # noqa: E702
-    b ^= a; b = (b - _rot(a, 25)) & _MASK  # noqa: E702
-    c ^= b; c = (c - _rot(b, 16)) & _MASK  # noqa: E702
-    a ^= c; a = (a - _rot(c, 4)) & _MASK  # noqa: E702
-    b ^= a; b = (b - _rot(a, 14)) & _MASK  # noqa: E702
-    c ^= b; c = (c - _rot(b, 24)) & _MASK  # noqa: E702
+    c ^= b
+    c = (c - _rot(b, 14)) & _MASK  # noqa: E702
+    a ^= c
+    a = (a - _rot(c, 11)) & _MASK  # noqa: E702
+    b ^= a
+    b = (b - _rot(a, 25)) & _MASK  # noqa: E702
+    c ^= b
+    c = (c - _rot(b, 16)) & _MASK  # noqa: E702
+    a ^= c
+    a = (a - _rot(c, 4)) & _MASK  # noqa: E702
+    b ^= a
+    b = (b - _rot(a, 14)) & _MASK  # noqa: E702
+    c ^= b
+    c = (c - _rot(b, 24)) & _MASK  # noqa: E702
     return c
 
 

@@ -555,7 +555,9 @@ def append_video(current: Path | None, episode: Path, out: Path) -> tuple[float,
     return float(begin), float(end)
 
 
-def concat_videos(sources: Sequence[str | os.PathLike], out: str | os.PathLike) -> list[tuple[float, float]]:
+def concat_videos(
+    sources: Sequence[str | os.PathLike], out: str | os.PathLike
+) -> list[tuple[float, float]]:
     """Write ``out`` = the packets of every file in ``sources``, back to back (stream copy).
 
     Like :func:`append_video` for many files, one open at a time: the first keeps its
@@ -809,7 +811,9 @@ class VideoFrameReader:
         plane = frame.planes[0]
         high = frame.format.components[0].bits > 8
         dtype = np.dtype("<u2") if high else np.uint8
-        rows = np.frombuffer(plane, dtype=dtype).reshape(frame.height, plane.line_size // dtype.itemsize)
+        rows = np.frombuffer(plane, dtype=dtype).reshape(
+            frame.height, plane.line_size // dtype.itemsize
+        )
         return rows[:, : frame.width].astype(np.uint16)
 
     def _next_frame(self, number: int, from_timestamp: float, count: int, k: int):

@@ -98,7 +98,9 @@ def live_writer(path: str | os.PathLike) -> dict | None:
 def _describe(info: dict) -> str:
     if not info.get("pid"):
         return "another process"
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["since"])) if info["since"] else "?"
+    when = (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info["since"])) if info["since"] else "?"
+    )
     host = info["host"] or "?"
     return f"process {info['pid']} on host {host} (since {when})"
 
@@ -191,7 +193,12 @@ class WriterLock:
                 if now is None or (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino):
                     os.close(fd)
                     continue
-                info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), "what": what}
+                info = {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": time.time(),
+                    "what": what,
+                }
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, json.dumps(info).encode(), 0)
                 lock = cls(path, sidecar, fd)

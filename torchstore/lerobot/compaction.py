@@ -32,7 +32,14 @@ import numpy as np
 from torchstore.io.parquet import read_table, require_pyarrow, write_table_atomically, write_tables
 from torchstore.lerobot.layout import SCRATCH_DIR, data_path, episodes_path, video_path, writer_lock
 
-__all__ = ["SavedEpisode", "compact_session", "drop_covered_tables", "merge_trailing_run", "pack_by_size", "trim_to_table"]
+__all__ = [
+    "SavedEpisode",
+    "compact_session",
+    "drop_covered_tables",
+    "merge_trailing_run",
+    "pack_by_size",
+    "trim_to_table",
+]
 
 
 @dataclass
@@ -46,7 +53,9 @@ class SavedEpisode:
     row: Any = None  # its one-row episodes table (pyarrow)
 
 
-def pack_by_size(episodes: Sequence[Any], path_of: Callable[[Any], Path], cap: float) -> list[list[Any]]:
+def pack_by_size(
+    episodes: Sequence[Any], path_of: Callable[[Any], Path], cap: float
+) -> list[list[Any]]:
     """Consecutive episodes packed into files below ``cap`` bytes (LeRobot's roll-over rule:
     a file is full when its size plus the next episode's would reach the cap)."""
     groups: list[list[SavedEpisode]] = []
@@ -98,7 +107,11 @@ def compact_session(
                 target = root / data_path(*first)
                 tmp = _staging(target)
                 staged.append((tmp, target))
-                write_tables(tmp, [read_table(root / data_path(*e.data)) for e in group], use_dictionary=use_dictionary)
+                write_tables(
+                    tmp,
+                    [read_table(root / data_path(*e.data)) for e in group],
+                    use_dictionary=use_dictionary,
+                )
                 replaced += [root / data_path(*e.data) for e in group[1:]]
         columns: dict[str, list] = {"data/chunk_index": [], "data/file_index": []}
         for e in episodes:
@@ -106,7 +119,9 @@ def compact_session(
             columns["data/file_index"].append(data_of[e.index][1])
         for key in cameras:
             spans: dict[int, tuple[tuple[int, int], float, float]] = {}
-            for group in pack_by_size(episodes, lambda e, k=key: root / video_path(k, *e.videos[k]), video_cap):
+            for group in pack_by_size(
+                episodes, lambda e, k=key: root / video_path(k, *e.videos[k]), video_cap
+            ):
                 first = group[0].videos[key]
                 if len(group) == 1:
                     row = group[0].row
@@ -119,7 +134,11 @@ def compact_session(
                 target = root / video_path(key, *first)
                 tmp = _staging(target)
                 staged.append((tmp, target))
-                for e, (begin, end) in zip(group, concat_videos([root / video_path(key, *e.videos[key]) for e in group], tmp), strict=True):
+                for e, (begin, end) in zip(
+                    group,
+                    concat_videos([root / video_path(key, *e.videos[key]) for e in group], tmp),
+                    strict=True,
+                ):
                     spans[e.index] = (first, begin, end)
                 replaced += [root / video_path(key, *e.videos[key]) for e in group[1:]]
             columns[f"videos/{key}/chunk_index"] = [spans[e.index][0][0] for e in episodes]
@@ -132,7 +151,9 @@ def compact_session(
         table = pa.concat_tables([e.row for e in episodes])
         for name, values in columns.items():
             i = table.schema.get_field_index(name)
-            table = table.set_column(i, table.schema.field(i), pa.array(values, table.schema.field(i).type))
+            table = table.set_column(
+                i, table.schema.field(i), pa.array(values, table.schema.field(i).type)
+            )
         target = root / episodes_path(*meta)
         tmp = _staging(target)
         staged.append((tmp, target))  # renamed last: the commit point
@@ -173,7 +194,11 @@ def drop_covered_tables(files: Sequence[Path]) -> list[Any]:
     tables, covered = [], set()
     for path in files:
         table = read_table(path, what=str(path))
-        episodes = set(table.column("episode_index").to_pylist()) if "episode_index" in table.column_names else set()
+        episodes = (
+            set(table.column("episode_index").to_pylist())
+            if "episode_index" in table.column_names
+            else set()
+        )
         if episodes and episodes <= covered:
             path.unlink()
             continue
@@ -202,7 +227,12 @@ def merge_trailing_run(
         return False  # not a table this writer can re-point
 
     def positions(prefix: str) -> list[tuple[int, int]]:
-        return list(zip(whole.column(f"{prefix}chunk_index").to_pylist(), whole.column(f"{prefix}file_index").to_pylist()))
+        return list(
+            zip(
+                whole.column(f"{prefix}chunk_index").to_pylist(),
+                whole.column(f"{prefix}file_index").to_pylist(),
+            )
+        )
 
     data = positions("data/")
     videos = {key: positions(f"videos/{key}/") for key in cameras}
@@ -215,8 +245,19 @@ def merge_trailing_run(
         alone = table.num_rows == 1 and shared[data[i]] == 1
         if not alone or any(shared_video[k][videos[k][i]] != 1 for k in videos):
             break
-        meta = (table.column("meta/episodes/chunk_index")[0].as_py(), table.column("meta/episodes/file_index")[0].as_py())
-        run.append(SavedEpisode(table.column("episode_index")[0].as_py(), data[i], meta, {k: videos[k][i] for k in videos}, table))
+        meta = (
+            table.column("meta/episodes/chunk_index")[0].as_py(),
+            table.column("meta/episodes/file_index")[0].as_py(),
+        )
+        run.append(
+            SavedEpisode(
+                table.column("episode_index")[0].as_py(),
+                data[i],
+                meta,
+                {k: videos[k][i] for k in videos},
+                table,
+            )
+        )
     if len(run) < 2:
         return False
     compact_session(
@@ -247,11 +288,17 @@ def trim_to_table(
     referenced_video = set()
     if table is not None:
         indices = table.column("episode_index").to_pylist()
-        chunks, files = table.column("data/chunk_index").to_pylist(), table.column("data/file_index").to_pylist()
+        chunks, files = (
+            table.column("data/chunk_index").to_pylist(),
+            table.column("data/file_index").to_pylist(),
+        )
         for e, c, f in zip(indices, chunks, files, strict=True):
             episodes_in.setdefault(data_path(c, f), set()).add(e)
         for key in cameras:
-            for c, f in zip(table.column(f"videos/{key}/chunk_index").to_pylist(), table.column(f"videos/{key}/file_index").to_pylist()):
+            for c, f in zip(
+                table.column(f"videos/{key}/chunk_index").to_pylist(),
+                table.column(f"videos/{key}/file_index").to_pylist(),
+            ):
                 referenced_video.add(video_path(key, c, f))
     for path in sorted((root / "data").glob("*/*.parquet")):
         rel = path.relative_to(root).as_posix()
@@ -259,7 +306,11 @@ def trim_to_table(
             path.unlink()
             continue
         # rows of a killed save, or of episodes a killed merge left in their own files
-        episode = read_table(path, columns=["episode_index"], what=str(path)).column("episode_index").to_numpy()
+        episode = (
+            read_table(path, columns=["episode_index"], what=str(path))
+            .column("episode_index")
+            .to_numpy()
+        )
         keep = np.isin(episode, sorted(episodes_in[rel]))
         if not keep.all():
             kept = read_table(path, what=str(path)).filter(pa.array(keep))

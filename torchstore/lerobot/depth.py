@@ -59,16 +59,26 @@ def depth_coding(feature: Feature, *, source: str) -> DepthCoding:
     values = {}
     for key in ("video.depth_min", "video.depth_max", "video.shift"):
         value = info.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             raise LeRobotFormatError(
                 f"{source}: depth feature {feature.name!r} needs a number for info[{key!r}], got {value!r}"
             )
         values[key] = float(value)
     use_log = info.get("video.use_log")
     if not isinstance(use_log, bool):
-        raise LeRobotFormatError(f"{source}: depth feature {feature.name!r} needs true/false for info['video.use_log'], got {use_log!r}")
-    coding = DepthCoding(values["video.depth_min"], values["video.depth_max"], values["video.shift"], use_log)
-    if not coding.depth_min < coding.depth_max or (use_log and coding.depth_min + coding.shift <= 0):
+        raise LeRobotFormatError(
+            f"{source}: depth feature {feature.name!r} needs true/false for info['video.use_log'], got {use_log!r}"
+        )
+    coding = DepthCoding(
+        values["video.depth_min"], values["video.depth_max"], values["video.shift"], use_log
+    )
+    if not coding.depth_min < coding.depth_max or (
+        use_log and coding.depth_min + coding.shift <= 0
+    ):
         raise LeRobotFormatError(
             f"{source}: depth feature {feature.name!r} has depth_min {coding.depth_min}, depth_max "
             f"{coding.depth_max}, shift {coding.shift}: needs depth_min < depth_max and, for the "

@@ -29,7 +29,9 @@ class EpisodeRow:
     data: tuple[int, int]
     from_index: int
     stats: Mapping[str, Mapping[str, np.ndarray]]
-    videos: dict[str, tuple[tuple[int, int], float, float]] = field(default_factory=dict)  # pos, from, to
+    videos: dict[str, tuple[tuple[int, int], float, float]] = field(
+        default_factory=dict
+    )  # pos, from, to
 
 
 def _nested(values: np.ndarray, element) -> Any:
@@ -39,7 +41,9 @@ def _nested(values: np.ndarray, element) -> Any:
     nested = pa.array(values.reshape(-1), type=element)
     for size in reversed(shape):
         count = len(nested) // size
-        nested = pa.ListArray.from_arrays(pa.array(np.arange(count + 1, dtype=np.int32) * size), nested)
+        nested = pa.ListArray.from_arrays(
+            pa.array(np.arange(count + 1, dtype=np.int32) * size), nested
+        )
     return nested
 
 
@@ -60,8 +64,14 @@ def episodes_table(rows: Sequence[EpisodeRow], meta: tuple[int, int]):
         columns += [
             (f"videos/{key}/chunk_index", pa.array([r.videos[key][0][0] for r in rows], ints)),
             (f"videos/{key}/file_index", pa.array([r.videos[key][0][1] for r in rows], ints)),
-            (f"videos/{key}/from_timestamp", pa.array([r.videos[key][1] for r in rows], pa.float64())),
-            (f"videos/{key}/to_timestamp", pa.array([r.videos[key][2] for r in rows], pa.float64())),
+            (
+                f"videos/{key}/from_timestamp",
+                pa.array([r.videos[key][1] for r in rows], pa.float64()),
+            ),
+            (
+                f"videos/{key}/to_timestamp",
+                pa.array([r.videos[key][2] for r in rows], pa.float64()),
+            ),
         ]
     for name, first in rows[0].stats.items():
         for stat in STAT_NAMES:

@@ -51,10 +51,17 @@ class ExportSummary:
 
 
 def _is_camera(spec) -> bool:
-    return spec.dtype == torch.uint8 and len(spec.shape) == 3 and spec.shape[-1] == 3 and spec.quantize is None
+    return (
+        spec.dtype == torch.uint8
+        and len(spec.shape) == 3
+        and spec.shape[-1] == 3
+        and spec.quantize is None
+    )
 
 
-def features_for_store(store, *, columns: Sequence[str] | None = None, cameras: str | None = None) -> dict[str, tuple[str, dict]]:
+def features_for_store(
+    store, *, columns: Sequence[str] | None = None, cameras: str | None = None
+) -> dict[str, tuple[str, dict]]:
     """``{store column: (feature name, feature spec)}`` for an export of ``store``.
 
     ``cameras``: ``"video"`` or ``"image"`` for every camera, or None (imported cameras
@@ -74,7 +81,9 @@ def features_for_store(store, *, columns: Sequence[str] | None = None, cameras: 
                 )
             continue
         if spec.name in known and known[spec.name].get("dtype") == "language":
-            log.warning("column %r holds LeRobot language annotations, which are not exported", spec.name)
+            log.warning(
+                "column %r holds LeRobot language annotations, which are not exported", spec.name
+            )
             continue
         info = known.get(spec.name, {}).get("info") or {}
         if info.get("is_depth_map") or info.get("video.is_depth_map"):
@@ -89,13 +98,23 @@ def features_for_store(store, *, columns: Sequence[str] | None = None, cameras: 
         name = spec.name.replace("/", ".")
         if _is_camera(spec):
             h, w, c = spec.shape
-            feature = {"dtype": cameras or "video", "shape": [h, w, c], "names": ["height", "width", "channels"]}
+            feature = {
+                "dtype": cameras or "video",
+                "shape": [h, w, c],
+                "names": ["height", "width", "channels"],
+            }
         else:
-            feature = {"dtype": str(spec.dtype).removeprefix("torch."), "shape": list(spec.shape) or [1], "names": None}
+            feature = {
+                "dtype": str(spec.dtype).removeprefix("torch."),
+                "shape": list(spec.shape) or [1],
+                "names": None,
+            }
         out[spec.name] = (name, feature)
     names = [n for n, _ in out.values()]
     if len(set(names)) != len(names):
-        raise LeRobotFormatError(f"store columns map to clashing LeRobot feature names: {sorted(names)}")
+        raise LeRobotFormatError(
+            f"store columns map to clashing LeRobot feature names: {sorted(names)}"
+        )
     if not out:
         raise LeRobotFormatError("no columns to export")
     return out
@@ -148,7 +167,9 @@ def export_lerobot(
             )
         mapping = features_for_store(store, columns=columns, cameras=cameras)
         tasks_table = lerobot.get("tasks")
-        use_task_index = task is None and tasks_table and "task_index" in {c.name for c in store.columns}
+        use_task_index = (
+            task is None and tasks_table and "task_index" in {c.name for c in store.columns}
+        )
         default_task = task or store.manifest.env_id or "default"
         partial = root.with_name(f".{root.name}.exporting")
         if partial.exists():
@@ -174,12 +195,16 @@ def export_lerobot(
                         if spec["dtype"] == "string":  # codes back to the imported strings
                             table = (lerobot.get("string_tables") or {}).get(column)
                             if table is None:
-                                raise LeRobotFormatError(f"column {column!r}: no string table to export it with")
+                                raise LeRobotFormatError(
+                                    f"column {column!r}: no string table to export it with"
+                                )
                             rows[name] = [table[int(c)] for c in rows[name]]
                     if use_task_index:
                         idx = td["task_index"].numpy()
                         if idx.min() < 0 or idx.max() >= len(tasks_table):
-                            raise LeRobotFormatError(f"episode {i}: task_index outside the imported task table")
+                            raise LeRobotFormatError(
+                                f"episode {i}: task_index outside the imported task table"
+                            )
                         episode_task: Any = [tasks_table[j] for j in idx]
                     else:
                         episode_task = default_task
@@ -210,7 +235,10 @@ _SLAB_BYTES = 64 * 2**20
 
 def _episodes(store, columns: list[str]):
     """``(index, rows)`` of every episode, read a slab of consecutive episodes at a time."""
-    row_bytes = sum(int(np.prod(store.column(c).shape, dtype=np.int64)) * store.column(c).dtype.itemsize for c in columns)
+    row_bytes = sum(
+        int(np.prod(store.column(c).shape, dtype=np.int64)) * store.column(c).dtype.itemsize
+        for c in columns
+    )
     budget = max(1, _SLAB_BYTES // max(row_bytes, 1))
     n = store.num_episodes
     bounds = [store.episodes.range(e) for e in range(n)]
@@ -231,4 +259,3 @@ def _episodes(store, columns: list[str]):
 def _leaf(td, column: str) -> np.ndarray:
     key: Any = tuple(column.split("/")) if "/" in column else column
     return td.get(key).numpy()
-

@@ -77,7 +77,12 @@ class Feature:
     def from_json(cls, name: str, spec: Any, *, source: str = "info.json") -> Feature:
         if not isinstance(spec, Mapping):
             raise LeRobotFormatError(f"{source}: feature {name!r} must be an object, got {spec!r}")
-        if not isinstance(name, str) or not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+        if (
+            not isinstance(name, str)
+            or not name
+            or name in (".", "..")
+            or any(c in name for c in "/\\\0")
+        ):
             raise LeRobotFormatError(
                 f"{source}: feature name {name!r} is empty, contains '/', '\\' or NUL, or is "
                 "'.' or '..' (LeRobot uses it as a folder name and a column-name part)"
@@ -102,7 +107,14 @@ class Feature:
         if info is not None and not isinstance(info, Mapping):
             raise LeRobotFormatError(f"{source}: feature {name!r} info must be an object")
         extra = {k: v for k, v in spec.items() if k not in ("dtype", "shape", "names", "info")}
-        return cls(name, dtype, tuple(shape), spec.get("names"), None if info is None else dict(info), extra)
+        return cls(
+            name,
+            dtype,
+            tuple(shape),
+            spec.get("names"),
+            None if info is None else dict(info),
+            extra,
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape), "names": self.names}
@@ -173,7 +185,9 @@ class Feature:
         try:
             return ColumnSpec(name or self.name, dtype, self.value_shape)
         except ColumnError as exc:
-            raise LeRobotFormatError(f"feature {self.name!r} cannot become a column: {exc}") from exc
+            raise LeRobotFormatError(
+                f"feature {self.name!r} cannot become a column: {exc}"
+            ) from exc
 
     # ----------------------------------------------------------------- arrow
     def arrow_type(self):
@@ -201,7 +215,9 @@ class Feature:
         metadata = None
         if self.is_numeric and len(self.shape) >= 2:
             if len(self.shape) > 5:
-                raise LeRobotFormatError(f"feature {self.name!r}: LeRobot supports up to 5-D arrays")
+                raise LeRobotFormatError(
+                    f"feature {self.name!r}: LeRobot supports up to 5-D arrays"
+                )
             metadata = {
                 b"ARROW:extension:name": _EXTENSION_NAMES[len(self.shape)].encode(),
                 b"ARROW:extension:metadata": json.dumps([list(self.shape), self.dtype]).encode(),
@@ -251,16 +267,25 @@ class Feature:
             column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
         n = len(column)
         if column.null_count:
-            raise LeRobotFormatError(f"{source}: column {self.name!r} has {column.null_count} null values")
+            raise LeRobotFormatError(
+                f"{source}: column {self.name!r} has {column.null_count} null values"
+            )
         values = column
         depth = 0
-        while pa.types.is_list(values.type) or pa.types.is_large_list(values.type) or pa.types.is_fixed_size_list(values.type):
+        while (
+            pa.types.is_list(values.type)
+            or pa.types.is_large_list(values.type)
+            or pa.types.is_fixed_size_list(values.type)
+        ):
             if pa.types.is_fixed_size_list(values.type):
                 values = values.flatten()
             else:
                 lengths = pc.list_value_length(values)
                 want = self.shape[depth] if depth < len(self.shape) else None
-                if want is None or (len(lengths) and (pc.min(lengths).as_py() != want or pc.max(lengths).as_py() != want)):
+                if want is None or (
+                    len(lengths)
+                    and (pc.min(lengths).as_py() != want or pc.max(lengths).as_py() != want)
+                ):
                     raise LeRobotFormatError(
                         f"{source}: column {self.name!r} holds lists whose lengths disagree with "
                         f"the feature shape {list(self.shape)} from info.json"
@@ -272,7 +297,9 @@ class Feature:
         try:
             flat = values.to_numpy(zero_copy_only=False)
         except (pa.ArrowException, ValueError) as exc:
-            raise LeRobotFormatError(f"{source}: column {self.name!r} is not numeric ({values.type})") from exc
+            raise LeRobotFormatError(
+                f"{source}: column {self.name!r} is not numeric ({values.type})"
+            ) from exc
         size = int(np.prod(self.shape))
         if flat.size != n * size:
             raise LeRobotFormatError(

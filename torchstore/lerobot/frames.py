@@ -27,9 +27,13 @@ def features_from_user(features: Mapping[str, Any]) -> dict[str, Feature]:
             raise LeRobotFormatError(
                 f"feature {name!r} is one of LeRobot's default features; it is filled in automatically"
             )
-        feature = spec if isinstance(spec, Feature) else Feature.from_json(name, spec, source="features")
+        feature = (
+            spec if isinstance(spec, Feature) else Feature.from_json(name, spec, source="features")
+        )
         if feature.dtype == "language":
-            raise LeRobotFormatError(f"feature {name!r}: 'language' features are written by annotation tools")
+            raise LeRobotFormatError(
+                f"feature {name!r}: 'language' features are written by annotation tools"
+            )
         out[name] = feature
     return out
 
@@ -60,7 +64,9 @@ def camera_frames(feature: Feature, value: Any, *, batched: bool) -> np.ndarray:
                 f"feature {feature.name!r}: float frames must lie in [0, 1]; pass uint8 for 0..255"
             )
         return np.ascontiguousarray((arr * 255).round().astype(np.uint8))
-    raise LeRobotFormatError(f"feature {feature.name!r} expects uint8 (or float in [0, 1]) frames, got {arr.dtype}")
+    raise LeRobotFormatError(
+        f"feature {feature.name!r} expects uint8 (or float in [0, 1]) frames, got {arr.dtype}"
+    )
 
 
 def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndarray:
@@ -79,9 +85,8 @@ def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndar
     if arr.dtype != want:
         # same family only (Python floats for float32 are fine; ints for floats are not)
         family = {"b": "b", "i": "int", "u": "int", "f": "f"}
-        same_kind = (
-            family.get(arr.dtype.kind) == family.get(want.kind)
-            and np.can_cast(arr.dtype, want, casting="same_kind")
+        same_kind = family.get(arr.dtype.kind) == family.get(want.kind) and np.can_cast(
+            arr.dtype, want, casting="same_kind"
         )
         if arr.dtype == object or not same_kind:
             raise LeRobotFormatError(
@@ -89,4 +94,8 @@ def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndar
             )
         arr = arr.astype(want)
     n = 1 if rows is None else rows
-    return arr.reshape(n, *feature.value_shape) if rows is not None else arr.reshape(feature.value_shape)
+    return (
+        arr.reshape(n, *feature.value_shape)
+        if rows is not None
+        else arr.reshape(feature.value_shape)
+    )

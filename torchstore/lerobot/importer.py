@@ -52,7 +52,9 @@ class ImportSummary:
     seconds: float
 
     def __str__(self) -> str:
-        skipped = f", skipped {len(self.skipped_rejected)} rejected" if self.skipped_rejected else ""
+        skipped = (
+            f", skipped {len(self.skipped_rejected)} rejected" if self.skipped_rejected else ""
+        )
         rate = self.frames / self.seconds if self.seconds > 0 else float("inf")
         return (
             f"imported {self.episodes} episodes, {self.frames} frames from {self.source} to "
@@ -60,7 +62,9 @@ class ImportSummary:
         )
 
 
-def locate_dataset(source: str | os.PathLike, *, revision: str | None = None, progress: bool = True) -> Path:
+def locate_dataset(
+    source: str | os.PathLike, *, revision: str | None = None, progress: bool = True
+) -> Path:
     """A local folder as is; a Hub repo id (``"user/name"``) downloaded into the Hub cache."""
     path = Path(source)
     if path.exists():
@@ -72,7 +76,9 @@ def locate_dataset(source: str | os.PathLike, *, revision: str | None = None, pr
         from torchstore.lerobot.hub import download_lerobot
 
         return download_lerobot(text, revision=revision, progress=progress)
-    raise FileNotFoundError(f"{source} is neither a local folder nor a Hub repo id like 'user/name'")
+    raise FileNotFoundError(
+        f"{source} is neither a local folder nor a Hub repo id like 'user/name'"
+    )
 
 
 def _selected(source: LeRobotSource, episodes: Iterable[int] | None, include_rejected: bool):
@@ -83,7 +89,9 @@ def _selected(source: LeRobotSource, episodes: Iterable[int] | None, include_rej
         wanted = sorted(set(int(i) for i in episodes))
         missing = [i for i in wanted if i not in available]
         if missing:
-            raise LeRobotFormatError(f"{source.root} has episodes 0..{len(available) - 1}; no {missing}")
+            raise LeRobotFormatError(
+                f"{source.root} has episodes 0..{len(available) - 1}; no {missing}"
+            )
     skipped = tuple(i for i in wanted if i in source.rejected and not include_rejected)
     return [available[i] for i in wanted if i not in skipped], skipped
 
@@ -139,21 +147,31 @@ def import_lerobot(
                 names = [n for n in names if n not in _NOT_IMPORTED]
         chosen, skipped = _selected(src, episodes, include_rejected)
         if skipped:
-            log.warning("skipping %d rejected episodes of %s: %s", len(skipped), root, list(skipped))
+            log.warning(
+                "skipping %d rejected episodes of %s: %s", len(skipped), root, list(skipped)
+            )
         if not chosen:
-            raise LeRobotFormatError(f"{root}: no episodes left to import ({len(skipped)} rejected, skipped)")
+            raise LeRobotFormatError(
+                f"{root}: no episodes left to import ({len(skipped)} rejected, skipped)"
+            )
         specs = [
-            sidecar.columns[n] if sidecar is not None and n in sidecar.columns else src.features[n].column_spec()
+            sidecar.columns[n]
+            if sidecar is not None and n in sidecar.columns
+            else src.features[n].column_spec()
             for n in names
         ]
-        known_tables = ((sidecar.metadata.get("lerobot") or {}).get("string_tables") or {}) if sidecar else {}
+        known_tables = (
+            ((sidecar.metadata.get("lerobot") or {}).get("string_tables") or {}) if sidecar else {}
+        )
         strings = {}
         for n, spec in zip(names, specs, strict=True):
             if src.features[n].is_text:
                 seen = _scan_strings(src, n)
                 known = known_tables.get(spec.name)
                 # an exported store's codes stay its own when its table still covers the strings
-                strings[n] = list(known) if isinstance(known, list) and set(seen) <= set(known) else seen
+                strings[n] = (
+                    list(known) if isinstance(known, list) and set(seen) <= set(known) else seen
+                )
         for name, table in strings.items():
             src._string_tables[name] = {s: i for i, s in enumerate(table)}
         if sidecar is not None:
@@ -179,10 +197,14 @@ def import_lerobot(
         frames = 0
         bar = _bar(sum(e.length for e in chosen), progress, f"import {root.name}")
         try:
-            with TrajectoryStoreWriter(partial, specs, env_id=env_id, seed=seed, metadata=metadata, overwrite=True) as writer:
+            with TrajectoryStoreWriter(
+                partial, specs, env_id=env_id, seed=seed, metadata=metadata, overwrite=True
+            ) as writer:
                 # the store is renamed into place only when complete, so a commit per episode
                 # buys nothing: episodes go in slabs of up to _SLAB_BYTES, one commit each
-                frame_bytes = sum(int(np.prod(s.shape, dtype=np.int64)) * s.storage_dtype.itemsize for s in specs)
+                frame_bytes = sum(
+                    int(np.prod(s.shape, dtype=np.int64)) * s.storage_dtype.itemsize for s in specs
+                )
                 for batch in _batches(chosen, max(1, _SLAB_BYTES // max(frame_bytes, 1))):
                     values = src.read_episodes(batch, names, tolerance_s=tolerance_s)
                     total = sum(e.length for e in batch)
@@ -190,7 +212,11 @@ def import_lerobot(
                         spec.name: values[n].reshape(total, *spec.shape)
                         for n, spec in zip(names, specs, strict=True)
                     }
-                    writer.add_episodes(rows, [e.length for e in batch], [_episode_meta(src, sidecar, e) for e in batch])
+                    writer.add_episodes(
+                        rows,
+                        [e.length for e in batch],
+                        [_episode_meta(src, sidecar, e) for e in batch],
+                    )
                     frames += total
                     if bar is not None:
                         bar.update(total)
@@ -201,14 +227,20 @@ def import_lerobot(
         finally:
             if bar is not None:
                 bar.close()
-    return ImportSummary(dest, str(source), len(chosen), frames, skipped, time.perf_counter() - started)
+    return ImportSummary(
+        dest, str(source), len(chosen), frames, skipped, time.perf_counter() - started
+    )
 
 
 def _episode_meta(src: LeRobotSource, sidecar, entry) -> dict:
     """The store metadata of one imported episode: the exported store's own, else where it came from."""
     if sidecar is not None and entry.index < len(sidecar.episodes):
         return sidecar.episodes[entry.index]
-    meta = {"lerobot_episode_index": entry.index, "dataset_from_index": entry.from_index, "tasks": list(entry.tasks)}
+    meta = {
+        "lerobot_episode_index": entry.index,
+        "dataset_from_index": entry.from_index,
+        "tasks": list(entry.tasks),
+    }
     if entry.index in src.rejected:
         meta["rejected"] = src.rejected[entry.index].reason
     return meta
@@ -241,7 +273,13 @@ def _scan_strings(src: LeRobotSource, name: str) -> list[str]:
     for rel in dict.fromkeys(e.data_file for e in src.episodes):
         table = read_table(src.root / rel, columns=[name], what=str(src.root / rel))
         feature = src.features[name]
-        seen.update(dict.fromkeys(cell_text(feature, v) for v in table.column(name).to_pylist() if v is not None or feature.dtype == "language"))
+        seen.update(
+            dict.fromkeys(
+                cell_text(feature, v)
+                for v in table.column(name).to_pylist()
+                if v is not None or feature.dtype == "language"
+            )
+        )
     return list(seen)
 
 

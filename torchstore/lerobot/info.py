@@ -21,7 +21,14 @@ from torchstore.lerobot.layout import (
     VIDEO_PATH,
 )
 
-__all__ = ["read_info", "read_json", "new_info", "write_json_atomically", "codebase_major_minor", "info_features"]
+__all__ = [
+    "read_info",
+    "read_json",
+    "new_info",
+    "write_json_atomically",
+    "codebase_major_minor",
+    "info_features",
+]
 
 
 def codebase_major_minor(version: Any, *, source: str) -> tuple[int, int]:
@@ -31,7 +38,9 @@ def codebase_major_minor(version: Any, *, source: str) -> tuple[int, int]:
     try:
         major, minor = (int(p) for p in version[1:].split(".")[:2])
     except ValueError:
-        raise LeRobotFormatError(f"{source}: codebase_version {version!r} is not like 'v3.0'") from None
+        raise LeRobotFormatError(
+            f"{source}: codebase_version {version!r} is not like 'v3.0'"
+        ) from None
     return major, minor
 
 
@@ -81,7 +90,9 @@ def read_info(root: str | os.PathLike) -> dict[str, Any]:
     parse_features(info["features"], source=str(path))
     for key in ("total_episodes", "total_frames"):
         value = info.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
             raise LeRobotFormatError(f"{path}: {key} must be a non-negative int, got {value!r}")
     return info
 

@@ -45,7 +45,9 @@ def read_rejected(root: str | os.PathLike) -> dict[int, RejectedEpisode]:
             index = item["episode_index"]
             if isinstance(index, bool) or not isinstance(index, int) or index < 0:
                 raise TypeError
-            out[index] = RejectedEpisode(index, str(item.get("reason", "")), str(item.get("time", "")))
+            out[index] = RejectedEpisode(
+                index, str(item.get("reason", "")), str(item.get("time", ""))
+            )
         except (TypeError, KeyError):
             raise LeRobotFormatError(
                 f"{path}: entry {item!r} needs a non-negative int 'episode_index'"
@@ -56,6 +58,4 @@ def read_rejected(root: str | os.PathLike) -> dict[int, RejectedEpisode]:
 def write_rejected(root: str | os.PathLike, rejected: dict[int, RejectedEpisode]) -> None:
     from torchstore.lerobot.info import write_json_atomically
 
-    write_json_atomically(
-        Path(root) / REJECTED, [asdict(rejected[i]) for i in sorted(rejected)]
-    )
+    write_json_atomically(Path(root) / REJECTED, [asdict(rejected[i]) for i in sorted(rejected)])

@@ -97,7 +97,9 @@ def read_sidecar(root: str | os.PathLike, features: Mapping[str, Feature]) -> Si
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
         raise bad(f"not a torchstore sidecar (format must be {_FORMAT!r})")
     if data.get("version") != _VERSION:
-        raise bad(f"version {data.get('version')!r} is not supported (this torchstore reads {_VERSION})")
+        raise bad(
+            f"version {data.get('version')!r} is not supported (this torchstore reads {_VERSION})"
+        )
     items = data.get("columns")
     if not isinstance(items, list) or not items:
         raise bad("'columns' must be a non-empty list")
@@ -113,13 +115,25 @@ def read_sidecar(root: str | os.PathLike, features: Mapping[str, Feature]) -> Si
         except ColumnError as exc:
             raise bad(f"column of feature {feature!r}: {exc}") from None
         if feature not in features:
-            log.warning("%s names feature %r, which %s no longer has: the sidecar is ignored", path, feature, root)
+            log.warning(
+                "%s names feature %r, which %s no longer has: the sidecar is ignored",
+                path,
+                feature,
+                root,
+            )
             return None
         want = features[feature].value_shape
         if tuple(spec.shape) != want and int(_size(spec.shape)) != int(_size(want)):
-            raise bad(f"column {spec.name!r} has shape {list(spec.shape)}, feature {feature!r} holds {list(want)}")
+            raise bad(
+                f"column {spec.name!r} has shape {list(spec.shape)}, feature {feature!r} holds {list(want)}"
+            )
         columns[feature] = spec
-    env_id, seed, metadata, episodes = data.get("env_id"), data.get("seed"), data.get("metadata"), data.get("episodes")
+    env_id, seed, metadata, episodes = (
+        data.get("env_id"),
+        data.get("seed"),
+        data.get("metadata"),
+        data.get("episodes"),
+    )
     if env_id is not None and not isinstance(env_id, str):
         raise bad(f"env_id must be a string or null, got {env_id!r:.80}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):

@@ -53,13 +53,17 @@ def _format(template: str, what: str, **values: Any) -> str:
     try:
         return template.format(**values)
     except (KeyError, IndexError, ValueError) as exc:
-        raise LeRobotFormatError(f"info.json {what} template {template!r} cannot be filled ({exc})") from None
+        raise LeRobotFormatError(
+            f"info.json {what} template {template!r} cannot be filled ({exc})"
+        ) from None
 
 
 def _task_list(indices: list, texts: list, path: Path) -> list[str]:
     order = sorted(range(len(indices)), key=lambda i: indices[i])
     if [indices[i] for i in order] != list(range(len(indices))):
-        raise LeRobotFormatError(f"{path}: task_index values must be 0..{len(indices) - 1}, got {sorted(indices)}")
+        raise LeRobotFormatError(
+            f"{path}: task_index values must be 0..{len(indices) - 1}, got {sorted(indices)}"
+        )
     if any(not isinstance(t, str) for t in texts):
         raise LeRobotFormatError(f"{path}: every task must be a string")
     return [texts[i] for i in order]
@@ -82,8 +86,12 @@ def read_tasks(path: Path) -> list[str]:
             index_columns = []
         column = next((c for c in index_columns if isinstance(c, str) and c in names), None)
     if "task_index" not in names or column is None:
-        raise LeRobotFormatError(f"{path} needs a 'task_index' column and a 'task' column, has {sorted(names)}")
-    return _task_list(table.column("task_index").to_pylist(), table.column(column).to_pylist(), path)
+        raise LeRobotFormatError(
+            f"{path} needs a 'task_index' column and a 'task' column, has {sorted(names)}"
+        )
+    return _task_list(
+        table.column("task_index").to_pylist(), table.column(column).to_pylist(), path
+    )
 
 
 class LeRobotSource:
@@ -139,7 +147,9 @@ class LeRobotSource:
                 except UnsafePathError:
                     raise LeRobotFormatError(str(exc)) from None
                 target = (self.root / rel).resolve()
-                if target.is_relative_to(blobs.resolve()) or target.is_relative_to(self.root.resolve()):
+                if target.is_relative_to(blobs.resolve()) or target.is_relative_to(
+                    self.root.resolve()
+                ):
                     return self.root / rel
             raise LeRobotFormatError(str(exc)) from None
 
@@ -149,7 +159,9 @@ class LeRobotSource:
 
     def _is_empty_recording(self) -> bool:
         """A v3.0 folder whose recorder saved no episode: info.json only, 0 episodes."""
-        return self.info.get("total_episodes") == 0 and not any((self.root / "meta" / "episodes").glob("*/*.parquet"))
+        return self.info.get("total_episodes") == 0 and not any(
+            (self.root / "meta" / "episodes").glob("*/*.parquet")
+        )
 
     def _read_tasks_v3(self) -> list[str]:
         if self._is_empty_recording() and not (self.root / TASKS).exists():
@@ -164,7 +176,6 @@ class LeRobotSource:
         except (KeyError, TypeError):
             raise LeRobotFormatError(f"{path}: every line needs 'task_index' and 'task'") from None
 
-
     @staticmethod
     def _jsonl(path: Path) -> list[dict]:
         try:
@@ -178,7 +189,9 @@ class LeRobotSource:
             try:
                 row = json.loads(line)
             except ValueError as exc:
-                raise LeRobotFormatError(f"{path} line {number} is not valid JSON ({exc})") from None
+                raise LeRobotFormatError(
+                    f"{path} line {number} is not valid JSON ({exc})"
+                ) from None
             if not isinstance(row, dict):
                 raise LeRobotFormatError(f"{path} line {number} must be a JSON object")
             rows.append(row)
@@ -195,9 +208,21 @@ class LeRobotSource:
                 "finalized (a LeRobot recording killed before finalize() leaves none)"
             )
         cameras = [n for n, f in self.features.items() if f.is_video]
-        wanted = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
+        wanted = [
+            "episode_index",
+            "tasks",
+            "length",
+            "data/chunk_index",
+            "data/file_index",
+            "dataset_from_index",
+            "dataset_to_index",
+        ]
         for key in cameras:
-            wanted += [f"videos/{key}/chunk_index", f"videos/{key}/file_index", f"videos/{key}/from_timestamp"]
+            wanted += [
+                f"videos/{key}/chunk_index",
+                f"videos/{key}/file_index",
+                f"videos/{key}/from_timestamp",
+            ]
         tables = []
         for path in files:
             import pyarrow.parquet as pq
@@ -208,7 +233,9 @@ class LeRobotSource:
             if missing:
                 raise LeRobotFormatError(f"{path} lacks episode columns {missing}")
             tables.append(read_table(path, columns=wanted, what=str(path)))
-        table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+        table = (
+            pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
+        )
         cols = {name: table.column(name).to_pylist() for name in wanted}
         data_template = self.info.get("data_path") or DATA_PATH
         video_template = self.info.get("video_path") or VIDEO_PATH
@@ -263,17 +290,27 @@ class LeRobotSource:
         for row in rows:
             index, length = row.get("episode_index"), row.get("length")
             if not isinstance(index, int) or not isinstance(length, int) or length < 1:
-                raise LeRobotFormatError(f"{path}: {row!r} needs int 'episode_index' and a positive 'length'")
+                raise LeRobotFormatError(
+                    f"{path}: {row!r} needs int 'episode_index' and a positive 'length'"
+                )
             chunk = index // chunks_size
             videos = {
                 key: (
-                    _format(video_template, "video_path", episode_chunk=chunk, video_key=key, episode_index=index),
+                    _format(
+                        video_template,
+                        "video_path",
+                        episode_chunk=chunk,
+                        video_key=key,
+                        episode_index=index,
+                    ),
                     0.0,
                 )
                 for key in cameras
             }
             data = _format(data_template, "data_path", episode_chunk=chunk, episode_index=index)
-            entries.append(EpisodeEntry(index, length, tuple(row.get("tasks") or ()), data, start, videos))
+            entries.append(
+                EpisodeEntry(index, length, tuple(row.get("tasks") or ()), data, start, videos)
+            )
             start += length
         self._check_order(entries, str(path))
         return entries
@@ -342,14 +379,25 @@ class LeRobotSource:
         start = int(hits[0])
         span = index[start : start + entry.length]
         if not np.array_equal(span, np.arange(entry.from_index, entry.from_index + entry.length)):
-            raise LeRobotFormatError(f"{where}: the 'index' column of episode {entry.index} is not contiguous")
+            raise LeRobotFormatError(
+                f"{where}: the 'index' column of episode {entry.index} is not contiguous"
+            )
         sliced = table.slice(start, entry.length)
-        for name, expected in (("episode_index", np.full(entry.length, entry.index)), ("frame_index", np.arange(entry.length))):
-            if name in sliced.column_names and not np.array_equal(self._column(sliced, name, entry.data_file), expected):
-                raise LeRobotFormatError(f"{where}: column {name!r} is wrong for episode {entry.index}")
+        for name, expected in (
+            ("episode_index", np.full(entry.length, entry.index)),
+            ("frame_index", np.arange(entry.length)),
+        ):
+            if name in sliced.column_names and not np.array_equal(
+                self._column(sliced, name, entry.data_file), expected
+            ):
+                raise LeRobotFormatError(
+                    f"{where}: column {name!r} is wrong for episode {entry.index}"
+                )
         return sliced, start
 
-    def read_episode(self, entry: EpisodeEntry, names: Iterable[str], *, tolerance_s: float | None = None) -> dict[str, np.ndarray]:
+    def read_episode(
+        self, entry: EpisodeEntry, names: Iterable[str], *, tolerance_s: float | None = None
+    ) -> dict[str, np.ndarray]:
         """The frames of one episode for the features ``names``, as numpy arrays."""
         rows, _ = self._rows_of(entry)
         out: dict[str, np.ndarray] = {}
@@ -363,11 +411,21 @@ class LeRobotSource:
                 out[name] = self._strings(rows, entry, feature)
             else:
                 if name not in rows.column_names:
-                    raise LeRobotFormatError(f"{self.root / entry.data_file} has no column for feature {name!r}")
-                out[name] = feature.from_arrow(rows.column(name), source=str(self.root / entry.data_file))
+                    raise LeRobotFormatError(
+                        f"{self.root / entry.data_file} has no column for feature {name!r}"
+                    )
+                out[name] = feature.from_arrow(
+                    rows.column(name), source=str(self.root / entry.data_file)
+                )
         return out
 
-    def read_episodes(self, entries: Sequence[EpisodeEntry], names: Iterable[str], *, tolerance_s: float | None = None) -> dict[str, np.ndarray]:
+    def read_episodes(
+        self,
+        entries: Sequence[EpisodeEntry],
+        names: Iterable[str],
+        *,
+        tolerance_s: float | None = None,
+    ) -> dict[str, np.ndarray]:
         """The frames of consecutive ``entries`` concatenated, for the features ``names``.
 
         Episodes stored back to back in one data file are read as one slice (one Arrow
@@ -391,7 +449,9 @@ class LeRobotSource:
         if not (0 <= start and start + total <= len(index)) or not np.array_equal(
             index[start : start + total], np.arange(first.from_index, first.from_index + total)
         ):
-            parts = [self.read_episode(e, names, tolerance_s=tolerance_s) for e in entries]  # precise errors
+            parts = [
+                self.read_episode(e, names, tolerance_s=tolerance_s) for e in entries
+            ]  # precise errors
             return {n: np.concatenate([p[n] for p in parts]) for n in names}
         rows = table.slice(start, total)
         lengths = np.array([e.length for e in entries])
@@ -401,7 +461,9 @@ class LeRobotSource:
             "frame_index": np.arange(total) - np.repeat(offsets, lengths),
         }
         for name, want in expected.items():
-            if name in rows.column_names and not np.array_equal(self._column(rows, name, first.data_file), want):
+            if name in rows.column_names and not np.array_equal(
+                self._column(rows, name, first.data_file), want
+            ):
                 raise LeRobotFormatError(
                     f"{self.root / first.data_file}: column {name!r} is wrong for episodes "
                     f"{first.index}..{entries[-1].index}"
@@ -411,13 +473,22 @@ class LeRobotSource:
             feature = self.features[name]
             if feature.is_numeric:
                 if name not in rows.column_names:
-                    raise LeRobotFormatError(f"{self.root / first.data_file} has no column for feature {name!r}")
-                out[name] = feature.from_arrow(rows.column(name), source=str(self.root / first.data_file))
+                    raise LeRobotFormatError(
+                        f"{self.root / first.data_file} has no column for feature {name!r}"
+                    )
+                out[name] = feature.from_arrow(
+                    rows.column(name), source=str(self.root / first.data_file)
+                )
             elif feature.is_video:
-                out[name] = np.concatenate([self._video_frames(e, feature, tolerance_s) for e in entries])
+                out[name] = np.concatenate(
+                    [self._video_frames(e, feature, tolerance_s) for e in entries]
+                )
             elif feature.dtype == "image":
                 out[name] = np.concatenate(
-                    [self._image_frames(rows.slice(o, e.length), e, feature) for o, e in zip(offsets.tolist(), entries)]
+                    [
+                        self._image_frames(rows.slice(o, e.length), e, feature)
+                        for o, e in zip(offsets.tolist(), entries)
+                    ]
                 )
             else:
                 out[name] = self._strings(rows, span, feature)
@@ -440,14 +511,18 @@ class LeRobotSource:
                 raise LeRobotFormatError(f"{what} holds no image bytes")
             image = decode_image(bytes(data), what=what)
             if image.shape != feature.hwc:
-                raise LeRobotFormatError(f"{what} is {list(image.shape)}, info.json declares {list(feature.hwc)} (H, W, C)")
+                raise LeRobotFormatError(
+                    f"{what} is {list(image.shape)}, info.json declares {list(feature.hwc)} (H, W, C)"
+                )
             frames[k] = image
         return frames
 
     def _strings(self, rows, entry: EpisodeEntry, feature: Feature) -> np.ndarray:
         """Codes of a text feature's cells (``string``, or ``language`` as JSON) in its table."""
         if feature.name not in rows.column_names:
-            raise LeRobotFormatError(f"{self.root / entry.data_file} has no column for feature {feature.name!r}")
+            raise LeRobotFormatError(
+                f"{self.root / entry.data_file} has no column for feature {feature.name!r}"
+            )
         table = self._string_tables.setdefault(feature.name, {})
         values = [cell_text(feature, v) for v in rows.column(feature.name).to_pylist()]
         return np.array([table.setdefault(v, len(table)) for v in values], dtype=np.int64)
@@ -462,7 +537,9 @@ class LeRobotSource:
         """The strings of a ``string`` feature seen so far, by code."""
         return list(self._string_tables.get(name, {}))
 
-    def _video_frames(self, entry: EpisodeEntry, feature: Feature, tolerance_s: float | None) -> np.ndarray:
+    def _video_frames(
+        self, entry: EpisodeEntry, feature: Feature, tolerance_s: float | None
+    ) -> np.ndarray:
         from torchstore.io.video import VideoFrameReader
         from torchstore.lerobot.depth import depth_coding, is_depth
 
@@ -473,7 +550,9 @@ class LeRobotSource:
             if reader is not None:
                 reader[1].close()
             if not path.exists():
-                raise LeRobotFormatError(f"{path} is missing (video of episode {entry.index}, feature {feature.name!r})")
+                raise LeRobotFormatError(
+                    f"{path} is missing (video of episode {entry.index}, feature {feature.name!r})"
+                )
             reader = (rel, VideoFrameReader(path, fps=self.fps, raw_luma=is_depth(feature)))
             self._readers[feature.name] = reader
         try:

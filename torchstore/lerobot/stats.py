@@ -104,7 +104,14 @@ def histogram_quantiles(hist: np.ndarray, edges: np.ndarray, count: int) -> np.n
     return out
 
 
-def _column_quantiles(column: np.ndarray, lo: float, hi: float, *, weights: np.ndarray | None = None, count: int | None = None) -> np.ndarray:
+def _column_quantiles(
+    column: np.ndarray,
+    lo: float,
+    hi: float,
+    *,
+    weights: np.ndarray | None = None,
+    count: int | None = None,
+) -> np.ndarray:
     """Quantiles of one column of values (or of ``column`` levels with ``weights`` counts)."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return np.full(len(_Q), np.nan)
@@ -138,7 +145,9 @@ def _columns_quantiles(x: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> np
     finite = np.isfinite(lows) & np.isfinite(highs)
     with np.errstate(invalid="ignore", over="ignore"):
         # steps this far above rounding make the edges strictly increasing
-        regular = finite & (step > 8 * np.finfo(start.dtype).eps * np.maximum(np.abs(start), np.abs(stop)))
+        regular = finite & (
+            step > 8 * np.finfo(start.dtype).eps * np.maximum(np.abs(start), np.abs(stop))
+        )
     for c in np.flatnonzero(finite & ~regular):  # too narrow a range for this magnitude
         out[:, c] = _column_quantiles(x[:, c], lows[c], highs[c])
     cols = np.flatnonzero(regular)
@@ -163,8 +172,12 @@ def _columns_quantiles(x: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> np
         before = (ordered[:, None, :] < low[None]).sum(axis=0)
         through = (ordered[:, None, :] < high[None]).sum(axis=0)
     else:
-        before = np.stack([np.searchsorted(ordered[:, i], low[:, i]) for i in range(len(cols))], axis=1)
-        through = np.stack([np.searchsorted(ordered[:, i], high[:, i]) for i in range(len(cols))], axis=1)
+        before = np.stack(
+            [np.searchsorted(ordered[:, i], low[:, i]) for i in range(len(cols))], axis=1
+        )
+        through = np.stack(
+            [np.searchsorted(ordered[:, i], high[:, i]) for i in range(len(cols))], axis=1
+        )
     through = np.where(j == _BINS - 1, rows, through)
     inside = np.maximum(through - before, 1)
     value = low + (target[:, None] - before) / inside * (high - low)  # float64, as lerobot's
@@ -295,7 +308,16 @@ class ImageStatsAccumulator:
             out["mean"][c] = s1 / (n * 255)
             out["std"][c] = math.sqrt((n * s2 - s1 * s1) / (n * n * 65025))
             # lerobot's histogram over the pixel values, built from the exact level counts
-            quantiles = _column_quantiles(levels.astype(np.float64), float(nonzero[0]), float(nonzero[-1]), weights=hist, count=n) / 255.0
+            quantiles = (
+                _column_quantiles(
+                    levels.astype(np.float64),
+                    float(nonzero[0]),
+                    float(nonzero[-1]),
+                    weights=hist,
+                    count=n,
+                )
+                / 255.0
+            )
             for i, name in enumerate(QUANTILES):
                 out[name][c] = quantiles[i]
         out["count"] = np.array([self._frames], dtype=np.int64)
@@ -312,7 +334,9 @@ def _episode_array(stats: Mapping[str, Any], index: int, name: str) -> np.ndarra
         raise LeRobotFormatError(f"stats of episode {index}: {name!r} is not numeric: {e}") from e
 
 
-def _keep_bool(value: np.ndarray, per_episode: Sequence[Mapping[str, Any]], name: str) -> np.ndarray:
+def _keep_bool(
+    value: np.ndarray, per_episode: Sequence[Mapping[str, Any]], name: str
+) -> np.ndarray:
     """``value`` as bool when every episode's ``name`` is bool (lerobot keeps bool min/max)."""
     if all(_to_numpy(stats[name]).dtype == np.bool_ for stats in per_episode):
         return value.astype(np.bool_)
@@ -512,7 +536,11 @@ def _json_array(value: Any, feature: str, name: str) -> np.ndarray:
         arr = np.asarray(value)
     except (TypeError, ValueError, OverflowError) as e:
         raise LeRobotFormatError(f"{where}: not a rectangular list of numbers ({e})") from e
-    if arr.dtype.kind not in "biuf" or arr.size == 0 or (arr.dtype.kind == "b" and name not in ("min", "max")):
+    if (
+        arr.dtype.kind not in "biuf"
+        or arr.size == 0
+        or (arr.dtype.kind == "b" and name not in ("min", "max"))
+    ):
         raise LeRobotFormatError(f"{where}: expected a non-empty list of numbers, got {value!r}")
     return arr
 

@@ -163,8 +163,14 @@ class LeRobotWriter:
         checkpoints: bool = True,
     ):
         if isinstance(fps, bool) or not isinstance(fps, int) or fps <= 0:
-            raise LeRobotFormatError(f"fps must be a positive int (LeRobot stores an int), got {fps!r}")
-        for name, cap in (("chunks_size", chunks_size), ("data_files_size_in_mb", data_files_size_in_mb), ("video_files_size_in_mb", video_files_size_in_mb)):
+            raise LeRobotFormatError(
+                f"fps must be a positive int (LeRobot stores an int), got {fps!r}"
+            )
+        for name, cap in (
+            ("chunks_size", chunks_size),
+            ("data_files_size_in_mb", data_files_size_in_mb),
+            ("video_files_size_in_mb", video_files_size_in_mb),
+        ):
             if isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0:
                 raise LeRobotFormatError(f"{name} must be positive, got {cap!r}")
         root = Path(root)
@@ -190,7 +196,9 @@ class LeRobotWriter:
         write_json_atomically(root / INFO, self.info, durable=durable)
 
     @classmethod
-    def resume(cls, root: str | os.PathLike, *, video_encoder=None, durable: bool = False) -> LeRobotWriter:
+    def resume(
+        cls, root: str | os.PathLike, *, video_encoder=None, durable: bool = False
+    ) -> LeRobotWriter:
         """Continue a v3.0 dataset: after a kill, first trim what the dead episode left behind.
 
         Like LeRobot, new episodes go to new data, episodes-table and video files.
@@ -198,7 +206,9 @@ class LeRobotWriter:
         root = Path(root)
         info = read_info(root)
         if not str(info["codebase_version"]).startswith("v3."):
-            raise LeRobotFormatError(f"{root}: resume needs a v3.x dataset, this one is {info['codebase_version']}")
+            raise LeRobotFormatError(
+                f"{root}: resume needs a v3.x dataset, this one is {info['codebase_version']}"
+            )
         self = cls.__new__(cls)
         self._setup(root, info, video_encoder, durable)
         self._load_existing()
@@ -216,8 +226,12 @@ class LeRobotWriter:
         all_features = info_features(info, source=str(root / INFO))
         self.features = {n: f for n, f in all_features.items() if n not in DEFAULT_FEATURES}
         self._chunks = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
-        self._data_cap = float(info.get("data_files_size_in_mb") or DEFAULT_DATA_FILES_SIZE_MB) * _MB
-        self._video_cap = float(info.get("video_files_size_in_mb") or DEFAULT_VIDEO_FILES_SIZE_MB) * _MB
+        self._data_cap = (
+            float(info.get("data_files_size_in_mb") or DEFAULT_DATA_FILES_SIZE_MB) * _MB
+        )
+        self._video_cap = (
+            float(info.get("video_files_size_in_mb") or DEFAULT_VIDEO_FILES_SIZE_MB) * _MB
+        )
         scratch = root / SCRATCH_DIR
         scratch.mkdir(parents=True, exist_ok=True)
         self._session_fd = _lock_session(root)
@@ -240,14 +254,18 @@ class LeRobotWriter:
         self._bulk = False  # checkpoints=False: see _buffer_episode
         self._bulk_rows: list[EpisodeRow] = []
         self._bulk_scratch: list[dict[str, Path]] = []
-        self._bulk_file: tuple[tuple[int, int], Any, int] | None = None  # pos, ParquetWriter, frames
+        self._bulk_file: tuple[tuple[int, int], Any, int] | None = (
+            None  # pos, ParquetWriter, frames
+        )
         self._closed = False
         self._reset_buffer()
 
     def _reset_buffer(self) -> None:
         self._buffer: dict[str, list] = {n: [] for n, f in self.features.items() if not f.is_video}
         self._frame_tasks: list[str | None] = []
-        self._image_stats = {n: ImageStatsAccumulator() for n, f in self.features.items() if f.is_camera}
+        self._image_stats = {
+            n: ImageStatsAccumulator() for n, f in self.features.items() if f.is_camera
+        }
         for cam in self._cameras.values():
             if cam.encoder is not None:
                 cam.encoder.abort()
@@ -282,7 +300,9 @@ class LeRobotWriter:
                 values[name] = camera_frames(feature, frame[name], batched=False)
             elif feature.dtype == "string":
                 if not isinstance(frame[name], str):
-                    raise LeRobotFormatError(f"feature {name!r} expects a string, got {type(frame[name]).__name__}")
+                    raise LeRobotFormatError(
+                        f"feature {name!r} expects a string, got {type(frame[name]).__name__}"
+                    )
                 values[name] = frame[name]
             else:
                 values[name] = numeric_values(feature, frame[name], rows=None)
@@ -309,7 +329,11 @@ class LeRobotWriter:
         if missing or extra:
             raise LeRobotFormatError(
                 f"frame keys do not match the features: missing {missing}, unexpected {extra}"
-                + (" (default features are filled in automatically)" if set(extra) & set(DEFAULT_FEATURES) else "")
+                + (
+                    " (default features are filled in automatically)"
+                    if set(extra) & set(DEFAULT_FEATURES)
+                    else ""
+                )
             )
 
     def _record(self, name: str, value: Any) -> None:
@@ -333,7 +357,9 @@ class LeRobotWriter:
             scratch.mkdir(parents=True, exist_ok=True)
             cam.scratch = scratch / f"episode-{self._num_episodes:06d}.mp4"
             h, w, _ = self.features[name].hwc
-            cam.encoder = BackgroundVideoEncoder(cam.scratch, fps=self.fps, width=w, height=h, settings=self._encoder)
+            cam.encoder = BackgroundVideoEncoder(
+                cam.scratch, fps=self.fps, width=w, height=h, settings=self._encoder
+            )
         for frame in frames:
             cam.encoder.add(frame)
 
@@ -344,9 +370,14 @@ class LeRobotWriter:
         """
         self._check_open()
         if self.pending_frames:
-            raise EpisodeError(f"{self.pending_frames} frames of an unsaved episode are pending; save or clear them first")
+            raise EpisodeError(
+                f"{self.pending_frames} frames of an unsaved episode are pending; save or clear them first"
+            )
         if hasattr(rows, "items") and not isinstance(rows, Mapping):
-            rows = {(k if isinstance(k, str) else ".".join(k)): v for k, v in rows.items(include_nested=True, leaves_only=True)}
+            rows = {
+                (k if isinstance(k, str) else ".".join(k)): v
+                for k, v in rows.items(include_nested=True, leaves_only=True)
+            }
         self._check_keys(rows.keys())
         n = None
         for name in self.features:
@@ -403,7 +434,9 @@ class LeRobotWriter:
             raise LeRobotFormatError(f"task must be a string, got {task!r}")
         frame_tasks = [t if t is not None else task for t in self._frame_tasks]
         if any(t is None for t in frame_tasks):
-            raise LeRobotFormatError("frames without a task: pass task= to add_frame or save_episode")
+            raise LeRobotFormatError(
+                "frames without a task: pass task= to add_frame or save_episode"
+            )
         index = self._num_episodes
         new_tasks = [t for t in dict.fromkeys(frame_tasks) if t not in self._task_ids]
         for t in new_tasks:
@@ -448,7 +481,12 @@ class LeRobotWriter:
             fields.append(feature.arrow_field())
             if feature.dtype == "image":
                 files = [f"frame-{k:06d}.png" for k in range(len(self._buffer[name]))]
-                arrays.append(pa.StructArray.from_arrays([pa.array(self._buffer[name], pa.binary()), pa.array(files)], names=["bytes", "path"]))
+                arrays.append(
+                    pa.StructArray.from_arrays(
+                        [pa.array(self._buffer[name], pa.binary()), pa.array(files)],
+                        names=["bytes", "path"],
+                    )
+                )
             elif feature.dtype == "string":
                 arrays.append(pa.array(columns[name], pa.string()))
             else:
@@ -477,7 +515,9 @@ class LeRobotWriter:
         columns = self._episode_columns(index, n, frame_tasks)
         for name, feature in self.features.items():
             if feature.is_video and self._image_stats[name].count != n:
-                raise LeRobotFormatError(f"camera {name!r} got {self._image_stats[name].count} frames, the episode has {n}")
+                raise LeRobotFormatError(
+                    f"camera {name!r} got {self._image_stats[name].count} frames, the episode has {n}"
+                )
         # everything that can fail on the episode's content happens before any rename
         stats = self._stats(columns)
         running = self._running.plus(stats)
@@ -493,7 +533,9 @@ class LeRobotWriter:
             for key, cam in self._cameras.items():
                 frames = cam.encoder.close()
                 if frames != n:
-                    raise LeRobotFormatError(f"camera {key!r} encoded {frames} frames, the episode has {n}")
+                    raise LeRobotFormatError(
+                        f"camera {key!r} encoded {frames} frames, the episode has {n}"
+                    )
                 pos = (cam.chunk, cam.file)
                 target = self.root / video_path(key, *pos)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -505,13 +547,21 @@ class LeRobotWriter:
                     self._set_video_info(key, probe_video(tmp))
             data_pos, meta_pos = self._data_pos, self._meta_pos
             episode = EpisodeRow(
-                index, n, list(dict.fromkeys(frame_tasks)), data_pos, self._num_frames, stats,
+                index,
+                n,
+                list(dict.fromkeys(frame_tasks)),
+                data_pos,
+                self._num_frames,
+                stats,
                 {key: (pos, start, end) for key, (_, _, pos, start, end) in videos.items()},
             )
             row = episodes_table([episode], meta_pos)
             data_file = self.root / data_path(*data_pos)
             meta_file = self.root / episodes_path(*meta_pos)
-            for target, tables, dictionary in ((data_file, [table], self._dictionary), (meta_file, row, True)):
+            for target, tables, dictionary in (
+                (data_file, [table], self._dictionary),
+                (meta_file, row, True),
+            ):
                 target.parent.mkdir(parents=True, exist_ok=True)
                 tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
                 staged.append(tmp)
@@ -560,7 +610,9 @@ class LeRobotWriter:
             for key, cam in self._cameras.items():
                 frames = cam.encoder.close()
                 if frames != n:
-                    raise LeRobotFormatError(f"camera {key!r} encoded {frames} frames, the episode has {n}")
+                    raise LeRobotFormatError(
+                        f"camera {key!r} encoded {frames} frames, the episode has {n}"
+                    )
                 scratch[key], cam.encoder, cam.scratch = cam.scratch, None, None
                 if self.features[key].info is None:
                     self._set_video_info(key, probe_video(scratch[key]))
@@ -575,7 +627,13 @@ class LeRobotWriter:
                 path = self.root / data_path(*self._data_pos)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 dictionary = [c for c in self._dictionary if c in table.schema.names]
-                self._bulk_file = (self._data_pos, pq.ParquetWriter(path, table.schema, compression="snappy", use_dictionary=dictionary), 0)
+                self._bulk_file = (
+                    self._data_pos,
+                    pq.ParquetWriter(
+                        path, table.schema, compression="snappy", use_dictionary=dictionary
+                    ),
+                    0,
+                )
             pos, writer, frames_in = self._bulk_file
             writer.write_table(table, row_group_size=max(n, 1))  # one row group per episode
         except BaseException:
@@ -583,7 +641,9 @@ class LeRobotWriter:
                 path.unlink(missing_ok=True)
             raise
         self._bulk_file = (pos, writer, frames_in + n)
-        self._bulk_rows.append(EpisodeRow(index, n, list(dict.fromkeys(frame_tasks)), pos, self._num_frames, stats))
+        self._bulk_rows.append(
+            EpisodeRow(index, n, list(dict.fromkeys(frame_tasks)), pos, self._num_frames, stats)
+        )
         self._bulk_scratch.append(scratch)
         self._num_episodes, self._num_frames = index + 1, self._num_frames + n
 
@@ -603,7 +663,11 @@ class LeRobotWriter:
             for key, cam in self._cameras.items():
                 pos = (cam.chunk, cam.file)
                 by_index = {row.index: k for k, row in enumerate(rows)}
-                for g, group in enumerate(pack_by_size(rows, lambda r, k=key: scratch[by_index[r.index]][k], self._video_cap)):
+                for g, group in enumerate(
+                    pack_by_size(
+                        rows, lambda r, k=key: scratch[by_index[r.index]][k], self._video_cap
+                    )
+                ):
                     if g:
                         pos = next_file(*pos, self._chunks)
                     target = self.root / video_path(key, *pos)
@@ -611,11 +675,17 @@ class LeRobotWriter:
                     spans = concat_videos([scratch[by_index[r.index]][key] for r in group], target)
                     for row, (begin, end) in zip(group, spans, strict=True):
                         row.videos[key] = (pos, begin, end)
-            write_table_atomically(self.root / episodes_path(*self._meta_pos), episodes_table(rows, self._meta_pos), durable=self._durable)
+            write_table_atomically(
+                self.root / episodes_path(*self._meta_pos),
+                episodes_table(rows, self._meta_pos),
+                durable=self._durable,
+            )
             if self.tasks:
                 self._write_tasks()
             self._write_info(self._num_episodes, self._num_frames)
-            write_json_atomically(self.root / STATS, stats_to_json(self._running.result()), durable=self._durable)
+            write_json_atomically(
+                self.root / STATS, stats_to_json(self._running.result()), durable=self._durable
+            )
         finally:
             for files in scratch:
                 for path in files.values():
@@ -634,13 +704,18 @@ class LeRobotWriter:
     def _set_video_info(self, key: str, probed) -> None:
         feature = self.features[key]
         info = probed.to_lerobot_info(encoder=self._encoder)
-        self.features[key] = Feature(feature.name, feature.dtype, feature.shape, feature.names, info, feature.extra)
+        self.features[key] = Feature(
+            feature.name, feature.dtype, feature.shape, feature.names, info, feature.extra
+        )
         self.info["features"][key]["info"] = info
 
     def _write_tasks(self) -> None:
         pa = require_pyarrow()
         table = pa.table(
-            {"task_index": pa.array(range(len(self.tasks)), pa.int64()), "task": pa.array(self.tasks, pa.string())}
+            {
+                "task_index": pa.array(range(len(self.tasks)), pa.int64()),
+                "task": pa.array(self.tasks, pa.string()),
+            }
         )
         pandas_meta = (
             '{"index_columns": ["task"], "column_indexes": [], "columns": ['
@@ -663,7 +738,11 @@ class LeRobotWriter:
     def reject_episode(self, index: int, reason: str) -> None:
         """Mark a saved episode rejected (``meta/rejected_episodes.json``); its data stays."""
         self._check_open()
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < self._num_episodes:
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, int)
+            or not 0 <= index < self._num_episodes
+        ):
             raise EpisodeError(f"episode {index!r} does not exist ({self._num_episodes} saved)")
         if not isinstance(reason, str) or not reason.strip():
             raise LeRobotFormatError("reject_episode needs a non-empty reason")
@@ -690,7 +769,13 @@ class LeRobotWriter:
             self.tasks = read_tasks(tasks_path)
             self._task_ids = {t: i for i, t in enumerate(self.tasks)}
         self.info["total_tasks"] = len(self.tasks)
-        trim_to_table(self.root, table, list(self._cameras), durable=self._durable, use_dictionary=self._dictionary)
+        trim_to_table(
+            self.root,
+            table,
+            list(self._cameras),
+            durable=self._durable,
+            use_dictionary=self._dictionary,
+        )
         if merge_trailing_run(  # a session killed before close() merged it
             self.root,
             rows,
@@ -700,7 +785,9 @@ class LeRobotWriter:
             durable=self._durable,
             use_dictionary=self._dictionary,
         ):
-            rows = drop_covered_tables(sorted((self.root / "meta" / "episodes").glob("*/*.parquet")))
+            rows = drop_covered_tables(
+                sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
+            )
             table = pa.concat_tables(rows, promote_options="default")
         for name in self.features:
             if self.features[name].is_video and self.features[name].info is None and episodes:
@@ -715,11 +802,18 @@ class LeRobotWriter:
         self._num_episodes, self._num_frames = episodes, frames
         for i in range(episodes):
             self._running = self._running.plus(self._row_stats(table, i))
-        write_json_atomically(self.root / STATS, stats_to_json(self._running.result()) if episodes else {}, durable=self._durable)
+        write_json_atomically(
+            self.root / STATS,
+            stats_to_json(self._running.result()) if episodes else {},
+            durable=self._durable,
+        )
         if table is not None:
             # like LeRobot, a new session starts new files past the last ones in use
             def last(prefix: str) -> tuple[int, int]:
-                chunks, files = table.column(f"{prefix}chunk_index").to_pylist(), table.column(f"{prefix}file_index").to_pylist()
+                chunks, files = (
+                    table.column(f"{prefix}chunk_index").to_pylist(),
+                    table.column(f"{prefix}file_index").to_pylist(),
+                )
                 return max(zip(chunks, files))
 
             self._data_pos = next_file(*last("data/"), self._chunks)
@@ -732,7 +826,9 @@ class LeRobotWriter:
         for name in table.column_names:
             if not name.startswith("stats/"):
                 continue
-            _, feature, stat = name.rsplit("/", 2) if name.count("/") == 2 else ("stats", *name[6:].rsplit("/", 1))
+            _, feature, stat = (
+                name.rsplit("/", 2) if name.count("/") == 2 else ("stats", *name[6:].rsplit("/", 1))
+            )
             value = table.column(name)[i].as_py()
             if value is None:
                 continue
@@ -742,7 +838,11 @@ class LeRobotWriter:
             elif arr.dtype != np.bool_:
                 arr = arr.astype(np.float64)
             stats.setdefault(feature, {})[stat] = arr
-        return {f: s for f, s in stats.items() if all(k in s for k in ("min", "max", "mean", "std", "count"))}
+        return {
+            f: s
+            for f, s in stats.items()
+            if all(k in s for k in ("min", "max", "mean", "std", "count"))
+        }
 
     # ----------------------------------------------------------------- lifetime
     def _check_open(self) -> None:
@@ -796,4 +896,3 @@ class LeRobotWriter:
 
     def __repr__(self) -> str:
         return f"LeRobotWriter({str(self.root)!r}, {self._num_episodes} episodes, {self._num_frames} frames, {CODEBASE_VERSION})"
-

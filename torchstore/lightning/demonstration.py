@@ -242,9 +242,7 @@ class DemonstrationDataModule(StoreDataModule):
         index, _ = self._context(row, first, length)
         packed, _ = self._val_packed(index, self.window.packed)
         lo = int(index.min())
-        return self._windows(
-            row, seg, rows, weight, at=row - lo, packed=packed, first=first - lo
-        )
+        return self._windows(row, seg, rows, weight, at=row - lo, packed=packed, first=first - lo)
 
     def _context(
         self, t: torch.Tensor, first: torch.Tensor, length: torch.Tensor

@@ -52,7 +52,9 @@ def _flags(f: h5py.File, key: str, n: int, source: Path) -> np.ndarray:
     if array.ndim == 2 and array.shape[1] == 1:
         array = array[:, 0]
     if array.ndim != 1:
-        raise DatasetFormatError(f"{source}: '{key}' must have shape [{n}] or [{n}, 1], got {list(array.shape)}")
+        raise DatasetFormatError(
+            f"{source}: '{key}' must have shape [{n}] or [{n}, 1], got {list(array.shape)}"
+        )
     if array.dtype != bool:
         if array.dtype.kind not in "iuf" or not np.isin(array, (0, 1)).all():
             raise DatasetFormatError(f"{source}: '{key}' must hold only 0/1 or booleans")
@@ -67,7 +69,9 @@ def _array(f: h5py.File, key: str, n: int | None, source: Path) -> np.ndarray:
     try:
         array = obj[()]
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
-        raise DatasetFormatError(f"{source}: '{key}' cannot be read ({exc}); the file is truncated or damaged") from exc
+        raise DatasetFormatError(
+            f"{source}: '{key}' cannot be read ({exc}); the file is truncated or damaged"
+        ) from exc
     if not isinstance(array, np.ndarray) or array.ndim == 0:
         raise DatasetFormatError(f"{source}: '{key}' must be an array with one row per transition")
     if n is not None and array.shape[0] != n:
@@ -106,7 +110,9 @@ def import_d4rl(
     try:
         f = h5py.File(source, "r")
     except (OSError, ValueError) as exc:
-        raise DatasetFormatError(f"{source} is not a readable HDF5 file ({' '.join(str(exc).split())[:200]})") from exc
+        raise DatasetFormatError(
+            f"{source} is not a readable HDF5 file ({' '.join(str(exc).split())[:200]})"
+        ) from exc
     try:
         with f:
             rows, meta, skipped = _read(f, source)
@@ -117,7 +123,10 @@ def import_d4rl(
             f"{source} cannot be read ({' '.join(str(exc).split())[:200]}); the file is truncated or damaged"
         ) from exc
     if skipped:
-        warnings.warn(f"{source}: infos {skipped} are not numeric arrays of one row per transition; skipped", stacklevel=2)
+        warnings.warn(
+            f"{source}: infos {skipped} are not numeric arrays of one row per transition; skipped",
+            stacklevel=2,
+        )
     if len(rows["obs"]) == 0:
         raise DatasetFormatError(f"{source} holds no transitions")
     try:
@@ -131,7 +140,9 @@ def import_d4rl(
     metadata = {"d4rl": {"source": source.name, **{k: v for k, v in meta.items() if _jsonable(v)}}}
     existed = Path(dest).exists()
     try:
-        with TrajectoryStoreWriter(dest, columns, env_id=env_id, metadata=metadata, overwrite=overwrite) as writer:
+        with TrajectoryStoreWriter(
+            dest, columns, env_id=env_id, metadata=metadata, overwrite=overwrite
+        ) as writer:
             writer.add_episodes(rows, lengths, episode_meta)
     except BaseException:
         if not existed:  # a failed import leaves no partial store behind (a replaced one stays)
@@ -184,7 +195,11 @@ def _read(f: h5py.File, source: Path) -> tuple[dict[str, np.ndarray], dict[str, 
         for key, obj in f["metadata"].items():
             if isinstance(obj, h5py.Dataset) and obj.ndim == 0:
                 value = obj[()]
-                meta[key] = value.decode("utf-8", "replace") if isinstance(value, bytes) else np.asarray(value).item()
+                meta[key] = (
+                    value.decode("utf-8", "replace")
+                    if isinstance(value, bytes)
+                    else np.asarray(value).item()
+                )
     return rows, meta, skipped
 
 

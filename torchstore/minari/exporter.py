@@ -65,7 +65,9 @@ def _inferred_space(prefix: str, names: dict[str, Any]):
             return spaces.MultiBinary(spec.shape or 1)
         info = np.iinfo(dtype)
         return spaces.Box(info.min, info.max, spec.shape, dtype)
-    children = sorted({n[len(prefix) + 1 :].split("/")[0] for n in names if n.startswith(prefix + "/")})
+    children = sorted(
+        {n[len(prefix) + 1 :].split("/")[0] for n in names if n.startswith(prefix + "/")}
+    )
     if not children:
         raise ColumnError(f"the store has no '{prefix}' column, which a Minari dataset needs")
     return spaces.Dict({c: _inferred_space(f"{prefix}/{c}", names) for c in children})
@@ -83,15 +85,27 @@ def _spaces(store: Any) -> tuple[Any, Any, Any]:
             with contextlib.suppress(Exception):
                 spec = EnvSpec.from_json(entry["env_spec"])
                 break
-    if isinstance(minari_meta.get("observation_space"), str) and isinstance(minari_meta.get("action_space"), str):
+    if isinstance(minari_meta.get("observation_space"), str) and isinstance(
+        minari_meta.get("action_space"), str
+    ):
         from minari.serialization import deserialize_space
 
-        return deserialize_space(minari_meta["observation_space"]), deserialize_space(minari_meta["action_space"]), spec
+        return (
+            deserialize_space(minari_meta["observation_space"]),
+            deserialize_space(minari_meta["action_space"]),
+            spec,
+        )
     recorded = meta.get("gymnasium") if isinstance(meta.get("gymnasium"), dict) else {}
-    if isinstance(recorded.get("observation_space"), dict) and isinstance(recorded.get("action_space"), dict):
+    if isinstance(recorded.get("observation_space"), dict) and isinstance(
+        recorded.get("action_space"), dict
+    ):
         from torchstore.gym.spaces import space_from_json
 
-        return space_from_json(recorded["observation_space"]), space_from_json(recorded["action_space"]), spec
+        return (
+            space_from_json(recorded["observation_space"]),
+            space_from_json(recorded["action_space"]),
+            spec,
+        )
     if store.manifest.env_id:
         with contextlib.suppress(EnvUnavailableError):
             env = store.make_env()
@@ -124,7 +138,9 @@ def _check_id(dataset_id: Any) -> None:
     if not isinstance(dataset_id, str) or not dataset_id:
         raise ValueError(f"dataset_id ({dataset_id!r}) must be a non-empty string like name-v0")
     if dataset_id.startswith("/") or any(part in ("", ".", "..") for part in dataset_id.split("/")):
-        raise UnsafePathError(f"dataset_id ({dataset_id!r}) must not be absolute or hold empty, '.' or '..' parts")
+        raise UnsafePathError(
+            f"dataset_id ({dataset_id!r}) must not be absolute or hold empty, '.' or '..' parts"
+        )
     try:
         parse_dataset_id(dataset_id)
     except ValueError as exc:
@@ -144,7 +160,11 @@ def _episode_buffers(store: Any, obs_space: Any, act_space: Any, bar: Any) -> It
             (k if isinstance(k, str) else "/".join(k)): v.numpy()
             for k, v in ep.items(include_nested=True, leaves_only=True)
         }
-        whole = {n: np.concatenate([flat[n], flat[f"next/{n}"][-1:]]) for n in flat if n.startswith(("obs", "info/"))}
+        whole = {
+            n: np.concatenate([flat[n], flat[f"next/{n}"][-1:]])
+            for n in flat
+            if n.startswith(("obs", "info/"))
+        }
         infos: dict[str, Any] = {}
         for name in info_names:
             node = infos
@@ -225,7 +245,9 @@ def export_minari(
         store = TrajectoryStore(store)
     try:
         if store.num_episodes == 0:
-            raise EpisodeError(f"{store.path} holds no episodes; a Minari dataset needs at least one")
+            raise EpisodeError(
+                f"{store.path} holds no episodes; a Minari dataset needs at least one"
+            )
         obs_space, act_space, spec = _spaces(store)
         _check_columns(store, obs_space, act_space)
         meta = store.manifest.metadata.get("minari") or {}
@@ -234,9 +256,13 @@ def export_minari(
 
             target = get_dataset_path(dataset_id)
             if target.exists():
-                raise DestinationExistsError(f"the Minari dataset {dataset_id!r} already exists at {target}")
+                raise DestinationExistsError(
+                    f"the Minari dataset {dataset_id!r} already exists at {target}"
+                )
             env = _env_for(spec)
-            bar = progress_bar(enabled=progress, total=store.num_rows, unit="step", desc="export", leave=False)
+            bar = progress_bar(
+                enabled=progress, total=store.num_rows, unit="step", desc="export", leave=False
+            )
             dataset = None
             try:
                 for chunk in _episode_buffers(store, obs_space, act_space, bar):
@@ -253,7 +279,8 @@ def export_minari(
                         author=meta.get("author") and set(meta["author"]),
                         author_email=meta.get("author_email") and set(meta["author_email"]),
                         code_permalink=meta.get("code_permalink"),
-                        description=meta.get("description") or f"exported from the torchstore store {store.path.name}",
+                        description=meta.get("description")
+                        or f"exported from the torchstore store {store.path.name}",
                         data_format=data_format,
                         jpeg_encoding=False,
                     )

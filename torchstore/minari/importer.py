@@ -63,7 +63,9 @@ def open_minari(source: Any):
     if isinstance(source, minari.MinariDataset):
         return source
     if not isinstance(source, str | os.PathLike):
-        raise DatasetFormatError(f"a Minari source must be a path, a dataset id or a MinariDataset, got {type(source).__name__}")
+        raise DatasetFormatError(
+            f"a Minari source must be a path, a dataset id or a MinariDataset, got {type(source).__name__}"
+        )
     path = Path(source)
     try:
         if path.exists():
@@ -102,7 +104,10 @@ def _info_columns(infos: Any, rows: int) -> list[ColumnSpec]:
         except ColumnError:
             skipped.append(name.removeprefix("info/"))
     if skipped:
-        warnings.warn(f"Minari infos {skipped} are not numeric arrays of one row per observation; skipped", stacklevel=3)
+        warnings.warn(
+            f"Minari infos {skipped} are not numeric arrays of one row per observation; skipped",
+            stacklevel=3,
+        )
     return columns
 
 
@@ -134,7 +139,9 @@ def _episode_rows(ep: Any, ds: Any, infos: list[ColumnSpec], where: str) -> dict
     leaves = _info_leaves(ep.infos or {})
     for spec in infos:
         if spec.name not in leaves:
-            raise DatasetFormatError(f"{where}: infos lack '{spec.name.removeprefix('info/')}', which episode 0 has")
+            raise DatasetFormatError(
+                f"{where}: infos lack '{spec.name.removeprefix('info/')}', which episode 0 has"
+            )
         value = _rows(f"infos{spec.name[4:]}", leaves[spec.name], steps + 1, where)
         rows[spec.name], rows[f"next/{spec.name}"] = value[:-1], value[1:]
     return rows
@@ -144,7 +151,9 @@ def _raw_metadata(ds: Any) -> dict[str, Any]:
     try:
         raw = json.loads((Path(ds.storage.data_path) / "metadata.json").read_text())
     except (OSError, ValueError) as exc:
-        raise DatasetFormatError(f"{ds.storage.data_path}: metadata.json cannot be read ({exc})") from exc
+        raise DatasetFormatError(
+            f"{ds.storage.data_path}: metadata.json cannot be read ({exc})"
+        ) from exc
     return {k: v for k, v in raw.items() if k not in _LOCAL_KEYS}
 
 
@@ -204,13 +213,19 @@ def import_minari(
     ]
     meta = _raw_metadata(ds)
     env = ds.env_spec
-    bar = progress_bar(enabled=progress, total=ds.total_steps, unit="step", desc="import", leave=False)
+    bar = progress_bar(
+        enabled=progress, total=ds.total_steps, unit="step", desc="import", leave=False
+    )
     pending: list[tuple[dict, dict]] = []
     empty: list[int] = []
     existed = Path(dest).exists()
     try:
         with TrajectoryStoreWriter(
-            dest, columns, env_id=None if env is None else env.id, metadata={"minari": meta}, overwrite=overwrite
+            dest,
+            columns,
+            env_id=None if env is None else env.id,
+            metadata={"minari": meta},
+            overwrite=overwrite,
         ) as writer:
             for ep_id, ep in itertools.chain([(first_id, first)], episodes):
                 where = f"{label} episode {ep_id}"
@@ -231,7 +246,10 @@ def import_minari(
         if bar is not None:
             bar.close()
     if empty:
-        warnings.warn(f"{label}: episodes {empty[:10]} have no steps; a store has no row for them, skipped", stacklevel=2)
+        warnings.warn(
+            f"{label}: episodes {empty[:10]} have no steps; a store has no row for them, skipped",
+            stacklevel=2,
+        )
     return Path(dest)
 
 
@@ -262,7 +280,9 @@ def _flush(writer: Any, pending: list, bar: Any) -> None:
     try:
         writer.add_episodes(rows, lengths, [m for _, m in pending])
     except ColumnError as exc:
-        raise DatasetFormatError(f"episodes {[m['minari_id'] for _, m in pending][:5]}...: {exc}") from exc
+        raise DatasetFormatError(
+            f"episodes {[m['minari_id'] for _, m in pending][:5]}...: {exc}"
+        ) from exc
     if bar is not None:
         bar.update(sum(lengths))
     pending.clear()

@@ -396,7 +396,11 @@ def import_lafan(
             writer = TrajectoryStoreWriter.resume(dest)
         else:
             writer = TrajectoryStoreWriter(
-                dest, lafan_columns(), env_id=LAFAN_ENV_ID, seed=None, metadata=metadata,
+                dest,
+                lafan_columns(),
+                env_id=LAFAN_ENV_ID,
+                seed=None,
+                metadata=metadata,
                 overwrite=overwrite,
             )
         with writer:

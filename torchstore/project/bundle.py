@@ -204,7 +204,9 @@ class ProjectManifest:
             except ValueError as exc:
                 raise bad(f"dataset {ds_name!r}: {exc}") from None
             if not isinstance(revision, str) or not _REVISION.fullmatch(revision):
-                raise bad(f"dataset {ds_name!r}: revision ({revision!r}) must be 7-64 lowercase hex")
+                raise bad(
+                    f"dataset {ds_name!r}: revision ({revision!r}) must be 7-64 lowercase hex"
+                )
             datasets.append(ProjectDataset(ds_name, location, revision))
         if len({d.name for d in datasets}) != len(datasets):
             raise bad("a dataset is listed twice")
@@ -268,7 +270,9 @@ def _cached_dataset(cache_root: Path, value: str) -> tuple[ProjectDataset, str] 
     return ProjectDataset(name, loc.raw, entry.commit or entry.revision), inner
 
 
-def _imported_dataset(cache_root: Path, slug: str, filename: str) -> tuple[ProjectDataset, str] | None:
+def _imported_dataset(
+    cache_root: Path, slug: str, filename: str
+) -> tuple[ProjectDataset, str] | None:
     """The dataset behind a store ``torchstore.load`` imported (``.stores/<name>-<rev>.h5``)."""
     stem, dot, suffix = filename.rpartition(".")
     name, dash, rev = stem.rpartition("-")
@@ -384,10 +388,16 @@ def _add_run(plan: _Plan, root: Path, run: Path, cache_root: Path) -> None:
                 )
     recipe = run.parent.name if (root / "recipes" / f"{run.parent.name}.py").is_file() else None
     command = None
-    if recipe is not None and isinstance(overrides, list) and all(
-        isinstance(o, str) for o in overrides
+    if (
+        recipe is not None
+        and isinstance(overrides, list)
+        and all(isinstance(o, str) for o in overrides)
     ):
-        command = ("python", f"recipes/{recipe}.py", *(_rewrite(o, plan.rewrites) for o in overrides))
+        command = (
+            "python",
+            f"recipes/{recipe}.py",
+            *(_rewrite(o, plan.rewrites) for o in overrides),
+        )
     plan.runs.append(ProjectRun(rel, recipe, command))
 
 
@@ -443,7 +453,9 @@ def push_project(
     backend = open_backend(loc, timeout=timeout, offline=offline, doing="pushing to")
     plan = _plan(root, cache_root)
     for wanted in datasets:
-        got = resolve(wanted, cache_dir=cache_root, offline=offline, progress=progress, timeout=timeout)
+        got = resolve(
+            wanted, cache_dir=cache_root, offline=offline, progress=progress, timeout=timeout
+        )
         plan.add_dataset(ProjectDataset(got.name, got.location, got.revision), "--dataset")
     manifest = ProjectManifest(name, tuple(plan.datasets.values()), tuple(plan.runs))
     with tempfile.TemporaryDirectory(prefix="torchstore-project-") as tmp:
@@ -491,7 +503,9 @@ def _check_bundle(entry: RemoteEntry, root: Path, subject: str) -> ProjectManife
     for f in entry.files:
         why = _refusal(f.path)
         if why is not None or f.path.startswith(f"{DATASETS_DIR}/"):
-            raise ProjectError(f"{subject} holds {f.path!r}, which a project may not: {why or 'datasets travel by name'}")
+            raise ProjectError(
+                f"{subject} holds {f.path!r}, which a project may not: {why or 'datasets travel by name'}"
+            )
         if f.path.endswith(".safetensors"):
             try:
                 check_safetensors(root / f.path)
@@ -499,7 +513,9 @@ def _check_bundle(entry: RemoteEntry, root: Path, subject: str) -> ProjectManife
                 raise StoreFormatError(f"{subject}: {exc}") from None
     for run in manifest.runs:
         if not any(f.path.startswith(run.path + "/") for f in entry.files):
-            raise StoreFormatError(f"{subject}: its manifest lists run {run.path!r}, which it lacks")
+            raise StoreFormatError(
+                f"{subject}: its manifest lists run {run.path!r}, which it lacks"
+            )
     return manifest
 
 
@@ -549,15 +565,25 @@ def pull_project(
         )
     subject = f"{base!r} at {location}"
     root, entry = pull_entry(
-        location, base, revision=revision, cache_dir=cache_dir, offline=offline,
-        progress=progress, timeout=timeout,
+        location,
+        base,
+        revision=revision,
+        cache_dir=cache_dir,
+        offline=offline,
+        progress=progress,
+        timeout=timeout,
     )
     manifest = _check_bundle(entry, root, subject)
     pulled = []
     for ds in manifest.datasets:
         ds_root, ds_entry = pull_entry(
-            ds.location, ds.name, revision=ds.revision, cache_dir=cache_dir, offline=offline,
-            progress=progress, timeout=timeout,
+            ds.location,
+            ds.name,
+            revision=ds.revision,
+            cache_dir=cache_dir,
+            offline=offline,
+            progress=progress,
+            timeout=timeout,
         )
         pulled.append((ds, ds_root, ds_entry))
     parent = target.absolute().parent

@@ -358,9 +358,7 @@ class IndexBackend(Backend):
         for _attempt in range(_INDEX_WRITE_ATTEMPTS):
             entries, etag, exists = self._read_index(must_exist=False)
             current = entries.get(name)
-            entry = _plan(
-                self.location, name, kind, local, current, replace=replace, merge=merge
-            )
+            entry = _plan(self.location, name, kind, local, current, replace=replace, merge=merge)
             if entry is None:  # someone published this content while this call uploaded
                 shas = set(sent.values())  # uploaded names file paths, as below
                 paths = sorted(f.path for f, _ in local if f.sha256 in shas)
@@ -384,7 +382,9 @@ class IndexBackend(Backend):
 
     def prune(self, name: str, keep: int) -> Pruned:
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep ({keep!r}) must be an int >= 1 (the latest revision is always kept)")
+            raise ValueError(
+                f"keep ({keep!r}) must be an int >= 1 (the latest revision is always kept)"
+            )
         for _attempt in range(_INDEX_WRITE_ATTEMPTS):
             entries, etag, exists = self._read_index(must_exist=True)
             if name not in entries:

@@ -249,7 +249,9 @@ class RemoteEntry:
         return hits[0] if len(hits) == 1 else None
 
     def without_history(self) -> RemoteEntry:
-        return RemoteEntry(self.name, self.kind, self.files, self.revision, self.updated, self.commit)
+        return RemoteEntry(
+            self.name, self.kind, self.files, self.revision, self.updated, self.commit
+        )
 
     @property
     def size(self) -> int:
@@ -381,9 +383,7 @@ def dump_index(entries: Iterable[RemoteEntry]) -> bytes:
     entries = sorted(entries, key=lambda e: e.name)
     doc = {
         "format": INDEX_FORMAT,
-        "version": INDEX_VERSION
-        if any(e.uses_storage_paths for e in entries)
-        else _PLAIN_VERSION,
+        "version": INDEX_VERSION if any(e.uses_storage_paths for e in entries) else _PLAIN_VERSION,
         "entries": [e.to_dict() for e in entries],
     }
     return (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode()

@@ -63,7 +63,9 @@ class SyncResult:
 
 def dead_writer_note(path: Path, episodes: int | None = None) -> str:
     """What to tell a user about a store whose writer died."""
-    committed = f"its {episodes} committed episodes" if episodes is not None else "its committed episodes"
+    committed = (
+        f"its {episodes} committed episodes" if episodes is not None else "its committed episodes"
+    )
     return (
         f"{path}: its writer died before closing it; {committed} are safe (uploaded as a "
         f"snapshot); finish it with TrajectoryStoreWriter.resume({str(path)!r}) and close it"
@@ -137,12 +139,16 @@ def sync_recording(
     """
     check_name(name, subject="entry name")
     if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise ValueError(f"keep ({keep!r}) must be an int >= 1 (the latest revision is always kept)")
+        raise ValueError(
+            f"keep ({keep!r}) must be an int >= 1 (the latest revision is always kept)"
+        )
     root = Path(local_recording)
     if not root.is_dir():
         raise FileNotFoundError(f"no recording folder at {root}")
     loc = parse_location(location)
-    backend = open_backend(loc, timeout=timeout, retries=retries, offline=offline, doing="syncing to")
+    backend = open_backend(
+        loc, timeout=timeout, retries=retries, offline=offline, doing="syncing to"
+    )
     current = backend.find(name)
     if current is not None and current.kind != "recording":
         raise EntryKindError(

@@ -303,7 +303,11 @@ def _kept_entry(entry: RemoteEntry, folder: Path) -> RemoteEntry:
                     f"{f.size} bytes, but {path} has {size}; push the entry again with --replace"
                 )
     stored = {f.stored_at for old in entry.revisions for f in old.files}
-    extra = [rel for rel, _ in scan_folder(folder)[0] if rel not in stored and not rel.startswith(BLOBS + "/")]
+    extra = [
+        rel
+        for rel, _ in scan_folder(folder)[0]
+        if rel not in stored and not rel.startswith(BLOBS + "/")
+    ]
     if extra:
         log.warning(
             "index %s: %d file(s) in %s/ are in no listed revision and are left out (%s); "
@@ -320,4 +324,6 @@ def _relabelled(entry: RemoteEntry, kind: str) -> RemoteEntry:
     history = tuple(
         RemoteEntry(h.name, kind, h.files, h.revision, h.updated) for h in entry.history
     )
-    return RemoteEntry(entry.name, kind, entry.files, entry.revision, entry.updated, history=history)
+    return RemoteEntry(
+        entry.name, kind, entry.files, entry.revision, entry.updated, history=history
+    )

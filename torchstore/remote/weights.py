@@ -86,9 +86,7 @@ def check_safetensors(path: str | os.PathLike) -> None:
     ranges = []
     for name, info in header.items():
         if name == "__metadata__":
-            if not isinstance(info, dict) or not all(
-                isinstance(v, str) for v in info.values()
-            ):
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
                 raise bad("__metadata__ must map strings to strings")
             continue
         if not isinstance(info, dict):
@@ -106,7 +104,9 @@ def check_safetensors(path: str | os.PathLike) -> None:
             or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
             or not 0 <= offsets[0] <= offsets[1]
         ):
-            raise bad(f"tensor {name!r} has data_offsets {offsets!r}, not [begin, end] with begin <= end")
+            raise bad(
+                f"tensor {name!r} has data_offsets {offsets!r}, not [begin, end] with begin <= end"
+            )
         want = _ITEMSIZE[dtype] * math.prod(shape)
         if offsets[1] - offsets[0] != want:
             raise bad(
@@ -133,9 +133,7 @@ def check_policy_files(files: Iterable[tuple[str, Path]], *, subject: str) -> No
     weights = [(rel, path) for rel, path in files if rel.endswith(".safetensors")]
     if not weights:
         pickled = [rel for rel, _ in files if rel.lower().endswith(PICKLE_SUFFIXES)]
-        hint = (
-            f" (only pickle-based {pickled[:3]}, which run code when loaded)" if pickled else ""
-        )
+        hint = f" (only pickle-based {pickled[:3]}, which run code when loaded)" if pickled else ""
         raise StoreFormatError(
             f"{subject}: a policy entry needs at least one .safetensors file{hint}; save weights "
             "with safetensors.torch.save_file"

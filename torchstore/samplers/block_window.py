@@ -124,7 +124,9 @@ class BlockWindow:
                 f"resident budget {budget!r} holds {budget_rows} rows ({row_bytes} bytes a row): "
                 f"too few for {k} blocks and a spare; raise it or lower resident_blocks"
             )
-        start, length, episode = (np.asarray(torch.as_tensor(x).cpu(), dtype=np.int64) for x in segments)
+        start, length, episode = (
+            np.asarray(torch.as_tensor(x).cpu(), dtype=np.int64) for x in segments
+        )
         self.window = window
         align = align or window is not None
         self.blocks = cut_blocks(start, length, block_rows, align=align)
@@ -132,7 +134,12 @@ class BlockWindow:
             raise ResidencyError("nothing to sample: the segments hold no rows")
         self.seg_start, self.seg_length, self.seg_episode = start, length, episode
         self.schedule = RefillSchedule(
-            len(self.blocks), k, batch_size, seed=seed, rank=rank, world_size=world_size,
+            len(self.blocks),
+            k,
+            batch_size,
+            seed=seed,
+            rank=rank,
+            world_size=world_size,
             reuse=reuse,
         )
         self.k = self.schedule.k
@@ -327,7 +334,9 @@ class BlockWindow:
         )
 
     # ------------------------------------------------------------ draws
-    def draw_rows(self, stream: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def draw_rows(
+        self, stream: Any, n: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """``n`` rows of the current phase: ``(packed, store_row, segment, weight or None)``.
 
         ``segment`` indexes :attr:`rows` (``rows.start[segment]``/``rows.length[segment]``
@@ -370,13 +379,18 @@ class BlockWindow:
             out = torch.where(inside, rows - lo + slot * self.block_rows, out)
         if out.numel() and bool((out < 0).any()):
             bad = int(rows[out < 0][0])
-            raise RowIndexError(f"row {bad} is not resident in the window now (active blocks {self.active_blocks})")
+            raise RowIndexError(
+                f"row {bad} is not resident in the window now (active blocks {self.active_blocks})"
+            )
         return out
 
     @property
     def active_blocks(self) -> list[tuple[int, int]]:
         """``[lo, hi)`` of the active blocks, oldest first."""
-        return [(int(self.blocks.lo[self._slot_block[s]]), int(self.blocks.hi[self._slot_block[s]])) for s in self._slots]
+        return [
+            (int(self.blocks.lo[self._slot_block[s]]), int(self.blocks.hi[self._slot_block[s]]))
+            for s in self._slots
+        ]
 
     def read_rows(self, lo: int, hi: int) -> PackedColumns:
         """Rows ``[lo, hi)`` read now into their own packed block (validation batches)."""
@@ -394,12 +408,21 @@ class BlockWindow:
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         slots = self._slots if self._started else list(range(self.k))
-        return {**self.schedule.state_dict(), "opened": self._opened, "slots": list(slots),
-                "blocks": len(self.blocks)}
+        return {
+            **self.schedule.state_dict(),
+            "opened": self._opened,
+            "slots": list(slots),
+            "blocks": len(self.blocks),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         slots = [int(s) for s in state["slots"]]
-        if int(state["blocks"]) != len(self.blocks) or len(slots) != self.k or len(set(slots)) != self.k or not set(slots) <= set(range(self.k + 1)):
+        if (
+            int(state["blocks"]) != len(self.blocks)
+            or len(slots) != self.k
+            or len(set(slots)) != self.k
+            or not set(slots) <= set(range(self.k + 1))
+        ):
             raise ResidencyError(
                 f"the checkpoint's window cut the rows into {state['blocks']} blocks and held "
                 f"{len(slots)} resident, this one {len(self.blocks)} and {self.k}; resume with the same resident budget and resident_blocks"

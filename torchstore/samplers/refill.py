@@ -71,8 +71,18 @@ __all__ = [
 #: Philox sub-stream of the block order (rows use the rank or worker number: small ints)
 BLOCK_STREAM = 1 << 62
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 
 
 def parse_budget(budget: Any) -> tuple[str, int | None]:
@@ -87,7 +97,9 @@ def parse_budget(budget: Any) -> tuple[str, int | None]:
     if isinstance(budget, str) and budget.strip().lower() == "all":
         return "all", None
     if isinstance(budget, bool):
-        raise ResidencyError(f"resident ({budget!r}) must be 'all', a row count or a size like '8GiB'")
+        raise ResidencyError(
+            f"resident ({budget!r}) must be 'all', a row count or a size like '8GiB'"
+        )
     if isinstance(budget, int):
         if budget < 1:
             raise ResidencyError(f"resident ({budget}) rows must be >= 1")
@@ -220,7 +232,11 @@ class RefillSchedule:
         world_size: int = 1,
         reuse: float = 1.0,
     ):
-        if isinstance(reuse, bool) or not isinstance(reuse, (int, float)) or not 0 < reuse < float("inf"):
+        if (
+            isinstance(reuse, bool)
+            or not isinstance(reuse, (int, float))
+            or not 0 < reuse < float("inf")
+        ):
             raise ResidencyError(f"reuse ({reuse!r}) must be a finite number > 0")
         self.reuse = float(reuse)
         if resident_blocks < 1:

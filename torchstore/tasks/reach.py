@@ -371,7 +371,12 @@ def _write_reproducibly(
     copy = path.with_name(f".{path.name}.{os.getpid()}.copy")
     try:
         with TrajectoryStoreWriter(
-            partial, columns, env_id=TASK_ID, seed=seed, metadata=metadata, created="",
+            partial,
+            columns,
+            env_id=TASK_ID,
+            seed=seed,
+            metadata=metadata,
+            created="",
             overwrite=True,
         ) as writer:
             for rows, meta in recorded:
