@@ -26,6 +26,8 @@ __all__ = [
     "DatasetFormatError",
     "ResidencyError",
     "UnsupportedError",
+    "ArgumentError",
+    "ArgumentTypeError",
 ]
 
 
@@ -103,3 +105,11 @@ class ResidencyError(TorchstoreError, ValueError):
 
 class UnsupportedError(TorchstoreError, NotImplementedError):
     """A valid request this version does not support (the message names what to use instead)."""
+
+
+class ArgumentError(TorchstoreError, ValueError):
+    """An argument out of its range: a count below 1, a fraction above 1, a NaN rate."""
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument of the wrong type (a float or a bool where an int count belongs)."""

@@ -1,0 +1,213 @@
+"""Checks for int and number arguments, with one message style: ``name (value) must be ...``.
+
+Each check returns the value it accepted (an ``int`` for the int checks, so a NumPy
+integer comes back as a Python int) or raises one error naming the argument, the value
+it got and the rule. By default a value of the wrong type raises
+:class:`~torchstore.errors.ArgumentTypeError` (a ``TypeError`` and a ``ValueError``) and
+a value out of range raises :class:`~torchstore.errors.ArgumentError` (a ``ValueError``);
+``error=`` raises a caller's class instead (a file's ``StoreFormatError``, say). ``bool``
+is never accepted as a number, though Python counts it as an int.
+
+Examples:
+    >>> positive_int("episodes", 3)
+    3
+    >>> positive_int("episodes", 0)
+    Traceback (most recent call last):
+    ...
+    torchstore.errors.ArgumentError: episodes (0) must be an int >= 1
+    >>> fraction("eta", 0.5, low_open=True)
+    0.5
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+from torchstore.errors import ArgumentError, ArgumentTypeError
+
+__all__ = [
+    "int_at_least",
+    "positive_int",
+    "non_negative_int",
+    "int_in_range",
+    "number_at_least",
+    "positive_number",
+    "non_negative_number",
+    "fraction",
+]
+
+_REPR_LIMIT = 80
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 3] + "..."
+
+
+def _fail(
+    name: str, value: Any, rule: str, hint: str, error: type[Exception] | None, *, wrong_type: bool
+) -> Exception:
+    message = f"{name} ({_shown(value)}) must be {rule}{hint}"
+    if error is None:
+        error = ArgumentTypeError if wrong_type else ArgumentError
+    return error(message)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def int_in_range(
+    name: str,
+    value: Any,
+    low: int,
+    high: int | None = None,
+    *,
+    high_text: str | None = None,
+    allow_none: bool = False,
+    error: type[Exception] | None = None,
+    hint: str = "",
+) -> int | None:
+    """``value`` as an int in ``[low, high)`` (``[low, inf)`` without ``high``).
+
+    Args:
+        name: the argument's name, as the caller's signature spells it.
+        value: what the caller was given.
+        low: the smallest int allowed.
+        high: the first int not allowed, or None for no upper bound.
+        high_text: how the message writes ``high`` (``"2**63"`` reads better than the digits).
+        allow_none: accept None (and return it): the message then says "or None".
+        error: the class to raise instead of ArgumentError / ArgumentTypeError.
+        hint: text appended to the message (the way out, or what was left undone).
+
+    Returns:
+        The value as a Python int (or None where allowed).
+    """
+    if value is None and allow_none:
+        return None
+    if high is None:
+        rule = f"an int >= {low}"
+    else:
+        rule = f"an int in [{low}, {high_text or high})"
+    if allow_none:
+        rule += " or None"
+    if not _is_int(value):
+        raise _fail(name, value, rule, hint, error, wrong_type=True)
+    if value < low or (high is not None and value >= high):
+        raise _fail(name, value, rule, hint, error, wrong_type=False)
+    return int(value)
+
+
+def int_at_least(
+    name: str,
+    value: Any,
+    low: int,
+    *,
+    allow_none: bool = False,
+    error: type[Exception] | None = None,
+    hint: str = "",
+) -> int | None:
+    """``value`` as an int >= ``low``: ``name (value) must be an int >= low``."""
+    return int_in_range(name, value, low, allow_none=allow_none, error=error, hint=hint)
+
+
+def positive_int(
+    name: str,
+    value: Any,
+    *,
+    allow_none: bool = False,
+    error: type[Exception] | None = None,
+    hint: str = "",
+) -> int | None:
+    """``value`` as an int >= 1 (a count, a capacity, a format version)."""
+    return int_in_range(name, value, 1, allow_none=allow_none, error=error, hint=hint)
+
+
+def non_negative_int(
+    name: str,
+    value: Any,
+    *,
+    allow_none: bool = False,
+    error: type[Exception] | None = None,
+    hint: str = "",
+) -> int | None:
+    """``value`` as an int >= 0 (an index, a seed, a retry count)."""
+    return int_in_range(name, value, 0, allow_none=allow_none, error=error, hint=hint)
+
+
+def number_at_least(
+    name: str,
+    value: Any,
+    low: float,
+    *,
+    strict: bool = False,
+    finite: bool = True,
+    error: type[Exception] | None = None,
+    hint: str = "",
+) -> Any:
+    """``value``, a real number >= ``low`` (> ``low`` when ``strict``), finite unless told.
+
+    Returns:
+        The value as given (an int stays an int): the check converts nothing.
+    """
+    rule = f"a {'finite ' if finite else ''}number {'>' if strict else '>='} {low:g}"
+    if not _is_number(value):
+        raise _fail(name, value, rule, hint, error, wrong_type=True)
+    bad = math.isnan(value) or (finite and math.isinf(value))
+    if bad or value < low or (strict and value == low):
+        raise _fail(name, value, rule, hint, error, wrong_type=False)
+    return value
+
+
+def positive_number(
+    name: str,
+    value: Any,
+    *,
+    finite: bool = True,
+    error: type[Exception] | None = None,
+    hint: str = "",
+) -> Any:
+    """``value``, a real number > 0 (a rate, a timeout, a length in seconds)."""
+    return number_at_least(name, value, 0, strict=True, finite=finite, error=error, hint=hint)
+
+
+def non_negative_number(
+    name: str,
+    value: Any,
+    *,
+    finite: bool = True,
+    error: type[Exception] | None = None,
+    hint: str = "",
+) -> Any:
+    """``value``, a real number >= 0 (a noise scale, a damping, an exponent)."""
+    return number_at_least(name, value, 0, finite=finite, error=error, hint=hint)
+
+
+def fraction(
+    name: str,
+    value: Any,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    error: type[Exception] | None = None,
+    hint: str = "",
+) -> Any:
+    """``value``, a real number in ``[0, 1]``; ``low_open`` / ``high_open`` exclude 0 / 1.
+
+    Returns:
+        The value as given.
+    """
+    rule = f"a number in {'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+    if not _is_number(value):
+        raise _fail(name, value, rule, hint, error, wrong_type=True)
+    above_low = value > 0 if low_open else value >= 0
+    below_high = value < 1 if high_open else value <= 1
+    if not (above_low and below_high):  # NaN fails both comparisons
+        raise _fail(name, value, rule, hint, error, wrong_type=False)
+    return value
