@@ -27,9 +27,10 @@ from torchstore.lerobot.stats import (
 def histogram_quantile(column: np.ndarray, q: float) -> float:
     """lerobot 0.6's quantile, written out step by step: 5000 bins over the padded range,
     walk the bins until the running count reaches q * count, interpolate inside that bin."""
-    lo, hi = column.min(), column.max()  # numpy scalars: float32 data gets float32 edges
-    if column.dtype.kind != "f":
-        lo, hi = np.float64(lo), np.float64(hi)
+    # lerobot 0.6 first promotes to result_type(dtype, float32): bool, uint8 and float32 data
+    # get float32 edges, int64 and float64 data float64 edges
+    column = column.astype(np.result_type(column.dtype, np.float32))
+    lo, hi = column.min(), column.max()
     edges = np.linspace(lo - 1e-10, hi + 1e-10, 5001)
     counts, _ = np.histogram(column, bins=edges)
     target, running = q * len(column), 0
@@ -103,10 +104,7 @@ def test_numeric_stats_match_numpy(shape, dtype):
     assert_stats_close(got, want)
     expected_shape = shape[-1:] if len(shape) > 1 else (1,)  # every axis but the last reduced
     for name in STAT_NAMES:
-        want_dtype = np.int64 if name == "count" else np.float64
-        if dtype == np.bool_ and name in ("min", "max"):
-            want_dtype = np.bool_  # as lerobot writes them
-        assert got[name].dtype == want_dtype
+        assert got[name].dtype == (np.int64 if name == "count" else np.float64)
         assert got[name].shape == ((1,) if name == "count" else expected_shape)
     assert got["count"].tolist() == [shape[0]]
 
@@ -139,17 +137,88 @@ def test_stats_of_a_2d_feature_reduce_all_but_the_last_axis():
     np.testing.assert_allclose(stats["mean"], values.reshape(-1, 3).mean(0))
 
 
-def test_bool_min_max_stay_booleans_through_aggregation_and_json():
+def test_bool_min_max_are_floats_through_aggregation_and_json():
+    """lerobot 0.6 casts a bool feature to float32 before its stats: min/max are 0.0/1.0."""
     a = numeric_stats(np.array([[True, False], [True, False]]))
     b = numeric_stats(np.array([[True, True]]))
-    assert a["min"].dtype == np.bool_ and a["min"].tolist() == [True, False]
+    assert a["min"].dtype == np.float64 and a["min"].tolist() == [1.0, 0.0]
     agg = aggregate_stats([a, b])
-    assert agg["min"].tolist() == [True, False] and agg["max"].tolist() == [True, True]
+    assert agg["min"].tolist() == [1.0, 0.0] and agg["max"].tolist() == [1.0, 1.0]
     data = json.loads(json.dumps(stats_to_json({"grip": agg})))
-    assert data["grip"]["min"] == [True, False] and data["grip"]["max"] == [True, True]
-    assert isinstance(data["grip"]["mean"][0], float)
+    assert data["grip"]["min"] == [1.0, 0.0] and data["grip"]["max"] == [1.0, 1.0]
+    assert all(type(v) is float for v in data["grip"]["min"] + data["grip"]["max"])
     back = stats_from_json(data)
-    assert back["grip"]["max"].dtype == np.bool_
+    assert back["grip"]["max"].dtype == np.float64
+
+
+def test_bool_stats_quantiles_use_lerobot_06s_float32_histogram():
+    """The padded range of a bool column in float32 is [-1e-10, 1.0] (1 + 1e-10 rounds to 1)."""
+    values = np.array([True, False, False, True, True, False, True])[:, None]
+    got = numeric_stats(values)
+    want = reference_stats(values)
+    for name in QUANTILES:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    edges = np.linspace(np.float32(0) - 1e-10, np.float32(1) + 1e-10, 5001)
+    assert edges.dtype == np.float32 and edges[-1] == 1.0
+    # 3 False then 4 True: q99 * 7 = 6.93 falls (6.93 - 3) / 4 of the way into the last bin
+    assert got["q99"][0] == pytest.approx(
+        float(edges[-2]) + 3.93 / 4 * float(edges[-1] - edges[-2])
+    )
+
+
+# meta/stats.json and two episodes-table rows of a bool feature as lerobot 0.6.1 writes them
+# (a float32 cast before its stats), and as lerobot 0.4 / older torchstore wrote them
+LEROBOT_06_BOOL_EPISODES = [
+    {
+        "min": [0.0, 0.0],
+        "max": [1.0, 0.0],
+        "mean": [0.5, 0.0],
+        "std": [0.5, 0.0],
+        "count": [4],
+        "q01": [-1.0000000133514319e-10, -1.0000000133514319e-10],
+        "q10": [-1.0000000133514319e-10, -1.0000000133514319e-10],
+        "q50": [0.0001, -1.0000000133514319e-10],
+        "q90": [0.9999200105667114, -1.0000000133514319e-10],
+        "q99": [0.9999920129776001, -1.0000000133514319e-10],
+    },
+    {
+        "min": [1.0, 0.0],
+        "max": [1.0, 1.0],
+        "mean": [1.0, 0.5],
+        "std": [0.0, 0.5],
+        "count": [2],
+        "q01": [1.0, -1.0000000133514319e-10],
+        "q10": [1.0, -1.0000000133514319e-10],
+        "q50": [1.0, 0.0002],
+        "q90": [1.0, 0.9998400211334229],
+        "q99": [1.0, 0.9999840259552002],
+    },
+]
+
+
+def _as_booleans(stats: dict) -> dict:
+    """The same stats with min/max as booleans, as lerobot 0.4 wrote them."""
+    return {k: [bool(x) for x in v] if k in ("min", "max") else v for k, v in stats.items()}
+
+
+def test_stats_written_as_lerobot_06_or_04_aggregate_the_same():
+    """A dataset whose episodes were written by lerobot 0.4 (booleans) and extended by
+    lerobot 0.6 (floats), or the other way, aggregates to the numbers of an all-0.6 one."""
+    as06 = [stats_from_json({"grip": e})["grip"] for e in LEROBOT_06_BOOL_EPISODES]
+    as04 = [stats_from_json({"grip": _as_booleans(e)})["grip"] for e in LEROBOT_06_BOOL_EPISODES]
+    assert as04[0]["min"].dtype == np.float64 and as04[0]["max"].tolist() == [1.0, 0.0]
+    want = aggregate_stats(as06)
+    assert want["min"].tolist() == [0.0, 0.0] and want["max"].tolist() == [1.0, 1.0]
+    np.testing.assert_allclose(want["mean"], [4 / 6, 1 / 6])
+    for mixed in ([as04[0], as06[1]], [as06[0], as04[1]], as04):
+        got = aggregate_stats(mixed)
+        running = RunningStats()
+        for e in mixed:
+            running = running.plus({"grip": e})
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
+            np.testing.assert_allclose(running.result()["grip"][name], value, err_msg=name)
+            assert got[name].dtype == value.dtype, name
 
 
 def test_numeric_stats_single_frame_quantiles_equal_mean():
@@ -508,12 +577,12 @@ def test_writer_stats_follow_lerobot_shapes_and_types(tmp_path):
             )
     data = json.loads((tmp_path / "ds/meta/stats.json").read_text())
     assert np.asarray(data["grid"]["mean"]).shape == (3,) and data["grid"]["count"] == [10]
-    assert all(isinstance(v, bool) for v in data["grip"]["min"] + data["grip"]["max"])
+    assert all(type(v) is float for v in data["grip"]["min"] + data["grip"]["max"])
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     table = pq.read_table(next((tmp_path / "ds/meta/episodes").rglob("*.parquet")))
-    assert table.schema.field("stats/grip/min").type.value_type == pa.bool_()
+    assert table.schema.field("stats/grip/min").type.value_type == pa.float64()
     assert [len(v) for v in table.column("stats/grid/q50").to_pylist()] == [3, 3]
 
 
@@ -560,3 +629,63 @@ def test_quantiles_from_sorted_columns_equal_reading_the_histogram(rows, seed, l
         for c in range(4):
             col = data[:, c]
             np.testing.assert_array_equal(got[:, c], _column_quantiles(col, col.min(), col.max()))
+
+
+def _booleans_in_table(root) -> None:
+    """Rewrite a dataset's bool min/max stats as lerobot 0.4 (and older torchstore) wrote
+    them: list<bool> columns in the episodes table, booleans in stats.json."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for path in (root / "meta/episodes").rglob("*.parquet"):
+        table = pq.read_table(path)
+        for stat in ("min", "max"):
+            i = table.schema.get_field_index(f"stats/grip/{stat}")
+            column = table.column(i).cast(pa.list_(pa.bool_()))
+            table = table.set_column(i, table.schema.field(i).with_type(column.type), column)
+        pq.write_table(table, path)
+    data = json.loads((root / "meta/stats.json").read_text())
+    data["grip"] = _as_booleans(data["grip"])
+    (root / "meta/stats.json").write_text(json.dumps(data))
+
+
+def test_resuming_a_dataset_with_boolean_stats_aggregates_as_a_new_one(tmp_path):
+    """Episodes whose bool stats are booleans (lerobot 0.4) and new ones (0.0/1.0, lerobot
+    0.6) share one dataset: resume concatenates both, stats.json matches a fresh dataset."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from torchstore.lerobot import LeRobotWriter, import_lerobot
+
+    features = {
+        "grip": {"dtype": "bool", "shape": [2], "names": None},
+        "x": {"dtype": "float32", "shape": [1], "names": None},
+    }
+    rng = np.random.default_rng(5)
+    episodes = [
+        {"grip": rng.random((n, 2)) < 0.4, "x": rng.standard_normal((n, 1)).astype(np.float32)}
+        for n in (5, 3, 8, 4)
+    ]
+    with LeRobotWriter(tmp_path / "fresh", fps=10, features=features) as w:
+        for e in episodes:
+            w.add_episode(e, task="t")
+    old = tmp_path / "old"
+    with LeRobotWriter(old, fps=10, features=features) as w:
+        for e in episodes[:2]:
+            w.add_episode(e, task="t")
+    _booleans_in_table(old)
+    with LeRobotWriter.resume(old) as w:
+        assert w.num_episodes == 2
+        for e in episodes[2:]:
+            w.add_episode(e, task="t")
+    fresh = json.loads((tmp_path / "fresh/meta/stats.json").read_text())
+    got = json.loads((old / "meta/stats.json").read_text())
+    assert got == fresh
+    assert all(type(v) is float for v in got["grip"]["min"] + got["grip"]["max"])
+    types = {
+        pq.read_schema(p).field("stats/grip/min").type.value_type
+        for p in (old / "meta/episodes").rglob("*.parquet")
+    }
+    assert types == {pa.bool_(), pa.float64()}  # the old file is left as it was written
+    summary = import_lerobot(old, tmp_path / "store.h5")
+    assert (summary.episodes, summary.frames) == (4, 20)

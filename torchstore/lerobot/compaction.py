@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.io.parquet import read_table, require_pyarrow, write_table_atomically, write_tables
+from torchstore.lerobot.episodes_table import concat_episode_tables
 from torchstore.lerobot.layout import SCRATCH_DIR, data_path, episodes_path, video_path, writer_lock
 
 __all__ = [
@@ -148,7 +149,7 @@ def compact_session(
         meta = episodes[0].meta
         columns["meta/episodes/chunk_index"] = [meta[0]] * len(episodes)
         columns["meta/episodes/file_index"] = [meta[1]] * len(episodes)
-        table = pa.concat_tables([e.row for e in episodes])
+        table = concat_episode_tables([e.row for e in episodes])
         for name, values in columns.items():
             i = table.schema.get_field_index(name)
             table = table.set_column(
@@ -222,7 +223,7 @@ def merge_trailing_run(
     Returns whether anything was merged."""
     if not tables:
         return False
-    whole = require_pyarrow().concat_tables(tables, promote_options="default")
+    whole = concat_episode_tables(tables)
     if not {"meta/episodes/chunk_index", "meta/episodes/file_index"} <= set(whole.column_names):
         return False  # not a table this writer can re-point
 

@@ -16,7 +16,7 @@ import numpy as np
 from torchstore.io.parquet import require_pyarrow
 from torchstore.lerobot.stats import STAT_NAMES
 
-__all__ = ["EpisodeRow", "episodes_table"]
+__all__ = ["EpisodeRow", "concat_episode_tables", "episodes_table"]
 
 
 @dataclass
@@ -73,14 +73,12 @@ def episodes_table(rows: Sequence[EpisodeRow], meta: tuple[int, int]):
                 pa.array([r.videos[key][2] for r in rows], pa.float64()),
             ),
         ]
-    for name, first in rows[0].stats.items():
+    for name in rows[0].stats:
         for stat in STAT_NAMES:
             values = np.stack([np.asarray(r.stats[name][stat]) for r in rows])
             if stat == "count":
                 element = ints
-            elif np.asarray(first[stat]).dtype == np.bool_:
-                element = pa.bool_()
-            else:
+            else:  # every other stat is a double (a bool feature's min/max too, as lerobot 0.6)
                 element, values = pa.float64(), values.astype(np.float64)
             columns.append((f"stats/{name}/{stat}", _nested(values, element)))
     columns += [
@@ -88,3 +86,39 @@ def episodes_table(rows: Sequence[EpisodeRow], meta: tuple[int, int]):
         ("meta/episodes/file_index", pa.array([meta[1]] * len(rows), ints)),
     ]
     return pa.Table.from_arrays([a for _, a in columns], names=[n for n, _ in columns])
+
+
+def _as_doubles(type_):
+    """``type_`` with a bool leaf replaced by float64 (lists nest), or None if it has none."""
+    pa = require_pyarrow()
+    if pa.types.is_boolean(type_):
+        return pa.float64()
+    if pa.types.is_list(type_) or pa.types.is_large_list(type_):
+        inner = _as_doubles(type_.value_type)
+        if inner is None:
+            return None
+        return pa.large_list(inner) if pa.types.is_large_list(type_) else pa.list_(inner)
+    return None
+
+
+def concat_episode_tables(tables: Sequence[Any]):
+    """Episodes tables of one dataset as one table, their stats columns in lerobot 0.6's types.
+
+    lerobot 0.4 (and torchstore before it followed lerobot 0.6) wrote a bool feature's
+    ``stats/<feature>/min`` and ``max`` as lists of booleans, lerobot 0.6 as doubles: a
+    dataset extended by another version holds both, which Arrow will not concatenate. Such
+    columns are cast to doubles (True is 1.0) first.
+    """
+    pa = require_pyarrow()
+    cast = []
+    for table in tables:
+        schema = table.schema
+        for i, column_field in enumerate(schema):
+            name, type_ = column_field.name, column_field.type
+            doubles = _as_doubles(type_) if name.startswith("stats/") else None
+            if doubles is not None:
+                table = table.set_column(
+                    i, column_field.with_type(doubles), table.column(i).cast(doubles)
+                )
+        cast.append(table)
+    return pa.concat_tables(cast, promote_options="default")

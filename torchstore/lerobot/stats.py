@@ -13,7 +13,12 @@ either library aggregates the same:
 * quantiles: a 5000-bin histogram per column between ``min - 1e-10`` and ``max + 1e-10``,
   the quantile interpolated inside the bin where the cumulative count reaches
   ``q * count`` (an episode of one frame gets quantiles equal to its mean);
-* bool features keep ``min``/``max`` as booleans; every other stat is float64;
+* types: lerobot 0.6 promotes a feature to ``np.result_type(dtype, float32)`` before any
+  stat (bool, int8/16, uint8/16 and float16 to float32, wider ints to float64), so every
+  stat is a float (a bool feature's ``min``/``max`` are 0.0/1.0, not booleans) and the
+  quantiles' histogram edges are computed in that type; here every stat but ``count`` is
+  float64 holding those values. Stats written as booleans (lerobot 0.4, older torchstore)
+  are read as 0.0/1.0 and aggregate to the same numbers;
 * the dataset level: min of mins, max of maxes, count-weighted mean, the parallel variance
   formula for std, and the count-weighted mean of the episodes' quantiles (lerobot
   0.4-0.6.1).
@@ -22,7 +27,8 @@ Where it differs, on purpose: camera stats use every pixel of every frame (lerob
 about ``n**0.75`` frames and down-samples large ones), std is the exact population std
 (lerobot's ``sqrt(E[x^2] - E[x]^2)`` overflows on uint8 pixels), and a one-frame episode of a
 2-D feature is reduced to ``(K,)`` like every other (lerobot keeps ``(A, K)`` there, which
-its own aggregation then refuses). A column holding NaN or inf gets NaN quantiles, which
+its own aggregation then refuses) and gets float stats like every other (lerobot keeps the
+raw dtype there: booleans or integers). A column holding NaN or inf gets NaN quantiles, which
 ``stats_to_json`` refuses. :class:`RunningStats` aggregates episode by episode in constant
 time per episode, for recorders.
 """
@@ -137,9 +143,9 @@ def _columns_quantiles(x: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> np
     """
     rows, k = x.shape
     out = np.full((len(_Q), k), np.nan)
-    if lows.dtype.kind != "f":  # lerobot: an int (or bool) minus 1e-10 is a float64
-        lows, highs = lows.astype(np.float64), highs.astype(np.float64)
-    # as lerobot computes them: in the feature's float dtype (float32 edges for float32)
+    work = _working_dtype(lows.dtype)
+    lows, highs = lows.astype(work, copy=False), highs.astype(work, copy=False)
+    # as lerobot computes them: in the working dtype (float32 edges for float32 or bool)
     start, stop = lows - _PAD, highs + _PAD
     step = (stop - start) / start.dtype.type(_BINS)
     finite = np.isfinite(lows) & np.isfinite(highs)
@@ -185,15 +191,20 @@ def _columns_quantiles(x: np.ndarray, lows: np.ndarray, highs: np.ndarray) -> np
     return out
 
 
+def _working_dtype(dtype: np.dtype) -> np.dtype:
+    """The float type lerobot 0.6 computes a feature's stats in (``RunningQuantileStats``)."""
+    return np.result_type(dtype, np.float32)
+
+
 def numeric_stats(values: np.ndarray) -> dict[str, np.ndarray]:
     """Stats of one episode's values ``[n, *shape]``, as lerobot 0.6 computes them.
 
     Reduces over every axis but the last: ``[n]`` and ``[n, 1]`` give ``(1,)``, ``[n, K]`` and
     ``[n, A, K]`` give ``(K,)``. Any numeric or bool dtype; torch tensors are accepted too.
     Quantiles come from lerobot's 5000-bin histogram (see the module docstring); std is the
-    population std (ddof=0). Returns float64 arrays, except ``min``/``max`` of a bool input
-    (bool) and ``count`` (int64 ``[n]``). Raises ValueError for no frames or a non-numeric
-    dtype.
+    population std (ddof=0). Returns float64 arrays (a bool input's ``min``/``max`` are
+    0.0/1.0, as lerobot 0.6 writes them), ``count`` int64 ``[n]``. Raises ValueError for no
+    frames or a non-numeric dtype.
     """
     arr = _to_numpy(values)
     if arr.ndim == 0:
@@ -224,12 +235,12 @@ def _numeric_stats(arr: np.ndarray) -> dict[str, np.ndarray]:
         raise ValueError("numeric_stats needs at least one frame, got 0")
     x = arr.reshape(-1, 1) if arr.ndim == 1 else arr.reshape(-1, arr.shape[-1])
     xf = x.astype(np.float64)
-    is_bool = arr.dtype == np.bool_
-    mins, maxes = x.min(axis=0), x.max(axis=0)
+    work = x.astype(_working_dtype(x.dtype), copy=False)  # lerobot 0.6's type for min/max
+    mins, maxes = work.min(axis=0), work.max(axis=0)
     mean = xf.mean(axis=0)
     stats = {
-        "min": mins if is_bool else mins.astype(np.float64),
-        "max": maxes if is_bool else maxes.astype(np.float64),
+        "min": mins.astype(np.float64),
+        "max": maxes.astype(np.float64),
         "mean": mean,
         "std": xf.std(axis=0),
         "count": np.array([n], dtype=np.int64),
@@ -334,15 +345,6 @@ def _episode_array(stats: Mapping[str, Any], index: int, name: str) -> np.ndarra
         raise LeRobotFormatError(f"stats of episode {index}: {name!r} is not numeric: {e}") from e
 
 
-def _keep_bool(
-    value: np.ndarray, per_episode: Sequence[Mapping[str, Any]], name: str
-) -> np.ndarray:
-    """``value`` as bool when every episode's ``name`` is bool (lerobot keeps bool min/max)."""
-    if all(_to_numpy(stats[name]).dtype == np.bool_ for stats in per_episode):
-        return value.astype(np.bool_)
-    return value
-
-
 class RunningStats:
     """Dataset-level stats of one dataset, updated one episode at a time in O(features).
 
@@ -390,7 +392,7 @@ def _merge(acc: dict[str, Any] | None, stats: Mapping[str, Any]) -> dict[str, An
     if count.size != 1 or not 0 < count[0] < np.inf or count[0] != np.floor(count[0]):
         raise LeRobotFormatError(f"'count' must be one positive integer, got {count}")
     c = int(count[0])
-    mins, maxes = _to_numpy(stats["min"]), _to_numpy(stats["max"])
+    mins, maxes = _episode_array(stats, 0, "min"), _episode_array(stats, 0, "max")
     mean = _episode_array(stats, 0, "mean")
     var = _episode_array(stats, 0, "std") ** 2
     quantiles = {q: c * _episode_array(stats, 0, q) for q in QUANTILES if q in stats}
@@ -402,12 +404,10 @@ def _merge(acc: dict[str, Any] | None, stats: Mapping[str, Any]) -> dict[str, An
         )
     n = acc["count"] + c
     delta = mean - acc["mean"]
-    both_bool = acc["min"].dtype == np.bool_ and mins.dtype == np.bool_
-    kind = np.bool_ if both_bool else np.float64
     return {
         "count": n,
-        "min": np.minimum(acc["min"], mins).astype(kind),
-        "max": np.maximum(acc["max"], maxes).astype(kind),
+        "min": np.minimum(acc["min"], mins),
+        "max": np.maximum(acc["max"], maxes),
         "mean": acc["mean"] + delta * (c / n),
         "m2": acc["m2"] + c * var + delta**2 * (acc["count"] * c / n),
         # a quantile is kept only while every episode has it (as aggregate_stats does)
@@ -459,8 +459,8 @@ def aggregate_stats(per_episode: Sequence[Mapping[str, np.ndarray]]) -> dict[str
     mean = (weights * means).sum(axis=0) / total
     variance = (weights * (stds**2 + (means - mean) ** 2)).sum(axis=0) / total
     out = {
-        "min": _keep_bool(mins.min(axis=0), per_episode, "min"),
-        "max": _keep_bool(maxes.max(axis=0), per_episode, "max"),
+        "min": mins.min(axis=0),
+        "max": maxes.max(axis=0),
         "mean": mean,
         "std": np.sqrt(variance),
         "count": np.array([total], dtype=np.int64),
@@ -498,7 +498,7 @@ def aggregate_features(
 
 
 def stats_to_json(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
-    """Nested lists for meta/stats.json: floats as Python floats, count as ints.
+    """Nested lists for meta/stats.json: floats as Python floats, count as ints (lerobot 0.6).
 
     stats.json must hold finite numbers (a NaN would be written as the non-standard token
     ``NaN``), so NaN or inf raises ValueError naming the feature and stat.
@@ -519,9 +519,7 @@ def stats_to_json(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict:
                 if arr.dtype.kind == "f" and not (arr == np.round(arr)).all():
                     raise ValueError(f"feature {feature!r}: count {arr} is not an integer")
                 entry[name] = arr.astype(np.int64).tolist()
-            elif arr.dtype == np.bool_ and name in ("min", "max"):
-                entry[name] = arr.tolist()  # lerobot writes a bool feature's min/max as booleans
-            else:
+            else:  # a bool feature's min/max too: lerobot 0.6 writes them as 0.0/1.0
                 entry[name] = arr.astype(np.float64).tolist()
         out[str(feature)] = entry
     return out
@@ -546,7 +544,10 @@ def _json_array(value: Any, feature: str, name: str) -> np.ndarray:
 
 
 def stats_from_json(data: Mapping) -> dict[str, dict[str, np.ndarray]]:
-    """Inverse of :func:`stats_to_json`: count as int64, bool min/max as bool, the rest float64.
+    """Inverse of :func:`stats_to_json`: count as int64, the rest float64.
+
+    A bool feature's min/max written as booleans (lerobot 0.4, torchstore before it matched
+    lerobot 0.6) are read as 0.0/1.0, the numbers lerobot 0.6 writes for them.
 
     Accepts NaN/inf (lerobot's json.dump may write them). Anything that is not an object of
     objects of non-empty numeric nested lists raises LeRobotFormatError naming the feature
@@ -577,8 +578,6 @@ def stats_from_json(data: Mapping) -> dict[str, dict[str, np.ndarray]]:
                         f"integers, got {value!r}"
                     )
                 entry[name] = arr.astype(np.int64)
-            elif arr.dtype == np.bool_:
-                entry[name] = arr  # a bool feature's min/max
             else:
                 entry[name] = arr.astype(np.float64)
         out[feature] = entry

@@ -40,7 +40,7 @@ from torchstore.lerobot.compaction import (
     merge_trailing_run,
     trim_to_table,
 )
-from torchstore.lerobot.episodes_table import EpisodeRow, episodes_table
+from torchstore.lerobot.episodes_table import EpisodeRow, concat_episode_tables, episodes_table
 from torchstore.lerobot.features import DEFAULT_FEATURES, Feature, encode_png, hf_features_metadata
 from torchstore.lerobot.frames import camera_frames, features_from_user, numeric_values
 from torchstore.lerobot.info import info_features, new_info, read_info, write_json_atomically
@@ -756,10 +756,10 @@ class LeRobotWriter:
         """Read back the committed episodes, trim leftovers of a killed save, start new files."""
         from torchstore.lerobot.source import LeRobotSource, read_tasks
 
-        pa = require_pyarrow()
+        require_pyarrow()
         meta_files = sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
         rows = drop_covered_tables(meta_files)
-        table = pa.concat_tables(rows, promote_options="default") if rows else None
+        table = concat_episode_tables(rows) if rows else None
         episodes = table.num_rows if table is not None else 0
         frames = int(sum(table.column("length").to_pylist())) if table is not None else 0
         # the committed state is the episodes table; repair everything else to match it
@@ -788,7 +788,7 @@ class LeRobotWriter:
             rows = drop_covered_tables(
                 sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
             )
-            table = pa.concat_tables(rows, promote_options="default")
+            table = concat_episode_tables(rows)
         for name in self.features:
             if self.features[name].is_video and self.features[name].info is None and episodes:
                 from torchstore.io.video import probe_video
@@ -833,10 +833,8 @@ class LeRobotWriter:
             if value is None:
                 continue
             arr = np.asarray(value)
-            if stat == "count":
-                arr = arr.astype(np.int64)
-            elif arr.dtype != np.bool_:
-                arr = arr.astype(np.float64)
+            # a bool feature's min/max written as booleans (lerobot 0.4) are read as 0.0/1.0
+            arr = arr.astype(np.int64 if stat == "count" else np.float64)
             stats.setdefault(feature, {})[stat] = arr
         return {
             f: s
