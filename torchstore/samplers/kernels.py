@@ -92,15 +92,41 @@ def philox_words(key: Tensor, stream: int, offset: int, n: int, rounds: int = 10
 
 
 @numba.njit(cache=True, nogil=True)
-def _descend(tree, depth, mass, out_index, out_value, capacity):  # pragma: no cover
-    # Draws are independent, so the order they are walked in is free: walking them in order
-    # of mass makes neighbouring draws share their upper path and touch leaves in increasing
-    # address order (cache and prefetcher friendly), and walking all draws one level at a
-    # time keeps many cache misses in flight. Each draw still meets the same comparisons
-    # and subtractions as in the tensor code, so the answers are the same bits.
+def _bucket_order(key, buckets):  # pragma: no cover - compiled
+    # A counting sort of keys in [0, buckets): a permutation that visits the keys in
+    # non-decreasing order, in O(n + buckets) (an argsort costs several times more).
+    n = key.shape[0]
+    start = np.zeros(buckets + 1, dtype=np.int64)
+    for i in range(n):
+        start[key[i] + 1] += 1
+    for b in range(buckets):
+        start[b + 1] += start[b]
+    order = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        k = key[i]
+        order[start[k]] = i
+        start[k] += 1
+    return order
+
+
+@numba.njit(cache=True, nogil=True)
+def _descend(tree, depth, mass, total, out_index, out_value, capacity):  # pragma: no cover
+    # Draws are independent, so the order they are walked in is free: walking them in
+    # (bucketed) order of mass makes neighbouring draws share their upper path and touch
+    # leaves in increasing address order (cache and prefetcher friendly), and walking all
+    # draws one level at a time keeps many cache misses in flight. The step is branch-free
+    # (a mispredicted branch would squash the loads in flight). Each draw still meets the
+    # same comparisons and subtractions as in the tensor code (``m - r_left * go`` there
+    # too), so the answers are the same bits.
     num_leaves = 1 << depth
     n = mass.shape[0]
-    order = np.argsort(mass)
+    buckets = max(n, 1)
+    scale = buckets / total if total > 0 else 0.0
+    key = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        b = int(mass[i] * scale)
+        key[i] = min(max(b, 0), buckets - 1)
+    order = _bucket_order(key, buckets)
     node = np.ones(n, dtype=np.int64)
     m = mass[order]
     for _ in range(depth):
@@ -108,17 +134,11 @@ def _descend(tree, depth, mass, out_index, out_value, capacity):  # pragma: no c
             left = 2 * node[j]
             r_left = tree[left]
             r_right = tree[left + 1]
-            if (r_left <= 0) or ((m[j] >= r_left) and (r_right > 0)):
-                m[j] = m[j] - r_left
-                node[j] = left + 1
-            else:
-                node[j] = left
+            go = (r_left <= 0) | ((m[j] >= r_left) & (r_right > 0))
+            m[j] = m[j] - r_left * go
+            node[j] = left + go
     for j in range(n):
-        leaf = node[j] - num_leaves
-        if leaf > capacity - 1:
-            leaf = capacity - 1
-        if leaf < 0:
-            leaf = 0
+        leaf = min(max(node[j] - num_leaves, 0), capacity - 1)
         i = order[j]
         out_index[i] = leaf
         out_value[i] = tree[leaf + num_leaves]
@@ -132,7 +152,7 @@ def descend_whole(
     mass = (u.to(tree.dtype).reshape(-1) * total).numpy()
     index = np.empty(mass.shape[0], dtype=np.int64)
     value = np.empty(mass.shape[0], dtype=mass.dtype)
-    _descend(tree.numpy(), depth, mass, index, value, capacity)
+    _descend(tree.numpy(), depth, mass, float(total), index, value, capacity)
     return (
         torch.from_numpy(index).reshape(u.shape),
         torch.from_numpy(value).reshape(u.shape),
@@ -141,28 +161,41 @@ def descend_whole(
 
 
 @numba.njit(cache=True, nogil=True)
-def _write_leaves(sum_tree, min_tree, depth, index, value):  # pragma: no cover - compiled
+def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma: no cover
+    # One pass writes the leaves (and the raw priorities when ``raw`` is not empty) in the
+    # caller's order, so the last write of a leaf wins. Then, level by level as the tensor
+    # code does, every touched parent is recomputed from its final children. The nodes are
+    # walked in bucketed address order (cache and prefetcher friendly); at every level
+    # above the bucket width that order is sorted, so a shared ancestor is recomputed once
+    # a level. Below it a parent may be recomputed twice: from the same final children,
+    # to the same value.
     num_leaves = 1 << depth
+    n = index.shape[0]
     inf = np.inf
-    for i in range(index.shape[0]):  # in order: the last write of a leaf wins
-        node = index[i] + num_leaves
+    with_raw = raw.shape[0] > 0
+    for i in range(n):
+        k = index[i]
         v = value[i]
-        sum_tree[node] = v
-        min_tree[node] = v if v > 0 else inf
-
-
-@numba.njit(cache=True, nogil=True)
-def _refresh(sum_tree, min_tree, depth, index):  # pragma: no cover - compiled
-    # Level by level, as the tensor code does: a parent is recomputed from its final
-    # children, with independent loads in each pass.
-    num_leaves = 1 << depth
-    nodes = np.sort(index) + num_leaves  # increasing addresses: cache and prefetcher friendly
-    n = nodes.shape[0]
+        sum_tree[k + num_leaves] = v
+        min_tree[k + num_leaves] = v if v > 0 else inf
+        if with_raw:
+            raw[k] = raw_value[i]
+    shift = 0
+    while (num_leaves >> shift) > 2 * n:
+        shift += 1
+    buckets = num_leaves >> shift
+    key = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        key[i] = index[i] >> shift
+    order = _bucket_order(key, buckets)
+    nodes = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        nodes[j] = index[order[j]] + num_leaves
     for level in range(1, depth + 1):
         prev = -1
-        for i in range(n):
-            node = nodes[i] >> level
-            if node == prev:  # sorted: a shared ancestor is recomputed once a level
+        for j in range(n):
+            node = nodes[j] >> level
+            if node == prev:
                 continue
             prev = node
             left = 2 * node
@@ -172,10 +205,7 @@ def _refresh(sum_tree, min_tree, depth, index):  # pragma: no cover - compiled
             min_tree[node] = a if a <= b else b
 
 
-@numba.njit(cache=True, nogil=True)
-def _write_raw(raw, index, value):  # pragma: no cover - compiled
-    for i in range(index.shape[0]):
-        raw[index[i]] = value[i]
+_NO_RAW = np.empty(0, dtype=np.float64)
 
 
 def update_tree(
@@ -191,15 +221,16 @@ def update_tree(
     """:meth:`SumTree.update` in place: leaves ``index`` get ``value`` (last write wins).
 
     With ``raw``, also ``raw[index] = raw_value`` (last write wins): a prioritized
-    sampler's raw priorities, written in the same call.
+    sampler's raw priorities, written in the same call. One compiled call in all.
     """
     idx = index.to(torch.int64).contiguous().numpy()
-    if raw is not None:
-        _write_raw(raw.numpy(), idx, raw_value.to(raw.dtype).contiguous().numpy())
-    sums = sum_tree.numpy()
-    mins = min_tree.numpy()
-    _write_leaves(sums, mins, depth, idx, value.to(sum_tree.dtype).contiguous().numpy())
-    _refresh(sums, mins, depth, idx)
+    val = value.to(sum_tree.dtype).contiguous().numpy()
+    if raw is None:
+        raw_np = raw_val = _NO_RAW.astype(val.dtype)
+    else:
+        raw_np = raw.numpy()
+        raw_val = raw_value.to(raw.dtype).contiguous().numpy()
+    _update(sum_tree.numpy(), min_tree.numpy(), depth, idx, val, raw_np, raw_val)
 
 
 @numba.njit(cache=True, nogil=True)
