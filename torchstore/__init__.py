@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 from torchstore._lazy import lazy_exports
 from torchstore._version import __version__
 from torchstore.errors import (
+    AmbiguousDatasetError,
+    ArgumentError,
+    ArgumentTypeError,
     ColumnError,
     EpisodeError,
     IntegrityError,
@@ -114,4 +117,7 @@ __all__ = [
     "EpisodeError",
     "IntegrityError",
     "StoreFormatError",
+    "ArgumentError",
+    "ArgumentTypeError",
+    "AmbiguousDatasetError",
 ]

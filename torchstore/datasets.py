@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torchstore.errors import IntegrityError, TorchstoreError
+from torchstore.errors import AmbiguousDatasetError, IntegrityError, TorchstoreError
 from torchstore.io.paths import check_name
 from torchstore.io.transfer import NoSuchEntryError, TransferError
 from torchstore.remote.cache import _Cache, _offline, default_cache_dir, pull_entry, split_revision
@@ -69,10 +69,6 @@ log = logging.getLogger(__name__)
 #: The environment variable holding comma-separated locations, searched first.
 LOCATIONS_ENV = "TORCHSTORE_LOCATIONS"
 _STORE_SUFFIXES = (".h5", ".hdf5")
-
-
-class AmbiguousDatasetError(TorchstoreError, ValueError):
-    """An entry holds several stores and ``file=`` did not say which one to open."""
 
 
 def locations_file() -> Path:

@@ -16,6 +16,7 @@ __all__ = [
     "ReadOnlyStorageError",
     "EpisodeError",
     "LeRobotFormatError",
+    "ParquetFormatError",
     "VideoError",
     "StoreLockedError",
     "DestinationError",
@@ -28,6 +29,22 @@ __all__ = [
     "UnsupportedError",
     "ArgumentError",
     "ArgumentTypeError",
+    "TransferError",
+    "RemoteNotFoundError",
+    "NoSuchLocationError",
+    "NoSuchEntryError",
+    "DeadlineError",
+    "RemoteChangedError",
+    "OfflineError",
+    "IncompleteFileError",
+    "UnknownEntryError",
+    "EntryExistsError",
+    "EntryKindError",
+    "DeviceError",
+    "CacheNotWritableError",
+    "RayUnavailableError",
+    "ProjectError",
+    "AmbiguousDatasetError",
 ]
 
 
@@ -67,8 +84,12 @@ class LeRobotFormatError(StoreFormatError):
     """A LeRobot dataset on disk breaks its format (info.json, Parquet, episode tables)."""
 
 
+class ParquetFormatError(TorchstoreError, ValueError):
+    """A Parquet file is missing, not Parquet, or has no footer (its writer never finished)."""
+
+
 class VideoError(TorchstoreError, ValueError):
-    """A video file cannot be encoded, decoded or appended (truncated, wrong codec, missing frames)."""
+    """A video cannot be encoded, decoded or appended (truncated, wrong codec, missing frames)."""
 
 
 class StoreLockedError(TorchstoreError, RuntimeError):
@@ -113,3 +134,70 @@ class ArgumentError(TorchstoreError, ValueError):
 
 class ArgumentTypeError(ArgumentError, TypeError):
     """An argument of the wrong type (a float or a bool where an int count belongs)."""
+
+
+class TransferError(TorchstoreError, OSError):
+    """Moving bytes to or from a remote failed (network, timeout, HTTP status, offline mode)."""
+
+
+class RemoteNotFoundError(TransferError, FileNotFoundError):
+    """The remote has no such file, entry or revision."""
+
+
+class NoSuchLocationError(RemoteNotFoundError):
+    """A location that does not exist (a mistyped folder or URL): nothing was published there."""
+
+
+class NoSuchEntryError(RemoteNotFoundError, KeyError):
+    """A location has no entry (or revision) of that name; also a ``KeyError``, as a mapping's."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return OSError.__str__(self)
+
+
+class DeadlineError(TransferError, TimeoutError):
+    """A transfer ran past its overall deadline; what it fetched is kept for a resume."""
+
+
+class RemoteChangedError(TransferError):
+    """A conditional write found the remote changed since it was read (HTTP 412)."""
+
+
+class OfflineError(TransferError):
+    """Offline mode is on and an operation needed a network location."""
+
+
+class IncompleteFileError(TorchstoreError, ValueError):
+    """A file that is meant to be uploaded is not complete (or not a regular file)."""
+
+
+class UnknownEntryError(TorchstoreError, ValueError):
+    """``write_index`` was told the kind of a folder that is not an entry there."""
+
+
+class EntryExistsError(TorchstoreError, FileExistsError):
+    """A push would replace an existing entry's different content without ``replace=True``."""
+
+
+class EntryKindError(TorchstoreError, ValueError):
+    """A push or sync would change an existing entry's kind (a dataset into a recording...)."""
+
+
+class DeviceError(TorchstoreError, RuntimeError):
+    """The device asked for cannot be used here (no CUDA in this torch build, no GPU, ...)."""
+
+
+class CacheNotWritableError(TorchstoreError, PermissionError):
+    """The cache folder cannot be written (read-only, or no permission)."""
+
+
+class RayUnavailableError(TorchstoreError, ImportError):
+    """Ray is not installed (it is the optional extra ``torchstore[ray]``)."""
+
+
+class ProjectError(TorchstoreError, ValueError):
+    """A project folder or bundle breaks a rule (see :mod:`torchstore.project.bundle`)."""
+
+
+class AmbiguousDatasetError(TorchstoreError, ValueError):
+    """An entry holds several stores and ``file=`` did not say which one to open."""

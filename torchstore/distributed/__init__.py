@@ -12,15 +12,15 @@ from torchstore._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from torchstore.distributed.ray_replay import (
-        RayUnavailableError,
         ShardCollector,
         init_local_ray,
         serve_replay,
         start_collectors,
     )
+    from torchstore.errors import RayUnavailableError
 
 _EXPORTS = {
-    "RayUnavailableError": "torchstore.distributed.ray_replay",
+    "RayUnavailableError": "torchstore.errors",
     "ShardCollector": "torchstore.distributed.ray_replay",
     "init_local_ray": "torchstore.distributed.ray_replay",
     "serve_replay": "torchstore.distributed.ray_replay",

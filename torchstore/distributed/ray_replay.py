@@ -37,7 +37,7 @@ import torch
 from tensordict import TensorDictBase
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.errors import TorchstoreError
+from torchstore.errors import RayUnavailableError, TorchstoreError
 
 __all__ = [
     "RayUnavailableError",
@@ -60,10 +60,6 @@ TRANSITION_KEYS = (
     ("next", "terminated"),
     ("next", "truncated"),
 )
-
-
-class RayUnavailableError(TorchstoreError, ImportError):
-    """Ray is not installed (it is the optional extra ``torchstore[ray]``)."""
 
 
 def _ray():

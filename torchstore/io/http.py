@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from torchstore.errors import IntegrityError
+from torchstore.errors import IntegrityError, RemoteChangedError
 from torchstore.io.paths import check_relpath
 from torchstore.io.transfer import (
     DeadlineError,
@@ -47,10 +47,6 @@ _CHUNK = 1 << 20
 _MAX_REDIRECTS = 5
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-
-
-class RemoteChangedError(TransferError):
-    """A conditional write found the remote changed since it was read (HTTP 412)."""
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from torchstore._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from torchstore.errors import ProjectError
     from torchstore.project.bundle import (
         MANIFEST_NAME,
         ProjectDataset,
-        ProjectError,
         ProjectManifest,
         ProjectRun,
         PulledProject,
@@ -27,7 +27,6 @@ _EXPORTS = {
     for name in (
         "MANIFEST_NAME",
         "ProjectDataset",
-        "ProjectError",
         "ProjectManifest",
         "ProjectRun",
         "PulledProject",
@@ -36,6 +35,7 @@ _EXPORTS = {
         "push_project",
     )
 }
+_EXPORTS["ProjectError"] = "torchstore.errors"
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 

@@ -71,7 +71,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchstore.errors import DestinationExistsError, StoreFormatError, TorchstoreError
+from torchstore.errors import (
+    DestinationExistsError,
+    ProjectError,
+    StoreFormatError,
+)
 from torchstore.io.checksum import sha256_file
 from torchstore.io.paths import check_name, check_relpath, make_dirs_inside, resolve_inside
 from torchstore.io.transfer import progress_bar
@@ -109,10 +113,6 @@ IMPORTED = "\0imported"  # marks a path to such a store
 _STORE_SUFFIXES = (".h5", ".hdf5")
 _REVISION = re.compile(r"[0-9a-f]{7,64}")
 _MAX_MANIFEST = 16 << 20
-
-
-class ProjectError(TorchstoreError, ValueError):
-    """A project folder or bundle breaks a rule (see the module docstring)."""
 
 
 @dataclass(frozen=True)

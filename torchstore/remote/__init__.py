@@ -12,16 +12,22 @@ from typing import TYPE_CHECKING
 from torchstore._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from torchstore.io.transfer import (
+    from torchstore.errors import (
+        CacheNotWritableError,
         DeadlineError,
+        DeviceError,
+        EntryExistsError,
+        EntryKindError,
+        IncompleteFileError,
         NoSuchEntryError,
         NoSuchLocationError,
+        OfflineError,
+        RemoteChangedError,
         RemoteNotFoundError,
         TransferError,
+        UnknownEntryError,
     )
-    from torchstore.remote.backend import EntryExistsError, EntryKindError
     from torchstore.remote.cache import (
-        CacheNotWritableError,
         default_cache_dir,
         pull,
     )
@@ -34,32 +40,32 @@ if TYPE_CHECKING:
         RemoteEntry,
         RemoteFile,
     )
-    from torchstore.remote.location import OfflineError
     from torchstore.remote.recording import (
         SyncResult,
         sync_recording,
     )
     from torchstore.remote.safe_upload import is_safe_to_upload
     from torchstore.remote.upload import (
-        IncompleteFileError,
         prune,
         push,
         write_index,
     )
-    from torchstore.remote.weights import DeviceError, check_safetensors, fetch_policy_weights
+    from torchstore.remote.weights import check_safetensors, fetch_policy_weights
 
 _EXPORTS = {
-    "RemoteNotFoundError": "torchstore.io.transfer",
-    "TransferError": "torchstore.io.transfer",
-    "NoSuchLocationError": "torchstore.io.transfer",
-    "NoSuchEntryError": "torchstore.io.transfer",
-    "DeadlineError": "torchstore.io.transfer",
-    "EntryExistsError": "torchstore.remote.backend",
-    "EntryKindError": "torchstore.remote.backend",
-    "CacheNotWritableError": "torchstore.remote.cache",
-    "OfflineError": "torchstore.remote.location",
+    "RemoteNotFoundError": "torchstore.errors",
+    "TransferError": "torchstore.errors",
+    "NoSuchLocationError": "torchstore.errors",
+    "NoSuchEntryError": "torchstore.errors",
+    "DeadlineError": "torchstore.errors",
+    "RemoteChangedError": "torchstore.errors",
+    "UnknownEntryError": "torchstore.errors",
+    "EntryExistsError": "torchstore.errors",
+    "EntryKindError": "torchstore.errors",
+    "CacheNotWritableError": "torchstore.errors",
+    "OfflineError": "torchstore.errors",
     "prune": "torchstore.remote.upload",
-    "DeviceError": "torchstore.remote.weights",
+    "DeviceError": "torchstore.errors",
     "check_safetensors": "torchstore.remote.weights",
     "default_cache_dir": "torchstore.remote.cache",
     "pull": "torchstore.remote.cache",
@@ -71,7 +77,7 @@ _EXPORTS = {
     "SyncResult": "torchstore.remote.recording",
     "sync_recording": "torchstore.remote.recording",
     "is_safe_to_upload": "torchstore.remote.safe_upload",
-    "IncompleteFileError": "torchstore.remote.upload",
+    "IncompleteFileError": "torchstore.errors",
     "push": "torchstore.remote.upload",
     "write_index": "torchstore.remote.upload",
     "fetch_policy_weights": "torchstore.remote.weights",
@@ -106,4 +112,6 @@ __all__ = [
     "prune",
     "DeviceError",
     "check_safetensors",
+    "RemoteChangedError",
+    "UnknownEntryError",
 ]

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from torchstore.errors import StoreFormatError, TorchstoreError
+from torchstore.errors import EntryExistsError, EntryKindError, StoreFormatError, TorchstoreError
 from torchstore.io.folder import FsspecClient, LocalFolderClient, folder_client
 from torchstore.io.http import HttpClient, RemoteChangedError
 from torchstore.io.hub import HubClient
@@ -69,14 +69,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _INDEX_WRITE_ATTEMPTS = 5
-
-
-class EntryExistsError(TorchstoreError, FileExistsError):
-    """A push would replace an existing entry's different content without ``replace=True``."""
-
-
-class EntryKindError(TorchstoreError, ValueError):
-    """A push or sync would change an existing entry's kind (a dataset into a recording...)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from torchstore.errors import IntegrityError, TorchstoreError
+from torchstore.errors import CacheNotWritableError, IntegrityError
 from torchstore.io.checksum import verify_file
 from torchstore.io.paths import check_name, make_dirs_inside, resolve_inside
 from torchstore.io.transfer import DeadlineError, TransferError, progress_bar
@@ -71,10 +71,6 @@ def default_cache_dir() -> Path:
         return Path(os.environ["TORCHSTORE_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "torchstore"
-
-
-class CacheNotWritableError(TorchstoreError, PermissionError):
-    """The cache folder cannot be written (read-only, or no permission)."""
 
 
 _NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS}

@@ -21,7 +21,7 @@ import logging
 import os
 from pathlib import Path
 
-from torchstore.errors import StoreFormatError, TorchstoreError
+from torchstore.errors import IncompleteFileError, StoreFormatError, UnknownEntryError
 from torchstore.io.checksum import sha256_file
 from torchstore.io.paths import check_name
 from torchstore.io.transfer import progress_bar
@@ -41,14 +41,6 @@ from torchstore.remote.safe_upload import DEAD_WRITER_STORE, is_scratch, upload_
 __all__ = ["push", "push_folder", "prune", "write_index", "IncompleteFileError", "scan_folder"]
 
 log = logging.getLogger(__name__)
-
-
-class IncompleteFileError(TorchstoreError, ValueError):
-    """A file that is meant to be uploaded is not complete (or not a regular file)."""
-
-
-class UnknownEntryError(TorchstoreError, ValueError):
-    """``write_index`` was told the kind of a folder that is not an entry there."""
 
 
 def _check_kind(kind: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from torchstore.errors import StoreFormatError, TorchstoreError
+from torchstore.errors import DeviceError, StoreFormatError
 from torchstore.remote.cache import pull_entry
 
 __all__ = [
@@ -55,10 +55,6 @@ _ITEMSIZE = {
     "F64": 8,
     "C64": 8,
 }
-
-
-class DeviceError(TorchstoreError, RuntimeError):
-    """The device asked for cannot be used here (no CUDA in this torch build, no GPU, ...)."""
 
 
 def check_safetensors(path: str | os.PathLike) -> None:
