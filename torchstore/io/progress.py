@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from torchstore.io.flags import env_flag
+
 __all__ = ["progress_bar", "bar_options", "LOG_INTERVAL_S"]
 
 #: Seconds between redraws when the bar's stream is not a terminal.
@@ -40,8 +42,6 @@ def progress_bar(*, enabled: bool = True, **kwargs: Any) -> Any | None:
     None when ``enabled`` is false, ``TORCHSTORE_DISABLE_PROGRESS`` is set, or tqdm is
     not installed; callers skip their updates.
     """
-    from torchstore.io.transfer import env_flag
-
     if not enabled or env_flag("TORCHSTORE_DISABLE_PROGRESS"):
         return None
     try:

@@ -6,12 +6,19 @@ files. They know nothing about indexes, entries or datasets; ``torchstore.remote
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from torchstore.errors import TorchstoreError
+from torchstore.errors import (
+    DeadlineError,
+    NoSuchEntryError,
+    NoSuchLocationError,
+    RemoteNotFoundError,
+    TransferError,
+)
+from torchstore.io.flags import env_flag
+from torchstore.io.progress import progress_bar as _progress_bar
 
 __all__ = [
     "TransferError",
@@ -28,29 +35,6 @@ __all__ = [
 
 #: Called with the number of bytes just moved.
 Progress = Callable[[int], None]
-
-
-class TransferError(TorchstoreError, OSError):
-    """Moving bytes to or from a remote failed (network, timeout, HTTP status, offline mode)."""
-
-
-class RemoteNotFoundError(TransferError, FileNotFoundError):
-    """The remote has no such file, entry or revision."""
-
-
-class NoSuchLocationError(RemoteNotFoundError):
-    """A location that does not exist (a mistyped folder or URL): nothing was ever published there."""
-
-
-class NoSuchEntryError(RemoteNotFoundError, KeyError):
-    """A location has no entry (or no revision) of that name; also a ``KeyError``, as a mapping's."""
-
-    def __str__(self) -> str:  # KeyError would show the message quoted
-        return OSError.__str__(self)
-
-
-class DeadlineError(TransferError, TimeoutError):
-    """A transfer ran past its overall deadline; what it fetched is kept for a resume."""
 
 
 class FileClient(Protocol):
@@ -89,19 +73,16 @@ class _NoBar:
 
 def progress_bar(total: int, desc: str, *, enabled: bool = True, initial: int = 0):
     """A tqdm bar counting bytes (with the transfer rate), or a no-op if disabled/unavailable."""
-    if not enabled or env_flag("TORCHSTORE_DISABLE_PROGRESS"):
-        return _NoBar()
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # tqdm is optional: no bar, same transfer
-        return _NoBar()
-    from torchstore.io.progress import bar_options  # the redraw rule every bar follows
-
-    return tqdm(
-        **bar_options(
-            total=total, initial=initial, desc=desc, unit="B", unit_scale=True, unit_divisor=1024
-        )
+    bar = _progress_bar(
+        enabled=enabled,
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
     )
+    return _NoBar() if bar is None else bar
 
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
@@ -110,8 +91,3 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
         if secret:
             text = text.replace(secret, "***")
     return text
-
-
-def env_flag(name: str) -> bool:
-    """True if the environment variable is set to 1/true/yes/on (any case)."""
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

@@ -32,18 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from torchstore.errors import OfflineError
+from torchstore.io.flags import env_flag
 from torchstore.io.paths import check_name
-from torchstore.io.transfer import TransferError, env_flag
 
 __all__ = ["Location", "parse_location", "is_offline", "check_online", "OfflineError"]
 
 _SLUG_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 #: fsspec protocols that never touch the network
 _LOCAL_PROTOCOLS = frozenset({"file", "local", "memory"})
-
-
-class OfflineError(TransferError):
-    """Offline mode is on and an operation needed a network location."""
 
 
 def is_offline(offline: bool | None = None) -> bool:
