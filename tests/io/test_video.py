@@ -110,8 +110,11 @@ def test_probe_reports_stream_facts_and_exact_frame_times(tmp_path, fps, time_ba
 
 
 def test_lerobot_info_has_stream_facts_and_encoder_settings(tmp_path):
+    from torchstore.lerobot.info import video_feature_info
+
     info = encode_video(tmp_path / "i.mp4", scene(3, 48, 64), fps=FPS)
-    assert info.to_lerobot_info() == {
+    assert info.channels == 3
+    assert video_feature_info(info) == {
         "video.height": 48,
         "video.width": 64,
         "video.codec": "av1",
@@ -120,7 +123,7 @@ def test_lerobot_info_has_stream_facts_and_encoder_settings(tmp_path):
         "video.channels": 3,
         "has_audio": False,
     }
-    extra = info.to_lerobot_info(encoder=EncoderSettings())
+    extra = video_feature_info(info, encoder=EncoderSettings())
     assert extra["video.g"] == 2 and extra["video.crf"] == 30 and extra["video.preset"] == 12
     assert extra["video.fast_decode"] == 0 and extra["video.video_backend"] == "pyav"
     assert extra["video.extra_options"] == {} and extra["is_depth_map"] is False
@@ -396,6 +399,13 @@ def test_encoder_refuses_a_missing_folder(tmp_path):
 def test_encoder_settings_are_validated(kwargs, match):
     with pytest.raises(VideoError, match=match):
         EncoderSettings(**kwargs)
+
+
+def test_encoder_settings_by_short_name():
+    assert EncoderSettings.named("av1") == EncoderSettings()
+    assert EncoderSettings.named("h264") == EncoderSettings.h264()
+    with pytest.raises(VideoError, match=r"video codec name \('vp9'\) must be one of av1, h264"):
+        EncoderSettings.named("vp9")
 
 
 def test_encoder_options_follow_lerobot():

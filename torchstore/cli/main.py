@@ -124,10 +124,8 @@ def _import_lerobot(args: argparse.Namespace) -> None:
 
 
 def _export_lerobot(args: argparse.Namespace) -> None:
-    from torchstore.io.video import EncoderSettings
     from torchstore.lerobot import export_lerobot  # checks the destination (check_destination)
 
-    encoder = EncoderSettings.h264() if args.codec == "h264" else None
     summary = export_lerobot(
         args.store,
         args.dir,
@@ -136,7 +134,7 @@ def _export_lerobot(args: argparse.Namespace) -> None:
         robot_type=args.robot_type,
         columns=args.columns,
         cameras=args.cameras,
-        video_encoder=encoder,
+        video_encoder=args.codec,
         overwrite=args.overwrite,
         progress=not args.no_progress,
     )

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from torchstore.errors import LeRobotFormatError
+from torchstore.errors import ParquetFormatError
 
 __all__ = [
     "MAGIC",
@@ -37,13 +37,14 @@ def require_pyarrow():
         import pyarrow.parquet  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            "LeRobot datasets need pyarrow: pip install 'torchstore[lerobot]'"
+            "Parquet files need pyarrow: pip install pyarrow (or 'torchstore[lerobot]')"
         ) from exc
     return pyarrow
 
 
 def check_footer(path: str | os.PathLike, *, what: str | None = None) -> None:
-    """Raise :class:`LeRobotFormatError` unless ``path`` starts and ends with ``PAR1``."""
+    """Raise :class:`~torchstore.errors.ParquetFormatError` unless ``path`` starts and ends
+    with ``PAR1``; ``what`` names the file in the message (its path by default)."""
     path = Path(path)
     name = what or str(path)
     try:
@@ -53,11 +54,11 @@ def check_footer(path: str | os.PathLike, *, what: str | None = None) -> None:
             f.seek(max(size - 4, 0))
             tail = f.read(4)
     except FileNotFoundError:
-        raise LeRobotFormatError(f"{name} is missing") from None
+        raise ParquetFormatError(f"{name} is missing") from None
     if head != MAGIC:
-        raise LeRobotFormatError(f"{name} is not a Parquet file (no PAR1 header, {size} bytes)")
+        raise ParquetFormatError(f"{name} is not a Parquet file (no PAR1 header, {size} bytes)")
     if size < 12 or tail != MAGIC:
-        raise LeRobotFormatError(
+        raise ParquetFormatError(
             f"{name} has no Parquet footer: the recording that wrote it was not finalized "
             "(killed or crashed before closing the file)"
         )
@@ -66,7 +67,7 @@ def check_footer(path: str | os.PathLike, *, what: str | None = None) -> None:
 def read_table(
     path: str | os.PathLike, *, columns: Sequence[str] | None = None, what: str | None = None
 ):
-    """A ``pyarrow.Table`` from a complete Parquet file, with errors that name the file."""
+    """A ``pyarrow.Table`` from a complete Parquet file; a ParquetFormatError names the file."""
     pa = require_pyarrow()
     import pyarrow.parquet as pq
 
@@ -74,7 +75,7 @@ def read_table(
     try:
         return pq.read_table(path, columns=list(columns) if columns is not None else None)
     except (pa.ArrowException, OSError) as exc:
-        raise LeRobotFormatError(f"{what or path} cannot be read as Parquet: {exc}") from exc
+        raise ParquetFormatError(f"{what or path} cannot be read as Parquet: {exc}") from exc
 
 
 def replace_atomically(path: str | os.PathLike, write, *, durable: bool = False) -> None:

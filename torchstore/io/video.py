@@ -40,6 +40,7 @@ from torchstore.errors import VideoError
 __all__ = [
     "VideoInfo",
     "EncoderSettings",
+    "ENCODER_NAMES",
     "EpisodeVideoEncoder",
     "VideoFrameReader",
     "require_av",
@@ -49,9 +50,10 @@ __all__ = [
     "concat_videos",
 ]
 
-# Video encoders LeRobot accepts (spec section 9); listed in errors when they are available.
-_LEROBOT_ENCODERS = """libsvtav1 libaom-av1 libx264 h264 libx265 hevc h264_nvenc hevc_nvenc
+# Common video encoders (those LeRobot accepts); listed in errors when they are available.
+_KNOWN_ENCODERS = """libsvtav1 libaom-av1 libx264 h264 libx265 hevc h264_nvenc hevc_nvenc
     h264_vaapi h264_qsv h264_videotoolbox hevc_videotoolbox""".split()
+ENCODER_NAMES = ("av1", "h264")  # the short names EncoderSettings.named knows
 _MUX_OPTIONS = {"movflags": "faststart"}  # index first, as LeRobot writes its files
 _MAX_SKIP_S = 1.0  # a forward jump up to this long decodes on instead of seeking
 _FPS_LEEWAY = 0.01  # relative difference allowed between a file's frame rate and the stated fps
@@ -93,32 +95,14 @@ class VideoInfo:
     duration_s: float
     has_audio: bool
 
-    def to_lerobot_info(self, *, encoder: EncoderSettings | None = None) -> dict[str, Any]:
-        """The ``features[video_key]["info"]`` dict LeRobot writes in info.json (spec section 3)."""
-        info: dict[str, Any] = {
-            "video.height": self.height,
-            "video.width": self.width,
-            "video.codec": self.codec,
-            "video.pix_fmt": self.pix_fmt,
-            "video.fps": round(self.fps),
-            "video.channels": _channels(self.pix_fmt),
-            "has_audio": self.has_audio,
-        }
-        if encoder is not None:
-            info |= {
-                "video.g": encoder.g,
-                "video.crf": encoder.crf,
-                "video.preset": encoder.preset,
-                "video.fast_decode": encoder.fast_decode,
-                "video.video_backend": "pyav",
-                "video.extra_options": {},
-                "is_depth_map": False,
-            }
-        return info
+    @property
+    def channels(self) -> int:
+        """Colour channels of the pixel format (gray 1, with alpha 4, else 3)."""
+        return _channels(self.pix_fmt)
 
 
 def _channels(pix_fmt: str) -> int:
-    """Colour channels a pixel format carries (gray 1, with alpha 4, else 3), as LeRobot counts."""
+    """Colour channels a pixel format carries (gray 1, with alpha 4, else 3)."""
     if pix_fmt.startswith(("gray", "y8", "y16")):
         return 1
     if pix_fmt.startswith(("yuva", "rgba", "bgra", "argb", "abgr", "ya")):
@@ -257,7 +241,7 @@ def _encoder_available(name: str) -> bool:
 
 def _check_encoder(name: str) -> None:
     if not isinstance(name, str) or not _encoder_available(name):
-        known = [n for n in _LEROBOT_ENCODERS if _encoder_available(n)]
+        known = [n for n in _KNOWN_ENCODERS if _encoder_available(n)]
         raise VideoError(
             f"video codec {name!r} is not an encoder this PyAV build has; "
             f"available: {', '.join(known) or 'none'}"
@@ -317,6 +301,16 @@ class EncoderSettings:
     def h264(cls) -> EncoderSettings:
         """H.264 via libx264 with GOP 2 (as LeRobot) and x264's default quality (crf 23)."""
         return cls(codec="libx264", g=2, crf=23, preset=None)
+
+    @classmethod
+    def named(cls, name: str) -> EncoderSettings:
+        """The settings a short name stands for: ``"av1"`` (the defaults) or ``"h264"``
+        (:meth:`h264`), as a command line spells them; VideoError for any other name."""
+        if name == "av1":
+            return cls()
+        if name == "h264":
+            return cls.h264()
+        raise VideoError(f"video codec name ({name!r}) must be one of {', '.join(ENCODER_NAMES)}")
 
     @property
     def encoder(self) -> str:

@@ -29,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from torchstore.io.parquet import read_table, require_pyarrow, write_table_atomically, write_tables
+from torchstore.io.parquet import require_pyarrow, write_table_atomically, write_tables
 from torchstore.lerobot.episodes_table import concat_episode_tables
 from torchstore.lerobot.layout import SCRATCH_DIR, data_path, episodes_path, video_path, writer_lock
+from torchstore.lerobot.parquet_files import read_table
 
 __all__ = [
     "SavedEpisode",

@@ -145,15 +145,16 @@ def export_lerobot(
         cameras: ``"video"`` (MP4, AV1 unless ``video_encoder`` says otherwise) or ``"image"``
             (PNG in Parquet) for every camera (``uint8 [H, W, 3]`` columns, and cameras
             imported from LeRobot); default: imported cameras as they were, others video.
+        video_encoder: an :class:`~torchstore.io.video.EncoderSettings`, ``"av1"`` (the
+            default) or ``"h264"``.
         caps: ``chunks_size``, ``data_files_size_in_mb``, ``video_files_size_in_mb``.
     """
     from torchstore.data.store import TrajectoryStore
     from torchstore.io.destination import check_destination
-    from torchstore.lerobot.importer import _bar
-    from torchstore.lerobot.sidecar import write_sidecar
-    from torchstore.lerobot.writer import LeRobotWriter
+    from torchstore.lerobot.cameras import encoder_settings
 
     started = time.perf_counter()
+    video_encoder = encoder_settings(video_encoder)  # a bad name fails before any file
     own = not hasattr(store, "episode")
     source = Path(store) if own else store.path
     root = check_destination(root, sources=[source], overwrite=overwrite, what="folder")
@@ -165,67 +166,96 @@ def export_lerobot(
             raise LeRobotFormatError(
                 f"{source} records no frame rate: pass fps= (on the command line, --fps)"
             )
-        mapping = features_for_store(store, columns=columns, cameras=cameras)
-        tasks_table = lerobot.get("tasks")
-        use_task_index = (
-            task is None and tasks_table and "task_index" in {c.name for c in store.columns}
+        plan = _Plan(
+            mapping=features_for_store(store, columns=columns, cameras=cameras),
+            lerobot=lerobot,
+            task=task or store.manifest.env_id or "default",
+            use_task_index=bool(
+                task is None
+                and lerobot.get("tasks")
+                and "task_index" in {c.name for c in store.columns}
+            ),
         )
-        default_task = task or store.manifest.env_id or "default"
-        partial = root.with_name(f".{root.name}.exporting")
-        if partial.exists():
-            shutil.rmtree(partial)
-        bar = _bar(store.num_rows, progress, f"export {root.name}")
-        frames = 0
-        try:
-            with LeRobotWriter(
-                partial,
-                fps=int(fps),
-                features={name: spec for name, spec in mapping.values()},
-                robot_type=robot_type if robot_type is not None else lerobot.get("robot_type"),
-                video_encoder=video_encoder,
-                checkpoints=False,  # written aside, renamed when complete
-                **caps,
-            ) as writer:
-                if use_task_index:
-                    writer._preset_tasks(tasks_table)  # task_index values stay those of the store
-                read = list(mapping) + (["task_index"] if use_task_index else [])
-                for i, td in _episodes(store, read):
-                    rows = {name: _leaf(td, column) for column, (name, _) in mapping.items()}
-                    for column, (name, spec) in mapping.items():
-                        if spec["dtype"] == "string":  # codes back to the imported strings
-                            table = (lerobot.get("string_tables") or {}).get(column)
-                            if table is None:
-                                raise LeRobotFormatError(
-                                    f"column {column!r}: no string table to export it with"
-                                )
-                            rows[name] = [table[int(c)] for c in rows[name]]
-                    if use_task_index:
-                        idx = td["task_index"].numpy()
-                        if idx.min() < 0 or idx.max() >= len(tasks_table):
-                            raise LeRobotFormatError(
-                                f"episode {i}: task_index outside the imported task table"
-                            )
-                        episode_task: Any = [tasks_table[j] for j in idx]
-                    else:
-                        episode_task = default_task
-                    writer.add_episode(rows, task=episode_task)
-                    frames += td.batch_size[0]
-                    if bar is not None:
-                        bar.update(td.batch_size[0])
-            write_sidecar(partial, store, {column: name for column, (name, _) in mapping.items()})
-            if root.exists():
-                shutil.rmtree(root)
-            os.replace(partial, root)
-        except BaseException:
-            shutil.rmtree(partial, ignore_errors=True)
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
+        writer_args = {
+            "fps": int(fps),
+            "robot_type": robot_type if robot_type is not None else lerobot.get("robot_type"),
+            "video_encoder": video_encoder,
+            **caps,
+        }
+        frames = _write_aside(store, root, plan, writer_args, progress)
         return ExportSummary(root, store.num_episodes, frames, time.perf_counter() - started)
     finally:
         if own:
             store.close()
+
+
+@dataclass
+class _Plan:
+    """What an export writes: ``mapping`` ``{column: (feature name, spec)}``, the imported
+    LeRobot metadata, and where each frame's task comes from."""
+
+    mapping: dict[str, tuple[str, dict]]
+    lerobot: dict[str, Any]
+    task: str  # every frame's, unless use_task_index
+    use_task_index: bool  # tasks from the task_index column and the imported task table
+
+    def episode_rows(self, i: int, td) -> tuple[dict[str, Any], Any]:
+        """Episode ``i``'s ``{feature: rows}`` and its task (one, or one per frame)."""
+        rows = {name: _leaf(td, column) for column, (name, _) in self.mapping.items()}
+        for column, (name, spec) in self.mapping.items():
+            if spec["dtype"] == "string":  # codes back to the imported strings
+                table = (self.lerobot.get("string_tables") or {}).get(column)
+                if table is None:
+                    raise LeRobotFormatError(
+                        f"column {column!r}: no string table to export it with"
+                    )
+                rows[name] = [table[int(c)] for c in rows[name]]
+        if not self.use_task_index:
+            return rows, self.task
+        tasks_table = self.lerobot["tasks"]
+        idx = td["task_index"].numpy()
+        if idx.min() < 0 or idx.max() >= len(tasks_table):
+            raise LeRobotFormatError(f"episode {i}: task_index outside the imported task table")
+        return rows, [tasks_table[j] for j in idx]
+
+
+def _write_aside(store, root: Path, plan: _Plan, writer_args: dict, progress: bool) -> int:
+    """Write the folder under a temporary name beside ``root``, rename it into place when
+    complete; returns the frames written."""
+    from torchstore.lerobot.importer import _bar
+    from torchstore.lerobot.sidecar import write_sidecar
+    from torchstore.lerobot.writer import LeRobotWriter
+
+    partial = root.with_name(f".{root.name}.exporting")
+    if partial.exists():
+        shutil.rmtree(partial)
+    bar = _bar(store.num_rows, progress, f"export {root.name}")
+    frames = 0
+    features = {name: spec for name, spec in plan.mapping.values()}
+    try:
+        # checkpoints=False: written aside, renamed when complete
+        with LeRobotWriter(partial, features=features, checkpoints=False, **writer_args) as writer:
+            if plan.use_task_index:  # task_index values stay those of the store
+                writer._preset_tasks(plan.lerobot["tasks"])
+            read = list(plan.mapping) + (["task_index"] if plan.use_task_index else [])
+            for i, td in _episodes(store, read):
+                rows, episode_task = plan.episode_rows(i, td)
+                writer.add_episode(rows, task=episode_task)
+                frames += td.batch_size[0]
+                if bar is not None:
+                    bar.update(td.batch_size[0])
+        mapped = {column: name for column, (name, _) in plan.mapping.items()}
+        write_sidecar(partial, store, mapped)
+        if root.exists():
+            shutil.rmtree(root)
+        os.replace(partial, root)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return frames
 
 
 # Rows read from the store per read: one read for many small episodes (a read per

@@ -30,9 +30,9 @@ from typing import Any
 
 from torchstore.errors import LeRobotFormatError
 from torchstore.io.hub import HubClient, hub_constants, hub_errors, require_huggingface_hub
-from torchstore.io.parquet import check_footer
 from torchstore.io.transfer import RemoteNotFoundError, TransferError, env_flag, progress_bar
 from torchstore.lerobot.layout import CODEBASE_VERSION, INFO, is_scratch, writer_lock
+from torchstore.lerobot.parquet_files import check_footer
 
 __all__ = [
     "push_to_hub",

@@ -266,8 +266,8 @@ def _batches(entries: list, max_frames: int) -> Iterator[list]:
 
 def _scan_strings(src: LeRobotSource, name: str) -> list[str]:
     """Every distinct value of a text feature, in order of first appearance."""
-    from torchstore.io.parquet import read_table
     from torchstore.lerobot.features import cell_text
+    from torchstore.lerobot.parquet_files import read_table
 
     seen: dict[str, None] = {}
     for rel in dict.fromkeys(e.data_file for e in src.episodes):

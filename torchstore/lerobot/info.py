@@ -28,6 +28,7 @@ __all__ = [
     "write_json_atomically",
     "codebase_major_minor",
     "info_features",
+    "video_feature_info",
 ]
 
 
@@ -134,3 +135,30 @@ def write_json_atomically(path: str | os.PathLike, data: Any, *, durable: bool =
     """Write JSON (4-space indent, non-ASCII kept, like LeRobot) by write-then-rename."""
     text = json.dumps(data, indent=4, ensure_ascii=False, allow_nan=False) + "\n"
     replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), durable=durable)
+
+
+def video_feature_info(probed: Any, *, encoder: Any = None) -> dict[str, Any]:
+    """A video feature's ``features[key]["info"]`` in info.json, as LeRobot writes it (spec
+    section 3), from the stream facts of its first file (a
+    :class:`~torchstore.io.video.VideoInfo`) and, when given, the
+    :class:`~torchstore.io.video.EncoderSettings` that encoded it."""
+    info: dict[str, Any] = {
+        "video.height": probed.height,
+        "video.width": probed.width,
+        "video.codec": probed.codec,
+        "video.pix_fmt": probed.pix_fmt,
+        "video.fps": round(probed.fps),
+        "video.channels": probed.channels,
+        "has_audio": probed.has_audio,
+    }
+    if encoder is not None:
+        info |= {
+            "video.g": encoder.g,
+            "video.crf": encoder.crf,
+            "video.preset": encoder.preset,
+            "video.fast_decode": encoder.fast_decode,
+            "video.video_backend": "pyav",
+            "video.extra_options": {},
+            "is_depth_map": False,
+        }
+    return info

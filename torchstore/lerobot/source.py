@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import LeRobotFormatError, UnsafePathError, VideoError
-from torchstore.io.parquet import check_footer, read_table, require_pyarrow
+from torchstore.io.parquet import require_pyarrow
 from torchstore.io.paths import check_relpath, resolve_inside
 from torchstore.lerobot.features import Feature, cell_text, decode_image
 from torchstore.lerobot.info import codebase_major_minor, info_features, read_info, read_json
@@ -32,6 +32,7 @@ from torchstore.lerobot.layout import (
     V21_VIDEO_PATH,
     VIDEO_PATH,
 )
+from torchstore.lerobot.parquet_files import check_footer, read_table
 from torchstore.lerobot.rejected import RejectedEpisode, read_rejected
 
 __all__ = ["EpisodeEntry", "LeRobotSource"]

@@ -33,15 +33,11 @@ import numpy as np
 
 from torchstore.errors import DestinationExistsError, EpisodeError, LeRobotFormatError
 from torchstore.io.parquet import require_pyarrow, write_table_atomically, write_tables
-from torchstore.lerobot.compaction import (
-    SavedEpisode,
-    compact_session,
-    drop_covered_tables,
-    merge_trailing_run,
-    trim_to_table,
-)
-from torchstore.lerobot.episodes_table import EpisodeRow, concat_episode_tables, episodes_table
-from torchstore.lerobot.features import DEFAULT_FEATURES, Feature, encode_png, hf_features_metadata
+from torchstore.lerobot.bulk import BulkMixin
+from torchstore.lerobot.cameras import CameraFile, CamerasMixin, encoder_settings
+from torchstore.lerobot.compaction import SavedEpisode, compact_session
+from torchstore.lerobot.episodes_table import EpisodeRow, episodes_table
+from torchstore.lerobot.features import DEFAULT_FEATURES, encode_png, hf_features_metadata
 from torchstore.lerobot.frames import camera_frames, features_from_user, numeric_values
 from torchstore.lerobot.info import info_features, new_info, read_info, write_json_atomically
 from torchstore.lerobot.layout import (
@@ -56,12 +52,11 @@ from torchstore.lerobot.layout import (
     TASKS,
     data_path,
     episodes_path,
-    lock_file,
     next_file,
     remove_lock_files,
-    video_path,
     writer_lock,
 )
+from torchstore.lerobot.recovery import SESSION_LOCK, ResumeMixin, exists_message, lock_session
 from torchstore.lerobot.rejected import RejectedEpisode, now_iso, read_rejected, write_rejected
 from torchstore.lerobot.stats import (
     ImageStatsAccumulator,
@@ -73,51 +68,9 @@ from torchstore.lerobot.stats import (
 __all__ = ["LeRobotWriter"]
 
 _MB = 1024 * 1024
-_SESSION_LOCK = f"{SCRATCH_DIR}/.torchstore-session.lock"
 
 
-def _lock_session(root: Path) -> int:
-    """Take the folder's recording lock for this writer's lifetime; refuse a second writer."""
-    try:
-        return lock_file(root / _SESSION_LOCK, blocking=False)
-    except BlockingIOError:
-        raise LeRobotFormatError(f"another LeRobotWriter is recording into {root}") from None
-
-
-def _exists_message(root: Path) -> str:
-    """Why a new writer refuses an existing folder, and what to do instead."""
-    try:
-        info = read_info(root)
-    except LeRobotFormatError:
-        return f"{root} exists; pass overwrite=True to replace it"
-    saved = info.get("total_episodes") or 0
-    if not any((root / "meta" / "episodes").glob("*/*.parquet")):
-        return (
-            f"{root} holds a LeRobot dataset with no saved episode (a recording stopped before "
-            "its first save_episode): continue it with LeRobotWriter.resume(root), or pass "
-            "overwrite=True to start over"
-        )
-    return (
-        f"{root} holds a LeRobot dataset ({saved} episodes): record more with "
-        "LeRobotWriter.resume(root), or pass overwrite=True to replace it"
-    )
-
-
-class _Camera:
-    """One video feature: its current MP4 and the scratch MP4 of the episode in progress."""
-
-    def __init__(self, key: str):
-        self.key = key
-        self.chunk = 0
-        self.file = 0
-        self.duration = 0.0  # seconds of committed episodes in the current file
-        self.started = False  # whether the current file exists
-        self.encoder = None
-        self.scratch: Path | None = None
-        self.stats: ImageStatsAccumulator | None = None
-
-
-class LeRobotWriter:
+class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
     """Write a LeRobot v3.0 dataset episode by episode, each one a durable checkpoint.
 
     Args:
@@ -127,8 +80,9 @@ class LeRobotWriter:
             LeRobot's ``create``; dtypes are numpy names, ``"image"``, ``"video"`` or
             ``"string"``. The five default features are added automatically.
         robot_type: free text, e.g. ``"so101_follower"``.
-        video_encoder: a :class:`~torchstore.io.video.EncoderSettings`; AV1 (libsvtav1,
-            yuv420p, g=2, crf=30) by default, ``EncoderSettings.h264()`` for H.264.
+        video_encoder: a :class:`~torchstore.io.video.EncoderSettings`, or its short name
+            ``"av1"`` / ``"h264"``; AV1 (libsvtav1, yuv420p, g=2, crf=30) by default,
+            ``EncoderSettings.h264()`` (``"h264"``) for H.264.
         chunks_size / data_files_size_in_mb / video_files_size_in_mb: file roll-over caps
             (LeRobot's defaults).
         durable: ``fsync`` every file at each checkpoint (survives power loss too; a kill
@@ -175,11 +129,12 @@ class LeRobotWriter:
                 raise LeRobotFormatError(f"{name} must be positive, got {cap!r}")
         root = Path(root)
         user = features_from_user(features)
+        video_encoder = encoder_settings(video_encoder)  # a bad name fails before any file
         if root.exists():
             if not overwrite:
-                raise DestinationExistsError(_exists_message(root))
-            if (root / _SESSION_LOCK).exists():
-                fd = _lock_session(root)  # refuses while another writer records there
+                raise DestinationExistsError(exists_message(root))
+            if (root / SESSION_LOCK).exists():
+                fd = lock_session(root)  # refuses while another writer records there
                 os.close(fd)
             shutil.rmtree(root)
         info = new_info(
@@ -216,13 +171,11 @@ class LeRobotWriter:
 
     # ----------------------------------------------------------------- setup
     def _setup(self, root: Path, info: dict, video_encoder, durable: bool) -> None:
-        from torchstore.io.video import EncoderSettings
-
         self.root = root
         self.info = info
         self.fps = int(info["fps"])
         self._durable = durable
-        self._encoder = video_encoder or EncoderSettings()
+        self._encoder = encoder_settings(video_encoder)
         all_features = info_features(info, source=str(root / INFO))
         self.features = {n: f for n, f in all_features.items() if n not in DEFAULT_FEATURES}
         self._chunks = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
@@ -234,7 +187,7 @@ class LeRobotWriter:
         )
         scratch = root / SCRATCH_DIR
         scratch.mkdir(parents=True, exist_ok=True)
-        self._session_fd = _lock_session(root)
+        self._session_fd = lock_session(root)
         self.tasks: list[str] = []
         self._task_ids: dict[str, int] = {}
         self._tasks_unsaved = False
@@ -244,7 +197,7 @@ class LeRobotWriter:
         self._num_frames = 0
         self._data_pos = (0, 0)  # where the next episode's own files go
         self._meta_pos = (0, 0)
-        self._cameras = {k: _Camera(k) for k, f in self.features.items() if f.is_video}
+        self._cameras = {k: CameraFile(k) for k, f in self.features.items() if f.is_video}
         # columns worth dictionary-encoding: integers, bools, strings (floats never repeat)
         self._dictionary = [
             n
@@ -266,10 +219,7 @@ class LeRobotWriter:
         self._image_stats = {
             n: ImageStatsAccumulator() for n, f in self.features.items() if f.is_camera
         }
-        for cam in self._cameras.values():
-            if cam.encoder is not None:
-                cam.encoder.abort()
-            cam.encoder, cam.scratch = None, None
+        self._abort_encoders()
 
     # ----------------------------------------------------------------- state
     @property
@@ -348,21 +298,6 @@ class LeRobotWriter:
         else:
             self._buffer[name].append(value[None])  # one frame: a block of one row
 
-    def _encode(self, name: str, frames: np.ndarray) -> None:
-        from torchstore.io.background_encoder import BackgroundVideoEncoder
-
-        cam = self._cameras[name]
-        if cam.encoder is None:
-            scratch = self.root / SCRATCH_DIR / name
-            scratch.mkdir(parents=True, exist_ok=True)
-            cam.scratch = scratch / f"episode-{self._num_episodes:06d}.mp4"
-            h, w, _ = self.features[name].hwc
-            cam.encoder = BackgroundVideoEncoder(
-                cam.scratch, fps=self.fps, width=w, height=h, settings=self._encoder
-            )
-        for frame in frames:
-            cam.encoder.add(frame)
-
     def add_episode(self, rows: Mapping[str, Any], *, task: str | Sequence[str]) -> int:
         """Add and save a whole episode: ``rows[name]`` holds ``[n, ...]`` for every user feature.
 
@@ -371,37 +306,20 @@ class LeRobotWriter:
         self._check_open()
         if self.pending_frames:
             raise EpisodeError(
-                f"{self.pending_frames} frames of an unsaved episode are pending; save or clear them first"
+                f"{self.pending_frames} frames of an unsaved episode are pending; "
+                "save or clear them first"
             )
-        if hasattr(rows, "items") and not isinstance(rows, Mapping):
+        if hasattr(rows, "items") and not isinstance(rows, Mapping):  # a TensorDict
             rows = {
                 (k if isinstance(k, str) else ".".join(k)): v
                 for k, v in rows.items(include_nested=True, leaves_only=True)
             }
         self._check_keys(rows.keys())
-        n = None
-        for name in self.features:
-            length = len(rows[name])
-            if n is None:
-                n = length
-            elif length != n:
-                raise LeRobotFormatError(f"feature {name!r} has {length} rows, others have {n}")
-        if not n:
-            raise EpisodeError("an episode needs at least one frame")
+        n = self._episode_length(rows)
         tasks = [task] * n if isinstance(task, str) else list(task)
         if len(tasks) != n or not all(isinstance(t, str) for t in tasks):
             raise LeRobotFormatError(f"task must be a string or {n} strings (one per frame)")
-        checked = {}
-        for name, feature in self.features.items():
-            if feature.is_camera:
-                checked[name] = camera_frames(feature, rows[name], batched=True)
-            elif feature.dtype == "string":
-                values = list(rows[name])
-                if not all(isinstance(v, str) for v in values):
-                    raise LeRobotFormatError(f"feature {name!r} expects strings")
-                checked[name] = values
-            else:
-                checked[name] = numeric_values(feature, rows[name], rows=n)
+        checked = self._checked_rows(rows, n)
         try:
             for name, value in checked.items():
                 if self.features[name].is_camera:
@@ -415,6 +333,32 @@ class LeRobotWriter:
             self.clear_episode_buffer()
             raise
         return self.save_episode()
+
+    def _episode_length(self, rows: Mapping[str, Any]) -> int:
+        """The rows every feature of an episode has (the same for all, at least one)."""
+        lengths = {name: len(rows[name]) for name in self.features}
+        n = next(iter(lengths.values()), 0)
+        for name, length in lengths.items():
+            if length != n:
+                raise LeRobotFormatError(f"feature {name!r} has {length} rows, others have {n}")
+        if not n:
+            raise EpisodeError("an episode needs at least one frame")
+        return n
+
+    def _checked_rows(self, rows: Mapping[str, Any], n: int) -> dict[str, Any]:
+        """Every feature's ``n`` rows checked against its dtype and shape, nothing recorded."""
+        checked = {}
+        for name, feature in self.features.items():
+            if feature.is_camera:
+                checked[name] = camera_frames(feature, rows[name], batched=True)
+            elif feature.dtype == "string":
+                values = list(rows[name])
+                if not all(isinstance(v, str) for v in values):
+                    raise LeRobotFormatError(f"feature {name!r} expects strings")
+                checked[name] = values
+            else:
+                checked[name] = numeric_values(feature, rows[name], rows=n)
+        return checked
 
     def clear_episode_buffer(self) -> None:
         """Discard the episode in progress (LeRobot's "re-record")."""
@@ -510,13 +454,12 @@ class LeRobotWriter:
         many came before: the stats are aggregated incrementally and the session's
         one-episode files are merged once, at close (:mod:`torchstore.lerobot.compaction`).
         """
-        from torchstore.io.video import append_video, probe_video
-
         columns = self._episode_columns(index, n, frame_tasks)
         for name, feature in self.features.items():
             if feature.is_video and self._image_stats[name].count != n:
                 raise LeRobotFormatError(
-                    f"camera {name!r} got {self._image_stats[name].count} frames, the episode has {n}"
+                    f"camera {name!r} got {self._image_stats[name].count} frames, "
+                    f"the episode has {n}"
                 )
         # everything that can fail on the episode's content happens before any rename
         stats = self._stats(columns)
@@ -527,45 +470,21 @@ class LeRobotWriter:
             self._running = running
             return
         stats_json = stats_to_json(running.result())
-        videos: dict[str, tuple[Path, Path, tuple[int, int], float, float]] = {}
-        staged: list[Path] = []
+        staged: list[Path] = []  # the cameras' MP4s, then the data file, then the table
         try:
-            for key, cam in self._cameras.items():
-                frames = cam.encoder.close()
-                if frames != n:
-                    raise LeRobotFormatError(
-                        f"camera {key!r} encoded {frames} frames, the episode has {n}"
-                    )
-                pos = (cam.chunk, cam.file)
-                target = self.root / video_path(key, *pos)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
-                staged.append(tmp)
-                start, end = append_video(None, cam.scratch, tmp)
-                videos[key] = (tmp, target, pos, start, end)
-                if self.features[key].info is None:  # stream facts go into info.json with episode 0
-                    self._set_video_info(key, probe_video(tmp))
-            data_pos, meta_pos = self._data_pos, self._meta_pos
+            videos = self._stage_videos(n, staged)
             episode = EpisodeRow(
                 index,
                 n,
                 list(dict.fromkeys(frame_tasks)),
-                data_pos,
+                self._data_pos,
                 self._num_frames,
                 stats,
                 {key: (pos, start, end) for key, (_, _, pos, start, end) in videos.items()},
             )
-            row = episodes_table([episode], meta_pos)
-            data_file = self.root / data_path(*data_pos)
-            meta_file = self.root / episodes_path(*meta_pos)
-            for target, tables, dictionary in (
-                (data_file, [table], self._dictionary),
-                (meta_file, row, True),
-            ):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
-                staged.append(tmp)
-                write_tables(tmp, tables, use_dictionary=dictionary)
+            row = episodes_table([episode], self._meta_pos)
+            data_file = self._stage(data_path(*self._data_pos), [table], self._dictionary, staged)
+            meta_file = self._stage(episodes_path(*self._meta_pos), row, True, staged)
             if self._durable:
                 for tmp in staged:
                     with open(tmp, "rb+") as f:
@@ -587,109 +506,29 @@ class LeRobotWriter:
                 if cam.scratch is not None:
                     cam.scratch.unlink(missing_ok=True)
                 cam.encoder, cam.scratch = None, None
-        # committed: advance the in-memory state
-        saved = SavedEpisode(index, data_pos, meta_pos, {}, row)
+        self._committed(SavedEpisode(index, self._data_pos, self._meta_pos, {}, row), n, videos)
+        self._running = running
+
+    def _stage(self, rel: str, tables, dictionary, staged: list[Path]) -> Path:
+        """Write ``tables`` under a temporary name beside ``root / rel`` (added to ``staged``);
+        returns the final path."""
+        target = self.root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".{target.name}.{os.getpid()}.tmp"
+        staged.append(tmp)
+        write_tables(tmp, tables, use_dictionary=dictionary)
+        return target
+
+    def _committed(self, saved: SavedEpisode, n: int, videos: Mapping[str, tuple]) -> None:
+        """Advance the in-memory state past a committed episode: its files are taken."""
         for key, (_, _, pos, _, _) in videos.items():
             cam = self._cameras[key]
             cam.chunk, cam.file = next_file(*pos, self._chunks)
             saved.videos[key] = pos
-        self._data_pos = next_file(*data_pos, self._chunks)
-        self._meta_pos = next_file(*meta_pos, self._chunks)
+        self._data_pos = next_file(*saved.data, self._chunks)
+        self._meta_pos = next_file(*saved.meta, self._chunks)
         self._session.append(saved)
-        self._running = running
-        self._num_episodes, self._num_frames = index + 1, self._num_frames + n
-
-    def _buffer_episode(self, index: int, n: int, frame_tasks: list[str], table, stats) -> None:
-        """checkpoints=False: the episode's rows go to the open data file, the rest waits for close()."""
-        import pyarrow.parquet as pq
-
-        from torchstore.io.video import probe_video
-
-        scratch: dict[str, Path] = {}
-        try:
-            for key, cam in self._cameras.items():
-                frames = cam.encoder.close()
-                if frames != n:
-                    raise LeRobotFormatError(
-                        f"camera {key!r} encoded {frames} frames, the episode has {n}"
-                    )
-                scratch[key], cam.encoder, cam.scratch = cam.scratch, None, None
-                if self.features[key].info is None:
-                    self._set_video_info(key, probe_video(scratch[key]))
-            if self._bulk_file is not None:  # LeRobot's roll-over rule, checked before appending
-                pos, writer, frames_in = self._bulk_file
-                size = (self.root / data_path(*pos)).stat().st_size
-                if size + size / max(frames_in, 1) * n >= self._data_cap:
-                    writer.close()
-                    self._bulk_file = None
-                    self._data_pos = next_file(*pos, self._chunks)
-            if self._bulk_file is None:
-                path = self.root / data_path(*self._data_pos)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                dictionary = [c for c in self._dictionary if c in table.schema.names]
-                self._bulk_file = (
-                    self._data_pos,
-                    pq.ParquetWriter(
-                        path, table.schema, compression="snappy", use_dictionary=dictionary
-                    ),
-                    0,
-                )
-            pos, writer, frames_in = self._bulk_file
-            writer.write_table(table, row_group_size=max(n, 1))  # one row group per episode
-        except BaseException:
-            for path in scratch.values():
-                path.unlink(missing_ok=True)
-            raise
-        self._bulk_file = (pos, writer, frames_in + n)
-        self._bulk_rows.append(
-            EpisodeRow(index, n, list(dict.fromkeys(frame_tasks)), pos, self._num_frames, stats)
-        )
-        self._bulk_scratch.append(scratch)
-        self._num_episodes, self._num_frames = index + 1, self._num_frames + n
-
-    def _finish_bulk(self) -> None:
-        """checkpoints=False: close the data file, join the videos, write the metadata."""
-        from torchstore.io.video import concat_videos
-        from torchstore.lerobot.compaction import pack_by_size
-
-        rows, scratch = self._bulk_rows, self._bulk_scratch
-        self._bulk_rows, self._bulk_scratch = [], []
-        try:
-            if self._bulk_file is not None:
-                self._bulk_file[1].close()
-                self._bulk_file = None
-            if not rows:
-                return
-            for key, cam in self._cameras.items():
-                pos = (cam.chunk, cam.file)
-                by_index = {row.index: k for k, row in enumerate(rows)}
-                for g, group in enumerate(
-                    pack_by_size(
-                        rows, lambda r, k=key: scratch[by_index[r.index]][k], self._video_cap
-                    )
-                ):
-                    if g:
-                        pos = next_file(*pos, self._chunks)
-                    target = self.root / video_path(key, *pos)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    spans = concat_videos([scratch[by_index[r.index]][key] for r in group], target)
-                    for row, (begin, end) in zip(group, spans, strict=True):
-                        row.videos[key] = (pos, begin, end)
-            write_table_atomically(
-                self.root / episodes_path(*self._meta_pos),
-                episodes_table(rows, self._meta_pos),
-                durable=self._durable,
-            )
-            if self.tasks:
-                self._write_tasks()
-            self._write_info(self._num_episodes, self._num_frames)
-            write_json_atomically(
-                self.root / STATS, stats_to_json(self._running.result()), durable=self._durable
-            )
-        finally:
-            for files in scratch:
-                for path in files.values():
-                    path.unlink(missing_ok=True)
+        self._num_episodes, self._num_frames = saved.index + 1, self._num_frames + n
 
     def _sync_dirs(self, *files: Path) -> None:
         if not self._durable:
@@ -700,14 +539,6 @@ class LeRobotWriter:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-
-    def _set_video_info(self, key: str, probed) -> None:
-        feature = self.features[key]
-        info = probed.to_lerobot_info(encoder=self._encoder)
-        self.features[key] = Feature(
-            feature.name, feature.dtype, feature.shape, feature.names, info, feature.extra
-        )
-        self.info["features"][key]["info"] = info
 
     def _write_tasks(self) -> None:
         pa = require_pyarrow()
@@ -751,97 +582,6 @@ class LeRobotWriter:
             rejected[index] = RejectedEpisode(index, reason, now_iso())
             write_rejected(self.root, rejected)
 
-    # ----------------------------------------------------------------- resume
-    def _load_existing(self) -> None:
-        """Read back the committed episodes, trim leftovers of a killed save, start new files."""
-        from torchstore.lerobot.source import LeRobotSource, read_tasks
-
-        require_pyarrow()
-        meta_files = sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
-        rows = drop_covered_tables(meta_files)
-        table = concat_episode_tables(rows) if rows else None
-        episodes = table.num_rows if table is not None else 0
-        frames = int(sum(table.column("length").to_pylist())) if table is not None else 0
-        # the committed state is the episodes table; repair everything else to match it
-        self.info["total_episodes"], self.info["total_frames"] = episodes, frames
-        tasks_path = self.root / TASKS
-        if tasks_path.exists():
-            self.tasks = read_tasks(tasks_path)
-            self._task_ids = {t: i for i, t in enumerate(self.tasks)}
-        self.info["total_tasks"] = len(self.tasks)
-        trim_to_table(
-            self.root,
-            table,
-            list(self._cameras),
-            durable=self._durable,
-            use_dictionary=self._dictionary,
-        )
-        if merge_trailing_run(  # a session killed before close() merged it
-            self.root,
-            rows,
-            list(self._cameras),
-            data_cap=self._data_cap,
-            video_cap=self._video_cap,
-            durable=self._durable,
-            use_dictionary=self._dictionary,
-        ):
-            rows = drop_covered_tables(
-                sorted((self.root / "meta" / "episodes").glob("*/*.parquet"))
-            )
-            table = concat_episode_tables(rows)
-        for name in self.features:
-            if self.features[name].is_video and self.features[name].info is None and episodes:
-                from torchstore.io.video import probe_video
-
-                first = self.root / video_path(name, 0, 0)
-                if first.exists():
-                    self._set_video_info(name, probe_video(first))
-        self._write_info(episodes, frames)
-        if episodes:  # an empty dataset (nothing saved yet) has no tables to check
-            LeRobotSource(self.root).close()  # full check of the repaired folder
-        self._num_episodes, self._num_frames = episodes, frames
-        for i in range(episodes):
-            self._running = self._running.plus(self._row_stats(table, i))
-        write_json_atomically(
-            self.root / STATS,
-            stats_to_json(self._running.result()) if episodes else {},
-            durable=self._durable,
-        )
-        if table is not None:
-            # like LeRobot, a new session starts new files past the last ones in use
-            def last(prefix: str) -> tuple[int, int]:
-                chunks, files = (
-                    table.column(f"{prefix}chunk_index").to_pylist(),
-                    table.column(f"{prefix}file_index").to_pylist(),
-                )
-                return max(zip(chunks, files))
-
-            self._data_pos = next_file(*last("data/"), self._chunks)
-            self._meta_pos = next_file(*last("meta/episodes/"), self._chunks)
-            for key, cam in self._cameras.items():
-                cam.chunk, cam.file = next_file(*last(f"videos/{key}/"), self._chunks)
-
-    def _row_stats(self, table, i: int) -> dict[str, dict[str, np.ndarray]]:
-        stats: dict[str, dict[str, np.ndarray]] = {}
-        for name in table.column_names:
-            if not name.startswith("stats/"):
-                continue
-            _, feature, stat = (
-                name.rsplit("/", 2) if name.count("/") == 2 else ("stats", *name[6:].rsplit("/", 1))
-            )
-            value = table.column(name)[i].as_py()
-            if value is None:
-                continue
-            arr = np.asarray(value)
-            # a bool feature's min/max written as booleans (lerobot 0.4) are read as 0.0/1.0
-            arr = arr.astype(np.int64 if stat == "count" else np.float64)
-            stats.setdefault(feature, {})[stat] = arr
-        return {
-            f: s
-            for f, s in stats.items()
-            if all(k in s for k in ("min", "max", "mean", "std", "count"))
-        }
-
     # ----------------------------------------------------------------- lifetime
     def _check_open(self) -> None:
         if self._closed:
@@ -882,7 +622,7 @@ class LeRobotWriter:
         try:
             remove_lock_files(self.root, LOCK_NAME)
         finally:
-            (self.root / _SESSION_LOCK).unlink(missing_ok=True)  # while still holding it
+            (self.root / SESSION_LOCK).unlink(missing_ok=True)  # while still holding it
             os.close(self._session_fd)
             remove_lock_files(self.root)  # the scratch folder, now empty
 
