@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from torchstore.data import ring_episodes
 from torchstore.data.ring_episodes import RingEpisodes, age_rows, segments_from_ends
 
 
@@ -214,3 +215,19 @@ def test_segments_match_brute_force_under_random_writes(capacity, chunks, end_ra
         )
         assert index.is_open == sim.open
         check_invariants(index, sim)
+
+
+@pytest.mark.parametrize("rate", [0.02, 0.3, 0.9])
+def test_scalar_and_vectorised_appends_leave_the_same_table(monkeypatch, rate):
+    # Chunks with few episode ends (and evictions of few segments) take scalar steps,
+    # others the vectorised path; forcing either must give the same index.
+    gen = torch.Generator().manual_seed(1)
+    chunks = [torch.rand(int(k), generator=gen) < rate for k in torch.randint(1, 60, (40,))]
+    tables = []
+    for limit in (0, 10**9):
+        monkeypatch.setattr(ring_episodes, "_SCALAR_ENDS", limit)
+        index = RingEpisodes(37)
+        for chunk in chunks:
+            index.append(chunk)
+        tables.append((as_list(index), index.rows, index.cursor, index.next_episode_id))
+    assert tables[0] == tables[1]

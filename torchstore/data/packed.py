@@ -89,6 +89,10 @@ class PackedColumns:
         ]
         self._recipes = {name: self._recipe(name) for name in self._specs}
         self._words = [self._word_view(block) for block in self.blocks]
+        # every column's [capacity, *shape] view, made once (the blocks are never replaced)
+        self._views = {
+            name: self._leaf(self.blocks[self._slots[name].block], name) for name in self._specs
+        }
 
     def _recipe(self, name: str) -> _Recipe:
         spec, slot = self._specs[name], self._slots[name]
@@ -118,7 +122,7 @@ class PackedColumns:
 
     def view(self, name: str) -> torch.Tensor:
         """The column's rows as a ``[capacity, *shape]`` view into its block (storage dtype)."""
-        return self._leaf(self.blocks[self._slots[name].block], name)
+        return self._views[name]
 
     def _leaf(self, block: torch.Tensor, name: str) -> torch.Tensor:
         spec, slot = self._specs[name], self._slots[name]
@@ -127,12 +131,21 @@ class PackedColumns:
         return part.unflatten(1, spec.shape) if spec.shape else part.select(1, 0)
 
     def write(self, rows: slice | torch.Tensor, values: Mapping[str, torch.Tensor]) -> None:
-        """Write already-validated storage-dtype values at ``rows`` (a slice or int64 index)."""
+        """Write already-validated storage-dtype values at ``rows`` (a slice or int64 index).
+
+        With a slice, a value may have more leading dims than one (``[time, env, ...]``):
+        they are laid out row-major over the sliced rows."""
+        views, device = self._views, self.device
+        is_slice = isinstance(rows, slice)
         for name, value in values.items():
-            view = self.view(name)
-            value = value.to(self.device, non_blocking=True)
-            if isinstance(rows, slice):
-                view[rows] = value
+            view = views[name]
+            if value.device != device:
+                value = value.to(device, non_blocking=True)
+            if is_slice:
+                dest = view[rows]
+                if value.ndim > dest.ndim:  # rows given as [time, env]: one strided copy
+                    dest = dest.unflatten(0, value.shape[: value.ndim - dest.ndim + 1])
+                dest.copy_(value)
             else:
                 view.index_copy_(0, rows, value)
 

@@ -189,6 +189,9 @@ class StoreReplay(TensorStorage):
         self._layout_known = False
         self._returns_index = False
         self._segments_cache: tuple[int, tuple[torch.Tensor, ...]] | None = None
+        # the leaf signature of the last write that needed no conversion (see _validate)
+        self._trusted_signature: tuple | None = None
+        self._trusted_names: tuple[str, ...] = ()
         scalar_device = "cpu" if self.device == "auto" else self.device
         self.fill_level = torch.zeros((), dtype=torch.int64, device=scalar_device)
         self.cursor_tensor = torch.zeros((), dtype=torch.int64, device=scalar_device)
@@ -278,6 +281,87 @@ class StoreReplay(TensorStorage):
         writer = getattr(target, "_writer", target)
         writer._cursor = self._episodes.cursor
 
+    # ----------------------------------------------------------------- ring state
+    def ring_state(self) -> dict[str, Any]:
+        """The ring's position and the layout of written data, as plain values (``ndim=1``).
+
+        What a checkpoint keeps beside the rows (oldest first) and the episode lengths:
+        ``rows``, ``cursor``, ``open`` (the newest episode is still being written),
+        ``next_episode_id``, ``episode_ids`` (one per :meth:`episode_segments` entry),
+        ``last_cursor_index``, ``tensor_mode``, ``returns_index``, ``treespec``
+        (serialised) and ``row_batch``. :meth:`restore_ring` takes it back.
+        """
+        self._refuse_multi_env("ring_state()")
+        index = self._episodes
+        return {
+            "rows": index.rows,
+            "cursor": index.cursor,
+            "open": index.is_open,
+            "next_episode_id": index.next_episode_id,
+            "episode_ids": index.segments()[2].tolist(),
+            "last_cursor_index": self._last_cursor_index,
+            "tensor_mode": self._tensor_mode,
+            "returns_index": self._returns_index,
+            "treespec": None if self._treespec is None else pytree.treespec_dumps(self._treespec),
+            "row_batch": list(self._row_batch),
+        }
+
+    def restore_ring(self, lengths: torch.Tensor, state: Mapping[str, Any]) -> None:
+        """Set the position and episode index of rows already in :attr:`packed` (``ndim=1``).
+
+        ``state`` is as :meth:`ring_state` returns it; ``lengths`` are the lengths of the
+        episodes ``state["episode_ids"]`` names, oldest first. The layout keys
+        (``tensor_mode`` and those after it) are optional: without them the layout stays
+        what the columns give.
+        """
+        self._refuse_multi_env("restore_ring()")
+        self._episodes.load(
+            lengths,
+            torch.as_tensor(state["episode_ids"], dtype=torch.int64),
+            rows=int(state["rows"]),
+            cursor=int(state["cursor"]),
+            is_open=bool(state["open"]),
+            next_episode_id=int(state["next_episode_id"]),
+        )
+        if "tensor_mode" in state:
+            self._tensor_mode = bool(state["tensor_mode"])
+            self._returns_index = bool(state.get("returns_index", False))
+            spec = state.get("treespec")
+            self._treespec = None if spec is None else pytree.treespec_loads(spec)
+            self._row_batch = tuple(int(d) for d in state.get("row_batch", ()))
+            self._layout_known = True
+        last = state.get("last_cursor_index")
+        self._set_last_cursor(-1 if last is None else int(last))
+        self._sync_scalars()
+        self._bump_mutation_revision()
+
+    def adopt_columns(self, columns: Sequence[ColumnSpec] | PackedColumns) -> None:
+        """Allocate the rows for ``columns``, or check them against the columns held.
+
+        A :class:`PackedColumns` of ``capacity`` rows becomes the ring's rows as it is (no
+        copy; what it holds is the ring's contents once :meth:`restore_ring` says so).
+        """
+        if not isinstance(columns, PackedColumns):
+            self._adopt_columns(columns)
+            return
+        if self._packed is not None or self.ndim != 1 or columns.capacity != self.max_size:
+            raise ValueError(
+                f"packed columns of {columns.capacity} rows cannot become the rows of {self!r}: "
+                "a ring of ndim=1 takes packed columns of its capacity before it holds any"
+            )
+        if self.device == "auto":
+            self.device = columns.device
+        elif columns.device != self.device:
+            raise ValueError(f"packed columns on {columns.device}, the ring is on {self.device}")
+        self._allocate(columns.columns, columns)
+
+    def _refuse_multi_env(self, what: str) -> None:
+        if self.ndim != 1:
+            raise UnsupportedError(
+                f"StoreReplay(ndim={self.ndim}).{what} is not supported: it holds one "
+                "episode stream per env"
+            )
+
     @property
     def checkpointer(self) -> StoreReplayCheckpointer:
         return self._checkpointer
@@ -346,11 +430,13 @@ class StoreReplay(TensorStorage):
         )
 
     # ----------------------------------------------------------------- allocation
-    def _allocate(self, columns: Sequence[ColumnSpec]) -> None:
+    def _allocate(self, columns: Sequence[ColumnSpec], packed: PackedColumns | None = None) -> None:
         columns = validate_columns(columns)
         if self._declared is not None and self._packed is None:
             _check_same_columns(self._declared, columns, what="declared")
-        self._packed = PackedColumns(columns, self.max_size, self.device)
+        if packed is None:
+            packed = PackedColumns(columns, self.max_size, self.device)
+        self._packed = packed
         names = {c.name for c in columns}
         self._end_names = ()
         for group in END_COLUMNS:
@@ -361,6 +447,7 @@ class StoreReplay(TensorStorage):
         self.fill_level = self.fill_level.to(self.device)
         self.cursor_tensor = self.cursor_tensor.to(self.device)
         self._segments_cache = None
+        self._trusted_signature = None
         self.initialized = True
 
     def _infer(self, batch: TensorDictBase) -> None:
@@ -421,30 +508,13 @@ class StoreReplay(TensorStorage):
     def _set_nd(self, cursor: Any, data: Any, set_cursor: bool) -> None:
         """ndim=2 writes: time-row cursors (torchrl's writers) or any torch index."""
         if not set_cursor and self.initialized:
-            grid = torch.arange(self.max_size, dtype=torch.int64).reshape(
-                self.time_capacity, self._width
-            )
-            try:
-                sel = grid[_torch_index(cursor)]
-            except (IndexError, TypeError, ValueError) as exc:
-                raise IndexError(f"bad index {cursor!r} for a [time, env] ring: {exc}") from None
-            batch, _ = _as_batch(data, sel.ndim == 0, dims=max(sel.ndim, 1))
-            rows = sel.reshape(-1)
-            if tuple(batch.batch_size) != tuple(sel.shape or (1,)):
-                raise ValueError(
-                    f"the index addresses shape {list(sel.shape)} but the data has batch "
-                    f"shape {list(batch.batch_size)}"
-                )
-            flat = batch.reshape(-1)
-            values, ends = self._validate(flat, rows.numel())
-            self._rewrite(rows, values, ends)
+            self._rewrite_nd(cursor, data)
             return
         single = _is_int_cursor(cursor)
         batch, tensor_input = _as_batch(data, single, dims=2)
         if not self.initialized:
             self._init_streams(int(batch.batch_size[1]))
-            flat = batch.reshape(-1)
-            self._infer(flat)
+            self._infer(batch.reshape(-1))
         self._check_layout(tensor_input)
         width = self._width
         if batch.batch_size[1] != width:
@@ -459,32 +529,68 @@ class StoreReplay(TensorStorage):
             raise ValueError(f"the cursor addresses {count} time rows but the data holds {steps}")
         if steps == 0:
             return
-        values, ends = self._validate(batch.reshape(-1), steps * width)
+        # values keep their [steps, n_envs] lead: written into the ring without a flat copy
+        values, ends = self._validate(batch, steps * width, dims=2)
         if not set_cursor:
-            self._rewrite(_flat_rows(self._row_tensor(rows), width), values, ends)
+            self._rewrite(_flat_rows(self._row_tensor(rows), width), _flat(values, 2), ends)
             return
         cap = self.time_capacity
         self._set_last_cursor((rows[0] + rows[1] - 1) % cap if isinstance(rows, tuple) else rows)
-        ends = (
-            torch.zeros(steps, width, dtype=torch.bool)
-            if ends is None
-            else ends.cpu().reshape(steps, width)
-        )
         first = rows[0] if isinstance(rows, tuple) else None
         if first is None and _is_ring_run(rows, cap):
             first = int(rows[0])
         if first is not None and self._episodes.accepts_append(first):
-            keep = min(steps, cap)
-            start = (first + steps - keep) % cap
-            drop = (steps - keep) * width
-            self._write_run(start * width, {k: v[drop:] for k, v in values.items()})
-            for env, stream in enumerate(self._streams):
-                stream.append(ends[:, env])
-            self._segments_cache = None
+            self._append_time_rows(first, steps, values, ends)
             return
         index = self._row_tensor(rows)
-        self._packed.write(_flat_rows(index, width).to(self.device), values)
+        self._packed.write(_flat_rows(index, width).to(self.device), _flat(values, 2))
         self._rebuild(rows=min(self._episodes.rows + steps, cap), cursor=(int(index[-1]) + 1) % cap)
+
+    def _rewrite_nd(self, cursor: Any, data: Any) -> None:
+        """``rb[idx] = v`` on an ndim=2 ring: any torch index of the ``[time, env]`` grid."""
+        grid = torch.arange(self.max_size, dtype=torch.int64).reshape(
+            self.time_capacity, self._width
+        )
+        try:
+            sel = grid[_torch_index(cursor)]
+        except (IndexError, TypeError, ValueError) as exc:
+            raise IndexError(f"bad index {cursor!r} for a [time, env] ring: {exc}") from None
+        batch, _ = _as_batch(data, sel.ndim == 0, dims=max(sel.ndim, 1))
+        rows = sel.reshape(-1)
+        if tuple(batch.batch_size) != tuple(sel.shape or (1,)):
+            raise ValueError(
+                f"the index addresses shape {list(sel.shape)} but the data has batch "
+                f"shape {list(batch.batch_size)}"
+            )
+        values, ends = self._validate(batch.reshape(-1), rows.numel())
+        self._rewrite(rows, values, ends)
+
+    def _append_time_rows(
+        self, first: int, steps: int, values: dict[str, torch.Tensor], ends: Any
+    ) -> None:
+        """Time rows written at the ring's cursor: one strided copy per column, and each env
+        stream's episode index appended (only the last ``time_capacity`` rows survive)."""
+        cap, width = self.time_capacity, self._width
+        keep = min(steps, cap)
+        start = (first + steps - keep) % cap
+        values = _rows_from(values, steps - keep)
+        head = min(keep, cap - start)
+        if head == keep:
+            self._packed.write(slice(start * width, (start + keep) * width), values)
+        else:
+            self._packed.write(
+                slice(start * width, cap * width), {k: v[:head] for k, v in values.items()}
+            )
+            self._packed.write(
+                slice(0, (keep - head) * width), {k: v[head:] for k, v in values.items()}
+            )
+        if ends is None:
+            flags = np.zeros((steps, width), dtype=bool)
+        else:
+            flags = ends.to("cpu", torch.bool).reshape(steps, width).numpy()
+        for env, stream in enumerate(self._streams):
+            stream.append(flags[:, env])
+        self._segments_cache = None
 
     def _check_layout(self, mode: Any) -> None:
         """The first write sets what reads return (its structure); later ones must match."""
@@ -518,7 +624,7 @@ class StoreReplay(TensorStorage):
         if first is not None and self._episodes.accepts_append(first):
             keep = min(n, cap)
             start = (first + n - keep) % cap
-            self._write_run(start, {k: v[n - keep :] for k, v in values.items()})
+            self._write_run(start, _rows_from(values, n - keep))
             self._episodes.append(ends if ends is not None else torch.zeros(n, dtype=torch.bool))
             return
         # Not an append at the ring's cursor (max-value writer, a user's set()): write,
@@ -543,45 +649,53 @@ class StoreReplay(TensorStorage):
     def _write_run(self, start: int, values: Mapping[str, torch.Tensor]) -> None:
         n = next(iter(values.values())).shape[0]
         head = min(n, self.max_size - start)
+        if head == n:
+            self._packed.write(slice(start, start + n), values)
+            return
         self._packed.write(slice(start, start + head), {k: v[:head] for k, v in values.items()})
         if head < n:
             self._packed.write(slice(0, n - head), {k: v[head:] for k, v in values.items()})
 
     def _validate(
-        self, batch: TensorDictBase, n: int
+        self, batch: TensorDictBase, n: int, dims: int = 1
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+        """The written columns' values in their storage dtype, and the rows' end flags.
+
+        ``batch`` has ``dims`` leading row dims (``n`` rows in all); the values keep them.
+        A write whose leaves have the names, dtypes, per-row shapes and devices of the last
+        write that needed no conversion is trusted without re-checking the schema.
+        """
+        leaves = _named_leaves(batch)
+        signature = tuple(
+            (name, v.dtype, v.shape[dims:], v.device) if isinstance(v, torch.Tensor) else name
+            for name, v in leaves.items()
+        )
+        lead = tuple(batch.batch_size[:dims])
+        if (dims, signature) == self._trusted_signature:
+            values = {name: leaves[name] for name in self._trusted_names}
+            return values, self._ends_of(values, lead)
+        flat = leaves if dims == 1 else _flat(leaves, dims)
+        values = self._check_leaves(flat, n)
+        if all(values[name] is flat.get(name) for name in values) and len(values) == len(leaves) - (
+            _INDEX_KEY in leaves and _INDEX_KEY not in values
+        ):
+            self._trusted_signature = (dims, signature)
+            self._trusted_names = tuple(values)
+        if dims > 1:
+            values = {k: v.reshape(*lead, *v.shape[1:]) for k, v in values.items()}
+        return values, self._ends_of(values, lead)
+
+    def _check_leaves(self, leaves: dict[str, Any], n: int) -> dict[str, torch.Tensor]:
+        """Full schema check of one write; adds the columns an inferred ring grows by."""
         specs = self._packed._specs
-        leaves: dict[str, Any] = {}
-        for key, value in batch.items(include_nested=True, leaves_only=True):
-            leaves[name_from_key(key)] = value
         if _INDEX_KEY in leaves and _INDEX_KEY not in specs:
-            del leaves[_INDEX_KEY]
+            leaves = {k: v for k, v in leaves.items() if k != _INDEX_KEY}
             self._returns_index = True
-        # Declared columns are a schema: every write holds exactly them. Inferred ones grow
-        # (a key first written later becomes a column, earlier rows holding its fill value)
-        # and take partial writes (columns left out keep what their rows held), as
-        # torchrl's LazyTensorStorage does.
-        strict = self._declared is not None or self._tensor_mode or self._treespec is not None
         missing = [name for name in specs if name not in leaves]
-        if missing and strict:
-            raise ColumnError(
-                f"column '{missing[0]}' is missing from the written rows "
-                f"(declared {list(specs)}, got {list(leaves)})"
-            )
         extra = [name for name in leaves if name not in specs]
-        if extra and strict:
-            raise ColumnError(
-                f"column '{extra[0]}' is not a column of this replay (declared {list(specs)}); "
-                "declare it or drop it before writing"
-            )
-        if len(missing) == len(specs) and not extra:
-            raise ColumnError(
-                f"the written rows hold none of this replay's columns ({list(specs)}), "
-                f"got {list(leaves)}"
-            )
+        self._check_key_sets(specs, leaves, missing, extra)
         values: dict[str, torch.Tensor] = {}
-        for name in leaves:
-            value = leaves[name]
+        for name, value in leaves.items():
             if not isinstance(value, torch.Tensor):
                 raise ColumnError(
                     f"column '{name}' holds {type(value).__name__}; only tensors can be stored"
@@ -596,13 +710,46 @@ class StoreReplay(TensorStorage):
             for spec in new_specs:
                 values[spec.name] = spec.check_rows(leaves[spec.name], rows=n)
             self._add_columns(new_specs)
-        ends = None
+        return values
+
+    def _check_key_sets(
+        self, specs: Mapping[str, ColumnSpec], leaves: Mapping[str, Any], missing, extra
+    ) -> None:
+        """Declared columns are a schema: every write holds exactly them. Inferred ones grow
+        (a key first written later becomes a column, earlier rows holding its fill value)
+        and take partial writes (columns left out keep what their rows held), as torchrl's
+        LazyTensorStorage does."""
+        strict = self._declared is not None or self._tensor_mode or self._treespec is not None
+        if missing and strict:
+            raise ColumnError(
+                f"column '{missing[0]}' is missing from the written rows "
+                f"(declared {list(specs)}, got {list(leaves)})"
+            )
+        if extra and strict:
+            raise ColumnError(
+                f"column '{extra[0]}' is not a column of this replay (declared {list(specs)}); "
+                "declare it or drop it before writing"
+            )
+        if len(missing) == len(specs) and not extra:
+            raise ColumnError(
+                f"the written rows hold none of this replay's columns ({list(specs)}), "
+                f"got {list(leaves)}"
+            )
+
+    def _ends_of(
+        self, values: Mapping[str, torch.Tensor], lead: tuple[int, ...]
+    ) -> torch.Tensor | None:
+        """Rows' end flags (shape ``lead``): the OR of the end columns written, or ``None``."""
         present = [name for name in self._end_names if name in values]
-        if present:
-            ends = torch.zeros(n, dtype=torch.bool, device=values[present[0]].device)
-            for name in present:
-                ends |= values[name].reshape(n, -1).any(-1)
-        return values, ends
+        if not present:
+            return None
+        first = values[present[0]]
+        if len(present) == 1 and first.dtype == torch.bool and first.shape == lead:
+            return first  # read only: a bool column of one flag per row is its own flags
+        ends = torch.zeros(lead, dtype=torch.bool, device=first.device)
+        for name in present:
+            ends |= values[name].reshape(*lead, -1).any(-1)
+        return ends
 
     def _conditional_patch_leaf(self, key: Any) -> torch.Tensor:
         """A column's rows as a writable view, for torchrl's ``rb.update_if_present``."""
@@ -651,6 +798,9 @@ class StoreReplay(TensorStorage):
     def _normalise_cursor(self, cursor: Any) -> tuple[tuple[int, int] | torch.Tensor, bool]:
         """``(first, n)`` for a contiguous run, or an int64 index tensor; and single-row."""
         cap = self.time_capacity
+        run = _ring_run(cursor, cap)
+        if run is not None:
+            return run, False
         if isinstance(cursor, tuple) and len(cursor) == 1:
             cursor = cursor[0]
         if isinstance(cursor, (int, np.integer)) and not isinstance(cursor, bool):
@@ -1128,6 +1278,40 @@ def _wrap_int(value: int, size: int, what: str, *, valid: bool = False) -> int:
     return value % size
 
 
+def _ring_run(cursor: Any, cap: int) -> tuple[int, int] | None:
+    """``(first, n)`` when ``cursor`` is a CPU int64 tensor ``first + arange(n)`` that does not
+    wrap (what torchrl's writers pass, checked in numpy: no torch op), else ``None``."""
+    if (
+        type(cursor) is not torch.Tensor
+        or cursor.dtype != torch.int64
+        or cursor.ndim != 1
+        or cursor.device.type != "cpu"
+        or cursor.requires_grad
+    ):
+        return None
+    rows = cursor.numpy()
+    n = rows.shape[0]
+    if n == 0:
+        return None
+    first = int(rows[0])
+    if first < 0 or first + n > cap or int(rows[-1]) != first + n - 1:
+        return None
+    if n > 1 and not np.array_equal(rows[1:] - rows[:-1], _ones(n - 1)):
+        return None
+    return first, n
+
+
+_ONES = np.ones(0, dtype=np.int64)
+
+
+def _ones(n: int) -> np.ndarray:
+    """``n`` int64 ones (a view of a cached array)."""
+    global _ONES
+    if _ONES.shape[0] < n:
+        _ONES = np.ones(max(n, 2 * _ONES.shape[0]), dtype=np.int64)
+    return _ONES[:n]
+
+
 def _is_ring_run(index: torch.Tensor, cap: int) -> bool:
     """Whether ``index`` is ``(first + arange(n)) % cap`` (what torchrl's writers pass)."""
     first = int(index[0])
@@ -1147,6 +1331,26 @@ def _torchrl_rows(data: Any, ndim: int, capacity: int) -> TensorDictBase:
         td = td.copy()
         td.batch_size = td.batch_size[:1]
     return td
+
+
+def _flat(values: Mapping[str, Any], dims: int) -> dict[str, Any]:
+    """Every value with its ``dims`` leading dims flattened to rows (a copy if strided)."""
+    return {
+        k: v.flatten(0, dims - 1) if isinstance(v, torch.Tensor) else v for k, v in values.items()
+    }
+
+
+def _rows_from(values: dict[str, torch.Tensor], first: int) -> dict[str, torch.Tensor]:
+    """Every column's rows from ``first`` on (the same dict when ``first`` is 0)."""
+    return values if first == 0 else {k: v[first:] for k, v in values.items()}
+
+
+def _named_leaves(batch: TensorDictBase) -> dict[str, Any]:
+    """The leaves of a written TensorDict by column name (``("next", "obs")``: ``next/obs``)."""
+    return {
+        key if type(key) is str else "/".join(key): value
+        for key, value in batch.items(include_nested=True, leaves_only=True)
+    }
 
 
 def _is_key(index: Any) -> bool:

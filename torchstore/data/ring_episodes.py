@@ -32,6 +32,18 @@ import torch
 __all__ = ["RingEpisodes", "segments_from_ends", "age_rows"]
 
 _MIN_SLOTS = 64
+#: chunks with at most this many episode ends (and evictions of at most this many
+#: segments) take scalar steps; more take the vectorised path
+_SCALAR_ENDS = 8
+
+
+def _flags(ends: torch.Tensor | np.ndarray) -> np.ndarray:
+    """End flags as a 1-D numpy bool array (no copy for a CPU bool tensor)."""
+    if isinstance(ends, np.ndarray):
+        return ends.reshape(-1).astype(bool, copy=False)
+    if ends.dtype != torch.bool or ends.device.type != "cpu":
+        ends = ends.to("cpu", torch.bool)
+    return (ends if ends.ndim == 1 else ends.reshape(-1)).numpy()
 
 
 def segments_from_ends(ends: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,22 +134,52 @@ class RingEpisodes:
         return age_rows(self.rows, self.cursor, self.capacity)
 
     # ----------------------------------------------------------------- writes
-    def append(self, ends: torch.Tensor) -> None:
+    def append(self, ends: torch.Tensor | np.ndarray) -> None:
         """Record ``n`` rows written at the cursor, in order, with their end flags.
 
         Rows beyond ``capacity`` overwrite the oldest ones (a chunk longer than the ring
         keeps only its last ``capacity`` rows); episodes that lose every row leave the
         index, a partly overwritten one keeps its surviving rows.
+
+        A chunk with few episode ends (the common case: a collector's chunk is shorter
+        than an episode) is recorded with scalar steps, a few microseconds whatever its
+        length; many ends take the vectorised path. Both leave the same table.
         """
-        flags = ends.reshape(-1).to("cpu", torch.bool).numpy()
+        flags = _flags(ends)
         n = flags.shape[0]
         if n == 0:
             return
-        if n == 1:
-            self._append_one(bool(flags[0]))
-            return
-        stops = np.flatnonzero(flags) + 1
-        if stops.shape[0] == 0 or stops[-1] != n:
+        stops = np.flatnonzero(flags)
+        if stops.shape[0] > _SCALAR_ENDS:
+            self._append_many(flags, stops)
+        else:
+            self._append_few(stops.tolist(), n)
+        total = self.rows + n
+        self._evict(max(0, total - self.capacity))
+        self.rows = min(total, self.capacity)
+        self.cursor = (self.cursor + n) % self.capacity
+        self.is_open = not bool(flags[-1])
+        self.version += 1
+
+    def _append_few(self, ends: list[int], n: int) -> None:
+        """Pieces of a chunk whose end rows are ``ends`` (few), one scalar step each."""
+        offset = 0
+        pieces = [e + 1 for e in ends]
+        if not pieces or pieces[-1] != n:
+            pieces.append(n)
+        for stop in pieces:
+            length = stop - offset
+            if offset == 0 and self.is_open and self._count:
+                last = (self._head + self._count - 1) % self._slots
+                self._length[last] += length
+            else:
+                self._push_one((self.cursor + offset) % self.capacity, length)
+            offset = stop
+
+    def _append_many(self, flags: np.ndarray, stops: np.ndarray) -> None:
+        n = flags.shape[0]
+        stops = stops + 1
+        if stops[-1] != n:
             stops = np.append(stops, n)
         offsets = np.empty_like(stops)
         offsets[0] = 0
@@ -153,31 +195,6 @@ class RingEpisodes:
             ids = np.arange(self.next_episode_id, self.next_episode_id + k, dtype=np.int64)
             self.next_episode_id += k
             self._push(starts, lengths, ids)
-        total = self.rows + n
-        self._evict(max(0, total - self.capacity))
-        self.rows = min(total, self.capacity)
-        self.cursor = (self.cursor + n) % self.capacity
-        self.is_open = not bool(flags[-1])
-        self.version += 1
-
-    def _append_one(self, end: bool) -> None:
-        if self.is_open and self._count:
-            last = (self._head + self._count - 1) % self._slots
-            self._length[last] += 1
-        else:
-            self._push(
-                np.array([self.cursor], dtype=np.int64),
-                np.ones(1, dtype=np.int64),
-                np.array([self.next_episode_id], dtype=np.int64),
-            )
-            self.next_episode_id += 1
-        if self.rows == self.capacity:
-            self._evict(1)
-        else:
-            self.rows += 1
-        self.cursor = (self.cursor + 1) % self.capacity
-        self.is_open = not end
-        self.version += 1
 
     def rebuild(self, ends: torch.Tensor, *, rows: int, cursor: int) -> None:
         """Recompute the table from the end flags of the valid rows, in age order.
@@ -255,6 +272,16 @@ class RingEpisodes:
         self._id[pos] = ids
         self._count += k
 
+    def _push_one(self, start: int, length: int) -> None:
+        """Push one new episode's segment (the next id)."""
+        self._reserve(self._count + 1)
+        pos = (self._head + self._count) % self._slots
+        self._start[pos] = start
+        self._length[pos] = length
+        self._id[pos] = self.next_episode_id
+        self.next_episode_id += 1
+        self._count += 1
+
     def _reserve(self, needed: int) -> None:
         if needed <= self._slots:
             return
@@ -272,8 +299,23 @@ class RingEpisodes:
 
     def _evict(self, k: int) -> None:
         """Drop the ``k`` oldest rows: whole segments first, then trim the next one."""
-        if k <= 0:
-            return
+        # A write usually evicts a segment or two: scalar steps; many take the vector path.
+        for _ in range(_SCALAR_ENDS):
+            if k <= 0:
+                return
+            head = self._head
+            length = int(self._length[head])
+            if length > k:
+                self._start[head] = (int(self._start[head]) + k) % self.capacity
+                self._length[head] = length - k
+                return
+            self._head = (head + 1) % self._slots
+            self._count -= 1
+            k -= length
+        if k > 0:
+            self._evict_many(k)
+
+    def _evict_many(self, k: int) -> None:
         m = min(self._count, k + 1)
         pos = (self._head + np.arange(m, dtype=np.int64)) % self._slots
         cum = np.cumsum(self._length[pos])
