@@ -39,7 +39,7 @@ from torchstore.errors import EmptyStorageError
 from torchstore.samplers.draws import importance_weight, prioritized_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.philox import PhiloxStream, cpu_kernels
-from torchstore.samplers.sumtree import SumTree, last_write_wins
+from torchstore.samplers.sumtree import SumTree, filled, last_write_wins
 from torchstore.samplers.uniform import (
     _is_compiling,
     _SamplerCommon,
@@ -128,7 +128,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         self._follow_device = device is None
         tree_device = torch.device("cpu" if device is None else device)
         self._tree = SumTree(capacity, dtype=dtype, device=tree_device)
-        self._raw = torch.zeros(capacity, dtype=dtype, device=tree_device)
+        self._raw = filled(capacity, 0.0, dtype, tree_device)
         self._max_raw: Tensor | None = None
         self._sample_calls = 0
         # highest row that ever got a priority: while it is below the storage length, no
@@ -476,7 +476,8 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
             if max_priority is None
             else torch.tensor(max_priority, dtype=self.dtype, device=device)
         )
-        self._raw = torch.as_tensor(state_dict["raw"]).to(device, self.dtype).clone()
+        raw = torch.as_tensor(state_dict["raw"])
+        self._raw = filled(raw.shape[0], 0.0, self.dtype, device).copy_(raw)
         self._tree.load_state_dict(state_dict["tree"])
         written = torch.nonzero(self._tree.values() > 0)
         self._high_water = int(written.max()) if written.numel() else -1
