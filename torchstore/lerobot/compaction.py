@@ -93,73 +93,21 @@ def compact_session(
     use_dictionary: bool | Sequence[str] = True,
 ) -> None:
     """Merge the one-episode files of ``episodes`` (consecutive, in order) within the caps."""
-    from torchstore.io.video import concat_videos
-
     if len(episodes) < 2:
         return
-    pa = require_pyarrow()
-    staged: list[tuple[Path, Path]] = []
-    replaced: list[Path] = []
+    staged: list[tuple[Path, Path]] = []  # (temporary, target), renamed in this order
+    replaced: list[Path] = []  # files the merged ones take the place of
     try:
-        data_of: dict[int, tuple[int, int]] = {}
-        for group in pack_by_size(episodes, lambda e: root / data_path(*e.data), data_cap):
-            first = group[0].data
-            data_of.update({e.index: first for e in group})
-            if len(group) > 1:
-                target = root / data_path(*first)
-                tmp = _staging(target)
-                staged.append((tmp, target))
-                write_tables(
-                    tmp,
-                    [read_table(root / data_path(*e.data)) for e in group],
-                    use_dictionary=use_dictionary,
-                )
-                replaced += [root / data_path(*e.data) for e in group[1:]]
-        columns: dict[str, list] = {"data/chunk_index": [], "data/file_index": []}
-        for e in episodes:
-            columns["data/chunk_index"].append(data_of[e.index][0])
-            columns["data/file_index"].append(data_of[e.index][1])
+        columns = _merge_data(root, episodes, data_cap, use_dictionary, staged, replaced)
         for key in cameras:
-            spans: dict[int, tuple[tuple[int, int], float, float]] = {}
-            for group in pack_by_size(
-                episodes, lambda e, k=key: root / video_path(k, *e.videos[k]), video_cap
-            ):
-                first = group[0].videos[key]
-                if len(group) == 1:
-                    row = group[0].row
-                    spans[group[0].index] = (
-                        first,
-                        row.column(f"videos/{key}/from_timestamp")[0].as_py(),
-                        row.column(f"videos/{key}/to_timestamp")[0].as_py(),
-                    )
-                    continue
-                target = root / video_path(key, *first)
-                tmp = _staging(target)
-                staged.append((tmp, target))
-                for e, (begin, end) in zip(
-                    group,
-                    concat_videos([root / video_path(key, *e.videos[key]) for e in group], tmp),
-                    strict=True,
-                ):
-                    spans[e.index] = (first, begin, end)
-                replaced += [root / video_path(key, *e.videos[key]) for e in group[1:]]
-            columns[f"videos/{key}/chunk_index"] = [spans[e.index][0][0] for e in episodes]
-            columns[f"videos/{key}/file_index"] = [spans[e.index][0][1] for e in episodes]
-            columns[f"videos/{key}/from_timestamp"] = [spans[e.index][1] for e in episodes]
-            columns[f"videos/{key}/to_timestamp"] = [spans[e.index][2] for e in episodes]
+            columns |= _merge_videos(root, episodes, key, video_cap, staged, replaced)
         meta = episodes[0].meta
         columns["meta/episodes/chunk_index"] = [meta[0]] * len(episodes)
         columns["meta/episodes/file_index"] = [meta[1]] * len(episodes)
-        table = concat_episode_tables([e.row for e in episodes])
-        for name, values in columns.items():
-            i = table.schema.get_field_index(name)
-            table = table.set_column(
-                i, table.schema.field(i), pa.array(values, table.schema.field(i).type)
-            )
         target = root / episodes_path(*meta)
         tmp = _staging(target)
         staged.append((tmp, target))  # renamed last: the commit point
-        write_tables(tmp, table)
+        write_tables(tmp, _repointed_table(episodes, columns))
         if durable:
             for tmp, _ in staged:
                 _sync(tmp)
@@ -168,12 +116,99 @@ def compact_session(
             tmp.unlink(missing_ok=True)
         raise
     old_tables = [root / episodes_path(*e.meta) for e in episodes[1:]]
+    _swap_in(root, staged, [*old_tables, *replaced], durable=durable)
+
+
+def _merge_data(
+    root: Path,
+    episodes: Sequence[SavedEpisode],
+    cap: float,
+    use_dictionary: bool | Sequence[str],
+    staged: list[tuple[Path, Path]],
+    replaced: list[Path],
+) -> dict[str, list]:
+    """Stage the merged data files; returns the episodes' new ``data/*`` columns."""
+    data_of: dict[int, tuple[int, int]] = {}
+    for group in pack_by_size(episodes, lambda e: root / data_path(*e.data), cap):
+        first = group[0].data
+        data_of.update({e.index: first for e in group})
+        if len(group) > 1:
+            target = root / data_path(*first)
+            tmp = _staging(target)
+            staged.append((tmp, target))
+            write_tables(
+                tmp,
+                [read_table(root / data_path(*e.data)) for e in group],
+                use_dictionary=use_dictionary,
+            )
+            replaced += [root / data_path(*e.data) for e in group[1:]]
+    return {
+        "data/chunk_index": [data_of[e.index][0] for e in episodes],
+        "data/file_index": [data_of[e.index][1] for e in episodes],
+    }
+
+
+def _merge_videos(
+    root: Path,
+    episodes: Sequence[SavedEpisode],
+    key: str,
+    cap: float,
+    staged: list[tuple[Path, Path]],
+    replaced: list[Path],
+) -> dict[str, list]:
+    """Stage camera ``key``'s merged MP4s; returns the episodes' new ``videos/<key>/*``
+    columns."""
+    from torchstore.io.video import concat_videos
+
+    spans: dict[int, tuple[tuple[int, int], float, float]] = {}
+    for group in pack_by_size(episodes, lambda e: root / video_path(key, *e.videos[key]), cap):
+        first = group[0].videos[key]
+        if len(group) == 1:
+            row = group[0].row
+            spans[group[0].index] = (
+                first,
+                row.column(f"videos/{key}/from_timestamp")[0].as_py(),
+                row.column(f"videos/{key}/to_timestamp")[0].as_py(),
+            )
+            continue
+        target = root / video_path(key, *first)
+        tmp = _staging(target)
+        staged.append((tmp, target))
+        sources = [root / video_path(key, *e.videos[key]) for e in group]
+        for e, (begin, end) in zip(group, concat_videos(sources, tmp), strict=True):
+            spans[e.index] = (first, begin, end)
+        replaced += sources[1:]
+    return {
+        f"videos/{key}/chunk_index": [spans[e.index][0][0] for e in episodes],
+        f"videos/{key}/file_index": [spans[e.index][0][1] for e in episodes],
+        f"videos/{key}/from_timestamp": [spans[e.index][1] for e in episodes],
+        f"videos/{key}/to_timestamp": [spans[e.index][2] for e in episodes],
+    }
+
+
+def _repointed_table(episodes: Sequence[SavedEpisode], columns: dict[str, list]):
+    """The episodes' rows as one table, ``columns`` replaced (where the merged files are)."""
+    pa = require_pyarrow()
+    table = concat_episode_tables([e.row for e in episodes])
+    for name, values in columns.items():
+        i = table.schema.get_field_index(name)
+        table = table.set_column(
+            i, table.schema.field(i), pa.array(values, table.schema.field(i).type)
+        )
+    return table
+
+
+def _swap_in(
+    root: Path, staged: list[tuple[Path, Path]], old: list[Path], *, durable: bool
+) -> None:
+    """Rename the staged files into place (the episodes table last), delete the ``old``
+    ones and the chunk folders that leaves empty."""
     with writer_lock(root):
         for tmp, target in staged:
             os.replace(tmp, target)
-        for path in [*old_tables, *replaced]:
+        for path in old:
             path.unlink(missing_ok=True)
-    folders = {p.parent for p in [*old_tables, *replaced]}
+    folders = {p.parent for p in old}
     for folder in sorted(folders, reverse=True):
         with contextlib.suppress(OSError):
             folder.rmdir()  # a chunk folder the merge emptied
@@ -285,40 +320,13 @@ def trim_to_table(
     """Make the files match the episodes ``table`` (None: no episode): delete files it does
     not name and rows of episodes it places elsewhere (a killed save's, or a killed
     merge's), and the scratch and temporary files of a dead writer."""
-    pa = require_pyarrow()
-    episodes_in: dict[str, set[int]] = {}
-    referenced_video = set()
-    if table is not None:
-        indices = table.column("episode_index").to_pylist()
-        chunks, files = (
-            table.column("data/chunk_index").to_pylist(),
-            table.column("data/file_index").to_pylist(),
-        )
-        for e, c, f in zip(indices, chunks, files, strict=True):
-            episodes_in.setdefault(data_path(c, f), set()).add(e)
-        for key in cameras:
-            for c, f in zip(
-                table.column(f"videos/{key}/chunk_index").to_pylist(),
-                table.column(f"videos/{key}/file_index").to_pylist(),
-            ):
-                referenced_video.add(video_path(key, c, f))
+    episodes_in, referenced_video = _named_files(table, cameras)
     for path in sorted((root / "data").glob("*/*.parquet")):
         rel = path.relative_to(root).as_posix()
         if rel not in episodes_in:
             path.unlink()
-            continue
-        # rows of a killed save, or of episodes a killed merge left in their own files
-        episode = (
-            read_table(path, columns=["episode_index"], what=str(path))
-            .column("episode_index")
-            .to_numpy()
-        )
-        keep = np.isin(episode, sorted(episodes_in[rel]))
-        if not keep.all():
-            kept = read_table(path, what=str(path)).filter(pa.array(keep))
-            episode = episode[keep]
-            groups = [kept.filter(pa.array(episode == e)) for e in dict.fromkeys(episode.tolist())]
-            write_table_atomically(path, groups, durable=durable, use_dictionary=use_dictionary)
+        else:  # rows of a killed save, or of episodes a killed merge left in their own files
+            _keep_rows_of(path, episodes_in[rel], durable=durable, use_dictionary=use_dictionary)
     for path in sorted((root / "videos").glob("*/*/*.mp4")):
         if path.relative_to(root).as_posix() not in referenced_video:
             path.unlink()
@@ -329,3 +337,43 @@ def trim_to_table(
     for folder in (root / "data", root / "videos", root / "meta"):
         for path in folder.rglob(".*.tmp") if folder.exists() else ():
             path.unlink()
+
+
+def _named_files(table, cameras: Sequence[str]) -> tuple[dict[str, set[int]], set[str]]:
+    """``({data file: its episodes}, {video files})`` the episodes ``table`` names."""
+    episodes_in: dict[str, set[int]] = {}
+    referenced_video: set[str] = set()
+    if table is None:
+        return episodes_in, referenced_video
+    indices = table.column("episode_index").to_pylist()
+    chunks = table.column("data/chunk_index").to_pylist()
+    files = table.column("data/file_index").to_pylist()
+    for e, c, f in zip(indices, chunks, files, strict=True):
+        episodes_in.setdefault(data_path(c, f), set()).add(e)
+    for key in cameras:
+        for c, f in zip(
+            table.column(f"videos/{key}/chunk_index").to_pylist(),
+            table.column(f"videos/{key}/file_index").to_pylist(),
+        ):
+            referenced_video.add(video_path(key, c, f))
+    return episodes_in, referenced_video
+
+
+def _keep_rows_of(
+    path: Path, episodes: set[int], *, durable: bool, use_dictionary: bool | Sequence[str]
+) -> None:
+    """Rewrite the data file ``path`` without the rows of episodes other than ``episodes``
+    (one row group per episode); a file holding only those is left as it is."""
+    pa = require_pyarrow()
+    episode = (
+        read_table(path, columns=["episode_index"], what=str(path))
+        .column("episode_index")
+        .to_numpy()
+    )
+    keep = np.isin(episode, sorted(episodes))
+    if keep.all():
+        return
+    kept = read_table(path, what=str(path)).filter(pa.array(keep))
+    episode = episode[keep]
+    groups = [kept.filter(pa.array(episode == e)) for e in dict.fromkeys(episode.tolist())]
+    write_table_atomically(path, groups, durable=durable, use_dictionary=use_dictionary)
