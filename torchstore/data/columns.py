@@ -55,7 +55,9 @@ _TORCH_BY_NUMPY: dict[np.dtype, torch.dtype] = {v: k for k, v in _NUMPY_BY_TORCH
 
 
 def torch_dtype(dtype: Any) -> torch.dtype:
-    """Canonical torch dtype from a torch dtype, numpy dtype or name; rejects what HDF5 can't hold."""
+    """Canonical torch dtype from a torch dtype, numpy dtype or name.
+
+    Rejects what HDF5 can't hold."""
     if isinstance(dtype, torch.dtype):
         result = dtype
     else:
@@ -117,44 +119,12 @@ class ColumnSpec:
     quantize: Quantize | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ColumnError(f"column name must be a non-empty string, got {self.name!r}")
-        for part in self.name.split("/"):
-            if not _SEGMENT.match(part):
-                raise ColumnError(
-                    f"column name ({self.name!r}) must be '/'-separated parts of letters, "
-                    "digits, '_', '-' or '.', each starting with a letter or digit"
-                )
+        _check_name(self.name)
         dtype = torch_dtype(self.dtype)
         object.__setattr__(self, "dtype", dtype)
-        try:
-            if isinstance(self.shape, str | bytes) or any(isinstance(s, bool) for s in self.shape):
-                raise TypeError("not a sequence of ints")
-            shape = tuple(int(s) for s in self.shape)
-        except (TypeError, ValueError) as exc:
-            raise ColumnError(
-                f"column '{self.name}' shape must be a tuple of ints, got {self.shape!r}"
-            ) from exc
-        if any(s <= 0 for s in shape):
-            raise ColumnError(f"column '{self.name}' shape ({shape}) must have positive sizes")
-        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "shape", _checked_shape(self.name, self.shape))
         if self.quantize is not None:
-            if isinstance(self.quantize, Mapping):
-                try:
-                    object.__setattr__(self, "quantize", Quantize(**self.quantize))
-                except TypeError as exc:
-                    raise ColumnError(
-                        f"column '{self.name}' quantize ({self.quantize!r}) is malformed: {exc}"
-                    ) from exc
-            elif not isinstance(self.quantize, Quantize):
-                raise ColumnError(
-                    f"column '{self.name}' quantize must be a Quantize, got {self.quantize!r}"
-                )
-            if not dtype.is_floating_point:
-                raise ColumnError(
-                    f"column '{self.name}' is quantised, so its dtype must be floating, got {dtype}"
-                )
-            self.quantize.check_dtype(dtype, self.name)
+            object.__setattr__(self, "quantize", _checked_quantize(self.name, self.quantize, dtype))
         rule = RESERVED_COLUMNS.get(self.name.split("/")[-1], None)
         if rule == "bool" and dtype != torch.bool:
             raise ColumnError(f"reserved column '{self.name}' must be bool, got {dtype}")
@@ -239,7 +209,8 @@ class ColumnSpec:
         if tuple(value.shape[1:]) != self.shape or value.ndim != 1 + len(self.shape):
             raise ColumnError(
                 f"column '{self.name}' expects rows of shape {list(self.shape)}, "
-                f"got {list(value.shape[1:]) if value.ndim else 'a scalar'} (full shape {list(value.shape)})"
+                f"got {list(value.shape[1:]) if value.ndim else 'a scalar'} "
+                f"(full shape {list(value.shape)})"
             )
         if rows is not None and value.shape[0] != rows:
             raise ColumnError(
@@ -260,6 +231,47 @@ class ColumnSpec:
         if is_tensor:
             return value.to(self.dtype)
         return value.astype(numpy_dtype(self.dtype), copy=False)
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise ColumnError(f"column name must be a non-empty string, got {name!r}")
+    for part in name.split("/"):
+        if not _SEGMENT.match(part):
+            raise ColumnError(
+                f"column name ({name!r}) must be '/'-separated parts of letters, "
+                "digits, '_', '-' or '.', each starting with a letter or digit"
+            )
+
+
+def _checked_shape(name: str, shape: Any) -> tuple[int, ...]:
+    try:
+        if isinstance(shape, str | bytes) or any(isinstance(s, bool) for s in shape):
+            raise TypeError("not a sequence of ints")
+        result = tuple(int(s) for s in shape)
+    except (TypeError, ValueError) as exc:
+        raise ColumnError(f"column '{name}' shape must be a tuple of ints, got {shape!r}") from exc
+    if any(s <= 0 for s in result):
+        raise ColumnError(f"column '{name}' shape ({result}) must have positive sizes")
+    return result
+
+
+def _checked_quantize(name: str, quantize: Any, dtype: torch.dtype) -> Quantize:
+    if isinstance(quantize, Mapping):
+        try:
+            quantize = Quantize(**quantize)
+        except TypeError as exc:
+            raise ColumnError(
+                f"column '{name}' quantize ({quantize!r}) is malformed: {exc}"
+            ) from exc
+    elif not isinstance(quantize, Quantize):
+        raise ColumnError(f"column '{name}' quantize must be a Quantize, got {quantize!r}")
+    if not dtype.is_floating_point:
+        raise ColumnError(
+            f"column '{name}' is quantised, so its dtype must be floating, got {dtype}"
+        )
+    quantize.check_dtype(dtype, name)
+    return quantize
 
 
 def _safe_cast(src: torch.dtype, dst: torch.dtype) -> bool:

@@ -227,7 +227,7 @@ class PackedColumns:
         return TensorDict._new_unsafe(leaves, batch_size=torch.Size([n]), device=self.device)
 
     def gather(self, index: torch.Tensor, *, raw: bool = False) -> TensorDict:
-        """Rows at ``index`` (int64 on this device) as a TensorDict of batch size ``[len(index)]``."""
+        """Rows at ``index`` (int64 on this device): a TensorDict of batch size ``[len(index)]``."""
         return self.batch_from_blocks(self.gather_blocks(index), raw=raw)
 
     def slice(self, start: int, stop: int, *, raw: bool = False) -> TensorDict:

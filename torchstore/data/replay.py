@@ -44,8 +44,8 @@ match exactly.
 
 Not supported, each refused with a clear error: torchrl's checkpointers and their save/load
 hooks, sharing with spawned processes, and, with ``ndim=2``, checkpoint files
-(``dumps``/``loads``; ``state_dict`` works), ``flatten()`` and prioritized windows. A tensorclass is stored, and returned, as its
-TensorDict. ``set`` and ``get`` are opaque to ``torch.compile`` (a compiled
+(``dumps``/``loads``; ``state_dict`` works), ``flatten()`` and prioritized windows. A
+tensorclass is stored, and returned, as its TensorDict. ``set`` and ``get`` are opaque to ``torch.compile`` (a compiled
 ``extend`` + ``sample`` loop does not recompile); graph-safe sampling reads ``packed``,
 ``fill_level`` and ``cursor_tensor`` directly.
 """
@@ -886,8 +886,7 @@ class StoreReplay(TensorStorage):
         with one ``index_select`` of the packed rows and dequantised on the storage device.
         Indices must lie in ``[-len, len)``.
         """
-        packed = self._packed
-        if packed is None:
+        if self._packed is None:
             raise RuntimeError("Cannot get elements out of a non-initialized storage.")
         if _is_key(index):
             return self._column(index)
@@ -896,50 +895,37 @@ class StoreReplay(TensorStorage):
         if type(index) is tuple and len(index) == 1:
             index = index[0]
         n = self._episodes.rows
-        if (
-            n == self.max_size
-            and type(index) is torch.Tensor
-            and index.dtype == torch.int64
-            and index.ndim == 1
-            and index.device.type == "cpu"
-            and packed.device.type == "cpu"
-        ):
+        if n == self.max_size and _is_cpu_rows(index) and self._packed.device.type == "cpu":
             # Fast path (a full CPU ring, a sampler's indices): index_select checks the
             # bounds itself; anything it refuses (negative indices included) goes the
             # checked way below.
             try:
-                return self._from_blocks(packed.gather_blocks(index), index)
+                return self._from_blocks(self._packed.gather_blocks(index), index)
             except (IndexError, RuntimeError):
                 pass
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
-            row = _wrap_int(int(index), n, "index", valid=True)
-            out = self._slice(row, row + 1)
-            if self._treespec is not None:
-                return pytree.tree_map(lambda x: x[0], out)
-            return out[0]
+            return self._get_row(int(index), n)
         if isinstance(index, slice):
             r = range(*index.indices(n))
             if r.step == 1:
                 return self._slice(r.start, max(r.start, r.stop))
             index = torch.arange(r.start, r.stop, r.step, dtype=torch.int64, device=self.device)
-        elif isinstance(index, tuple):
-            raise IndexError(f"StoreReplay is 1-D; got a {len(index)}-element tuple index")
-        elif not isinstance(index, torch.Tensor):
-            index = torch.as_tensor(np.asarray(index))
-        if index.dtype == torch.bool:
-            if index.shape != (n,):
-                raise IndexError(f"a boolean index must have shape [{n}], got {list(index.shape)}")
-            index = torch.nonzero(index).reshape(-1)
-        if index.dtype != torch.int64:
-            if index.dtype.is_floating_point or index.dtype.is_complex:
-                raise IndexError(f"index must hold integers, got {index.dtype}")
-            index = index.to(torch.int64)
+        index = _index_tensor(index, n)
         if index.ndim == 0:
-            return self.get(int(index))
-        index = index.to(self.device)
+            return self._get_row(int(index), n)
+        return self._gather_valid(index.to(self.device), n)
+
+    def _get_row(self, index: int, n: int) -> Any:
+        row = _wrap_int(index, n, "index", valid=True)
+        out = self._slice(row, row + 1)
+        if self._treespec is not None:
+            return pytree.tree_map(lambda x: x[0], out)
+        return out[0]
+
+    def _gather_valid(self, index: torch.Tensor, n: int) -> Any:
+        """Rows at an int64 ``index`` of any shape, checked against the ``n`` valid rows."""
         if index.numel():
-            low, high = torch.aminmax(index)
-            low, high = int(low), int(high)
+            low, high = (int(x) for x in torch.aminmax(index))
             if high >= n or low < -n:
                 bad = high if high >= n else low
                 raise IndexError(
@@ -949,7 +935,7 @@ class StoreReplay(TensorStorage):
             if low < 0:
                 index = torch.where(index < 0, index + n, index)
         flat = index.reshape(-1) if index.ndim > 1 else index
-        out = self._from_blocks(packed.gather_blocks(flat), flat)
+        out = self._from_blocks(self._packed.gather_blocks(flat), flat)
         if index.ndim > 1:
             out = out.reshape(index.shape)
         return out
@@ -1333,6 +1319,33 @@ def _torchrl_rows(data: Any, ndim: int, capacity: int) -> TensorDictBase:
     return td
 
 
+def _is_cpu_rows(index: Any) -> bool:
+    """A 1-D int64 CPU tensor (what samplers hand ``get``)."""
+    return (
+        type(index) is torch.Tensor
+        and index.dtype == torch.int64
+        and index.ndim == 1
+        and index.device.type == "cpu"
+    )
+
+
+def _index_tensor(index: Any, n: int) -> torch.Tensor:
+    """A read index of a 1-D ring as an int64 tensor (bool masks become their rows)."""
+    if isinstance(index, tuple):
+        raise IndexError(f"StoreReplay is 1-D; got a {len(index)}-element tuple index")
+    if not isinstance(index, torch.Tensor):
+        index = torch.as_tensor(np.asarray(index))
+    if index.dtype == torch.bool:
+        if index.shape != (n,):
+            raise IndexError(f"a boolean index must have shape [{n}], got {list(index.shape)}")
+        index = torch.nonzero(index).reshape(-1)
+    if index.dtype != torch.int64:
+        if index.dtype.is_floating_point or index.dtype.is_complex:
+            raise IndexError(f"index must hold integers, got {index.dtype}")
+        index = index.to(torch.int64)
+    return index
+
+
 def _flat(values: Mapping[str, Any], dims: int) -> dict[str, Any]:
     """Every value with its ``dims`` leading dims flattened to rows (a copy if strided)."""
     return {
@@ -1465,32 +1478,41 @@ def _as_batch(data: Any, single: bool, dims: int = 1) -> tuple[TensorDictBase, A
     which torchrl keeps as batch dims of what it returns.
     """
     if isinstance(data, list):
-        if not data:
-            raise ValueError("cannot write an empty list of rows")
-        if all(isinstance(x, torch.Tensor) for x in data):
-            data = torch.stack(data)
-        else:
-            data = torch.stack([_as_batch(x, True)[0][0] for x in data])
+        data = _stack_rows(data)
     if isinstance(data, np.ndarray):
         data = torch.from_numpy(data)
     if isinstance(data, torch.Tensor):
-        if single:
-            data = data.unsqueeze(0)
-        if data.ndim < dims:
-            raise ColumnError(
-                f"written rows need {dims} leading batch dimension(s), got a tensor of shape "
-                f"{list(data.shape)}"
-            )
-        return TensorDict({_TENSOR_COLUMN: data}, batch_size=data.shape[:dims]), True
+        return _tensor_batch(data, single, dims), True
     if is_tensorclass(data):
         data = data.to_tensordict()
     if _is_pytree(data):
-        td, spec = _pytree_batch(data, single, dims)
-        if single:
-            spec = pytree.tree_structure(data)
-        else:
-            spec = pytree.tree_structure(pytree.tree_map(lambda x: x[0], data))
-        return td, spec
+        td, _ = _pytree_batch(data, single, dims)
+        row = data if single else pytree.tree_map(lambda x: x[0], data)
+        return td, pytree.tree_structure(row)
+    return _tensordict_batch(data, single, dims)
+
+
+def _stack_rows(data: list) -> Any:
+    """A list of rows (torchrl's ``set`` accepts one) as one stacked batch."""
+    if not data:
+        raise ValueError("cannot write an empty list of rows")
+    if all(isinstance(x, torch.Tensor) for x in data):
+        return torch.stack(data)
+    return torch.stack([_as_batch(x, True)[0][0] for x in data])
+
+
+def _tensor_batch(data: torch.Tensor, single: bool, dims: int) -> TensorDictBase:
+    if single:
+        data = data.unsqueeze(0)
+    if data.ndim < dims:
+        raise ColumnError(
+            f"written rows need {dims} leading batch dimension(s), got a tensor of shape "
+            f"{list(data.shape)}"
+        )
+    return TensorDict({_TENSOR_COLUMN: data}, batch_size=data.shape[:dims])
+
+
+def _tensordict_batch(data: Any, single: bool, dims: int) -> tuple[TensorDictBase, tuple[int, ...]]:
     if isinstance(data, LazyStackedTensorDict):
         try:
             data = data.contiguous()
