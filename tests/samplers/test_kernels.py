@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 
 from torchstore.samplers import PrioritizedSampler, SumTree
 from torchstore.samplers import philox as philox_module
-from torchstore.samplers.philox import PhiloxStream, counters_from_offset, philox4x32
+from torchstore.samplers.philox import (
+    PhiloxStream,
+    counters_from_offset,
+    philox4x32,
+    randint_below,
+)
 
 
 @contextmanager
@@ -93,6 +98,25 @@ def test_philox_words_are_identical(seed, stream, offset, n):
     key = torch.tensor([seed & 0xFFFFFFFF, seed >> 32])
     want = philox4x32(counters_from_offset(torch.tensor(offset), n, stream), key)
     assert torch.equal(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**63 - 1),
+    st.integers(0, 2**62),
+    st.integers(1, 70),
+    st.one_of(st.integers(0, 2**62 - 1), st.integers(0, 2000)),
+)
+def test_randint_is_identical(seed, offset, n, high):
+    s = PhiloxStream(seed)
+    s.seek(offset)
+    words = s.words(n)
+    got = randint_below(words, high)
+    on_device_scalar = randint_below(words, torch.tensor(high))
+    with tensors_only():
+        want = randint_below(words, high)
+    assert torch.equal(got, want) and torch.equal(on_device_scalar, want)
+    assert bool((want >= 0).all()) and bool((want < max(high, 1)).all())
 
 
 @settings(max_examples=30, deadline=None)

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["philox_words", "descend_whole", "update_tree", "scan_priorities"]
+__all__ = ["philox_words", "randint_words", "descend_whole", "update_tree", "scan_priorities"]
 
 _M0 = np.uint64(0xD2511F53)
 _M1 = np.uint64(0xCD9E8D57)
@@ -88,6 +88,28 @@ def philox_words(key: Tensor, stream: int, offset: int, n: int, rounds: int = 10
         offset,
         rounds,
     )
+    return torch.from_numpy(out)
+
+
+@numba.njit(cache=True, nogil=True)
+def _randint(words, n, out):  # pragma: no cover - compiled
+    # randint_below's exact 32-bit limb products, in uint64 (every product < 2**64)
+    n1 = np.uint64(n) >> _SHIFT32
+    n0 = np.uint64(n) & _MASK32
+    for i in range(out.shape[0]):
+        x1 = np.uint64(words[i, 0]) & _MASK32
+        x0 = np.uint64(words[i, 1]) & _MASK32
+        hi00 = (x0 * n0) >> _SHIFT32
+        p01 = x0 * n1
+        p10 = x1 * n0
+        mid = hi00 + (p01 & _MASK32) + (p10 & _MASK32)
+        out[i] = np.int64(x1 * n1 + (p01 >> _SHIFT32) + (p10 >> _SHIFT32) + (mid >> _SHIFT32))
+
+
+def randint_words(words: Tensor, n: int) -> Tensor:
+    """:func:`~torchstore.samplers.philox.randint_below` of ``[k, >= 2]`` words, one bound."""
+    out = np.empty(words.shape[0], dtype=np.int64)
+    _randint(words.numpy(), n, out)
     return torch.from_numpy(out)
 
 

@@ -188,6 +188,10 @@ def uniform_from_words(words: Tensor, dtype: torch.dtype = torch.float64) -> Ten
     raise ValueError(f"dtype must be torch.float64 or torch.float32, got {dtype}")
 
 
+def _host_int(n: Tensor | int) -> bool:
+    return isinstance(n, int) or (n.device.type == "cpu" and n.numel() == 1)
+
+
 def randint_below(words: Tensor, n: Tensor | int) -> Tensor:
     """Map two Philox words to integers in ``[0, n)`` by 64-bit multiply-shift (Lemire).
 
@@ -205,6 +209,9 @@ def randint_below(words: Tensor, n: Tensor | int) -> Tensor:
     Returns:
         ``[...]`` int64 tensor with values in ``[0, max(n, 1))``.
     """
+    kernels = cpu_kernels(words)
+    if kernels is not None and words.ndim == 2 and _host_int(n):
+        return kernels.randint_words(words, int(n))
     x1 = words[..., 0] & _MASK32
     x0 = words[..., 1] & _MASK32
     n = torch.as_tensor(n, dtype=torch.int64, device=words.device)
