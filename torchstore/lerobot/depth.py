@@ -65,13 +65,15 @@ def depth_coding(feature: Feature, *, source: str) -> DepthCoding:
             or not math.isfinite(value)
         ):
             raise LeRobotFormatError(
-                f"{source}: depth feature {feature.name!r} needs a number for info[{key!r}], got {value!r}"
+                f"{source}: depth feature {feature.name!r} needs a number for "
+                f"info[{key!r}], got {value!r}"
             )
         values[key] = float(value)
     use_log = info.get("video.use_log")
     if not isinstance(use_log, bool):
         raise LeRobotFormatError(
-            f"{source}: depth feature {feature.name!r} needs true/false for info['video.use_log'], got {use_log!r}"
+            f"{source}: depth feature {feature.name!r} needs true/false for "
+            f"info['video.use_log'], got {use_log!r}"
         )
     coding = DepthCoding(
         values["video.depth_min"], values["video.depth_max"], values["video.shift"], use_log

@@ -241,7 +241,8 @@ class Feature:
         return {"shape": list(self.shape), "dtype": self.dtype, "_type": f"Array{len(self.shape)}D"}
 
     def to_arrow(self, values: np.ndarray):
-        """Numeric rows ``[n, *value_shape]`` (or ``[n, *shape]``) as an Arrow array of :meth:`arrow_type`."""
+        """Numeric rows ``[n, *value_shape]`` (or ``[n, *shape]``) as an Arrow array of
+        :meth:`arrow_type`."""
         pa = require_pyarrow()
         arr = np.ascontiguousarray(values, dtype=np.dtype(self.dtype))
         n = arr.shape[0]
@@ -310,7 +311,8 @@ class Feature:
         if flat.dtype != want:
             if not np.can_cast(flat.dtype, want, casting="same_kind"):
                 raise LeRobotFormatError(
-                    f"{source}: column {self.name!r} holds {flat.dtype}, info.json declares {self.dtype}"
+                    f"{source}: column {self.name!r} holds {flat.dtype}, "
+                    f"info.json declares {self.dtype}"
                 )
             flat = flat.astype(want)
         return flat.reshape(n, *self.value_shape)

@@ -25,7 +25,8 @@ def features_from_user(features: Mapping[str, Any]) -> dict[str, Feature]:
     for name, spec in features.items():
         if name in DEFAULT_FEATURES:
             raise LeRobotFormatError(
-                f"feature {name!r} is one of LeRobot's default features; it is filled in automatically"
+                f"feature {name!r} is one of LeRobot's default features; "
+                "it is filled in automatically"
             )
         feature = (
             spec if isinstance(spec, Feature) else Feature.from_json(name, spec, source="features")
@@ -45,7 +46,8 @@ def _to_numpy(value: Any) -> np.ndarray:
 
 
 def camera_frames(feature: Feature, value: Any, *, batched: bool) -> np.ndarray:
-    """Camera input as uint8 ``[..., H, W, C]``: CHW is transposed, floats in [0, 1] scaled (like LeRobot)."""
+    """Camera input as uint8 ``[..., H, W, C]``: CHW is transposed, floats in [0, 1] scaled
+    (like LeRobot)."""
     arr = _to_numpy(value)
     hwc = feature.hwc
     body = arr.shape[1:] if batched else arr.shape
@@ -70,13 +72,15 @@ def camera_frames(feature: Feature, value: Any, *, batched: bool) -> np.ndarray:
 
 
 def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndarray:
-    """Numeric input checked against the feature: ``[rows, *shape]`` (or one frame if ``rows`` is None)."""
+    """Numeric input checked against the feature: ``[rows, *shape]`` (or one frame if
+    ``rows`` is None)."""
     arr = _to_numpy(value)
     want = np.dtype(feature.dtype)
     body = arr.shape if rows is None else arr.shape[1:]
     if rows is not None and (arr.ndim == 0 or arr.shape[0] != rows):
         raise LeRobotFormatError(
-            f"feature {feature.name!r} has {arr.shape[0] if arr.ndim else 'no'} rows, expected {rows}"
+            f"feature {feature.name!r} has {arr.shape[0] if arr.ndim else 'no'} rows, "
+            f"expected {rows}"
         )
     if body not in (feature.shape, feature.value_shape):
         raise LeRobotFormatError(
@@ -90,7 +94,8 @@ def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndar
         )
         if arr.dtype == object or not same_kind:
             raise LeRobotFormatError(
-                f"feature {feature.name!r} expects {feature.dtype}, got {arr.dtype}; convert it explicitly"
+                f"feature {feature.name!r} expects {feature.dtype}, got {arr.dtype}; "
+                "convert it explicitly"
             )
         arr = arr.astype(want)
     n = 1 if rows is None else rows

@@ -96,6 +96,36 @@ def _selected(source: LeRobotSource, episodes: Iterable[int] | None, include_rej
     return [available[i] for i in wanted if i not in skipped], skipped
 
 
+def _column_names(src: LeRobotSource, sidecar, columns: Iterable[str] | None) -> list[str]:
+    """The features an import reads: ``columns``, else an exported store's own columns, else
+    every feature but LeRobot's global frame ``index``."""
+    if columns is None and sidecar is not None:
+        return list(sidecar.columns)  # the exported store's columns, no more
+    names = select_features(src, None if columns is None else list(columns))
+    if columns is None:
+        # LeRobot's global frame index is the store row itself, and "index" is the
+        # key every DataModule batch adds for the rows it holds
+        names = [n for n in names if n not in _NOT_IMPORTED]
+    return names
+
+
+def _string_tables(src: LeRobotSource, names: list[str], specs: list, sidecar) -> dict:
+    """``{feature: its strings in code order}`` for every text feature imported."""
+    known_tables = (
+        ((sidecar.metadata.get("lerobot") or {}).get("string_tables") or {}) if sidecar else {}
+    )
+    strings = {}
+    for n, spec in zip(names, specs, strict=True):
+        if src.features[n].is_text:
+            seen = _scan_strings(src, n)
+            known = known_tables.get(spec.name)
+            # an exported store's codes stay its own when its table still covers the strings
+            strings[n] = (
+                list(known) if isinstance(known, list) and set(seen) <= set(known) else seen
+            )
+    return strings
+
+
 def import_lerobot(
     source: str | os.PathLike,
     dest: str | os.PathLike,
@@ -137,14 +167,7 @@ def import_lerobot(
     root = locate_dataset(source, revision=revision, progress=progress)
     with LeRobotSource(root) as src:
         sidecar = read_sidecar(root, src.features)
-        if columns is None and sidecar is not None:
-            names = list(sidecar.columns)  # the exported store's columns, no more
-        else:
-            names = select_features(src, None if columns is None else list(columns))
-            if columns is None:
-                # LeRobot's global frame index is the store row itself, and "index" is the
-                # key every DataModule batch adds for the rows it holds
-                names = [n for n in names if n not in _NOT_IMPORTED]
+        names = _column_names(src, sidecar, columns)
         chosen, skipped = _selected(src, episodes, include_rejected)
         if skipped:
             log.warning(
@@ -160,18 +183,7 @@ def import_lerobot(
             else src.features[n].column_spec()
             for n in names
         ]
-        known_tables = (
-            ((sidecar.metadata.get("lerobot") or {}).get("string_tables") or {}) if sidecar else {}
-        )
-        strings = {}
-        for n, spec in zip(names, specs, strict=True):
-            if src.features[n].is_text:
-                seen = _scan_strings(src, n)
-                known = known_tables.get(spec.name)
-                # an exported store's codes stay its own when its table still covers the strings
-                strings[n] = (
-                    list(known) if isinstance(known, list) and set(seen) <= set(known) else seen
-                )
+        strings = _string_tables(src, names, specs, sidecar)
         for name, table in strings.items():
             src._string_tables[name] = {s: i for i, s in enumerate(table)}
         if sidecar is not None:
@@ -233,7 +245,8 @@ def import_lerobot(
 
 
 def _episode_meta(src: LeRobotSource, sidecar, entry) -> dict:
-    """The store metadata of one imported episode: the exported store's own, else where it came from."""
+    """The store metadata of one imported episode: the exported store's own, else where it
+    came from."""
     if sidecar is not None and entry.index < len(sidecar.episodes):
         return sidecar.episodes[entry.index]
     meta = {

@@ -65,7 +65,8 @@ def read_json(path: Path, *, missing: Any = _MISSING, why_needed: str = "") -> A
 
 
 def read_info(root: str | os.PathLike) -> dict[str, Any]:
-    """The parsed ``meta/info.json`` of a LeRobot folder, with the keys every reader needs checked."""
+    """The parsed ``meta/info.json`` of a LeRobot folder, with the keys every reader needs
+    checked."""
     path = Path(root) / INFO
     info = read_json(path, why_needed=f": {root} is not a LeRobot dataset")
     if not isinstance(info, dict):

@@ -105,15 +105,7 @@ def read_sidecar(root: str | os.PathLike, features: Mapping[str, Feature]) -> Si
         raise bad("'columns' must be a non-empty list")
     columns: dict[str, ColumnSpec] = {}
     for item in items:
-        if not isinstance(item, dict) or not isinstance(item.get("feature"), str):
-            raise bad(f"column entry {item!r:.80} needs a string 'feature'")
-        feature = item["feature"]
-        if feature in columns:
-            raise bad(f"feature {feature!r} is listed twice")
-        try:
-            spec = ColumnSpec.from_dict({k: v for k, v in item.items() if k != "feature"})
-        except ColumnError as exc:
-            raise bad(f"column of feature {feature!r}: {exc}") from None
+        feature, spec = _column(item, columns, bad)
         if feature not in features:
             log.warning(
                 "%s names feature %r, which %s no longer has: the sidecar is ignored",
@@ -125,9 +117,28 @@ def read_sidecar(root: str | os.PathLike, features: Mapping[str, Feature]) -> Si
         want = features[feature].value_shape
         if tuple(spec.shape) != want and int(_size(spec.shape)) != int(_size(want)):
             raise bad(
-                f"column {spec.name!r} has shape {list(spec.shape)}, feature {feature!r} holds {list(want)}"
+                f"column {spec.name!r} has shape {list(spec.shape)}, "
+                f"feature {feature!r} holds {list(want)}"
             )
         columns[feature] = spec
+    return _sidecar(data, columns, bad)
+
+
+def _column(item: Any, seen: Mapping[str, ColumnSpec], bad) -> tuple[str, ColumnSpec]:
+    """One ``columns`` entry as ``(feature, ColumnSpec)``; ``bad(what)`` builds the error."""
+    if not isinstance(item, dict) or not isinstance(item.get("feature"), str):
+        raise bad(f"column entry {item!r:.80} needs a string 'feature'")
+    feature = item["feature"]
+    if feature in seen:
+        raise bad(f"feature {feature!r} is listed twice")
+    try:
+        return feature, ColumnSpec.from_dict({k: v for k, v in item.items() if k != "feature"})
+    except ColumnError as exc:
+        raise bad(f"column of feature {feature!r}: {exc}") from None
+
+
+def _sidecar(data: Mapping[str, Any], columns: dict[str, ColumnSpec], bad) -> Sidecar:
+    """The sidecar of checked ``columns`` and the rest of ``data``, each part checked."""
     env_id, seed, metadata, episodes = (
         data.get("env_id"),
         data.get("seed"),

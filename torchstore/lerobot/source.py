@@ -374,7 +374,8 @@ class LeRobotSource:
             hits = np.flatnonzero(index == entry.from_index)
         if len(hits) != 1 or hits[0] + entry.length > len(index):
             raise LeRobotFormatError(
-                f"{where} does not hold frames {entry.from_index}..{entry.from_index + entry.length - 1} "
+                f"{where} does not hold frames "
+                f"{entry.from_index}..{entry.from_index + entry.length - 1} "
                 f"of episode {entry.index} (the episode table and the data disagree)"
             )
         start = int(hits[0])
@@ -513,7 +514,8 @@ class LeRobotSource:
             image = decode_image(bytes(data), what=what)
             if image.shape != feature.hwc:
                 raise LeRobotFormatError(
-                    f"{what} is {list(image.shape)}, info.json declares {list(feature.hwc)} (H, W, C)"
+                    f"{what} is {list(image.shape)}, "
+                    f"info.json declares {list(feature.hwc)} (H, W, C)"
                 )
             frames[k] = image
         return frames
@@ -582,7 +584,10 @@ class LeRobotSource:
         self.close()
 
     def __repr__(self) -> str:
-        return f"LeRobotSource({str(self.root)!r}, {self.version}, {len(self.episodes)} episodes, {self.num_frames} frames)"
+        return (
+            f"LeRobotSource({str(self.root)!r}, {self.version}, {len(self.episodes)} episodes, "
+            f"{self.num_frames} frames)"
+        )
 
 
 def select_features(source: LeRobotSource, columns: Sequence[str] | None) -> list[str]:

@@ -2,7 +2,8 @@
 
 LeRobot stores ``min, max, mean, std, count, q01, q10, q50, q90, q99`` for every non-string
 feature: per episode as ``stats/<feature>/<stat>`` columns of the episodes table, and
-aggregated over the dataset in ``meta/stats.json``. This module computes both, and converts them to and from JSON.
+aggregated over the dataset in ``meta/stats.json``. This module computes both, and converts
+them to and from JSON.
 
 What matches lerobot 0.6 (``lerobot/datasets/compute_stats.py``), so a dataset extended by
 either library aggregates the same:

@@ -238,7 +238,8 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
 
     # ----------------------------------------------------------------- recording
     def add_frame(self, frame: Mapping[str, Any], *, task: str | None = None) -> None:
-        """Add one frame: every user feature, plus the task (here, as ``frame["task"]``, or at save)."""
+        """Add one frame: every user feature, plus the task (here, as ``frame["task"]``, or at
+        save)."""
         self._check_open()
         frame = dict(frame)
         task = frame.pop("task", None) if task is None else task
@@ -263,7 +264,8 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
         self._frame_tasks.append(task)
 
     def _preset_tasks(self, tasks: Sequence[str]) -> None:
-        """Number ``tasks`` 0, 1, ... before the first save (an export keeps a store's task table)."""
+        """Number ``tasks`` 0, 1, ... before the first save (an export keeps a store's task
+        table)."""
         if self._num_episodes or self.tasks:
             raise EpisodeError("tasks can only be preset on a new, empty dataset")
         if len(set(tasks)) != len(tasks) or not all(isinstance(t, str) for t in tasks):
@@ -550,8 +552,10 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
         )
         pandas_meta = (
             '{"index_columns": ["task"], "column_indexes": [], "columns": ['
-            '{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": null}, '
-            '{"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object", "metadata": null}], '
+            '{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", '
+            '"numpy_type": "int64", "metadata": null}, '
+            '{"name": "task", "field_name": "task", "pandas_type": "unicode", '
+            '"numpy_type": "object", "metadata": null}], '
             '"creator": {"library": "torchstore"}, "pandas_version": "2.0.0"}'
         )
         table = table.replace_schema_metadata({b"pandas": pandas_meta.encode()})
@@ -633,4 +637,7 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
         self.close()
 
     def __repr__(self) -> str:
-        return f"LeRobotWriter({str(self.root)!r}, {self._num_episodes} episodes, {self._num_frames} frames, {CODEBASE_VERSION})"
+        return (
+            f"LeRobotWriter({str(self.root)!r}, {self._num_episodes} episodes, "
+            f"{self._num_frames} frames, {CODEBASE_VERSION})"
+        )
