@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from torchstore.data.packed import PackedColumns
     from torchstore.data.quantize import Quantize
     from torchstore.data.resident import ResidentStore
+    from torchstore.data.resident_storage import ResidentStorage
     from torchstore.data.store import TrajectoryStore
     from torchstore.data.store_set import StoreSet
     from torchstore.data.windowed import WindowedStore
@@ -25,6 +26,7 @@ _EXPORTS = {
     "PackedColumns": "torchstore.data.packed",
     "Quantize": "torchstore.data.quantize",
     "ResidentStore": "torchstore.data.resident",
+    "ResidentStorage": "torchstore.data.resident_storage",
     "TrajectoryStore": "torchstore.data.store",
     "StoreSet": "torchstore.data.store_set",
     "WindowedStore": "torchstore.data.windowed",
@@ -40,6 +42,7 @@ __all__ = [
     "PackedColumns",
     "Quantize",
     "ResidentStore",
+    "ResidentStorage",
     "StoreSet",
     "TrajectoryStore",
     "TrajectoryStoreWriter",

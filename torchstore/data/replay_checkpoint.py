@@ -7,22 +7,28 @@ an exact restore needs; ``StoreReplay.from_store`` prefills a ring from any stor
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
-import torch.utils._pytree as pytree
 
+from torchstore.data.columns import ColumnSpec
+from torchstore.data.packed import PackedColumns
+from torchstore.data.reader import StoreReader
 from torchstore.data.ring_episodes import age_rows
-from torchstore.data.store import TrajectoryStore
 from torchstore.data.writer import TrajectoryStoreWriter
 from torchstore.errors import DestinationError, StoreFormatError, UnsupportedError
 
-if TYPE_CHECKING:
-    from torchstore.data.replay import StoreReplay
-
-__all__ = ["REPLAY_FILE", "dump_replay", "load_replay", "fill_from_store", "replay_from_store"]
+__all__ = [
+    "REPLAY_FILE",
+    "Ring",
+    "dump_replay",
+    "load_replay",
+    "fill_from_store",
+    "replay_from_store",
+]
 
 #: File a replay checkpoint writes inside the folder given to ``dumps``.
 REPLAY_FILE = "replay.h5"
@@ -30,9 +36,31 @@ REPLAY_FILE = "replay.h5"
 META_KEY = "torchstore.replay"
 _META_VERSION = 1
 _SLAB_ROWS = 65536
+#: What a restore takes when a checkpoint written before these keys were kept lacks them.
+_LAYOUT_DEFAULTS = {"tensor_mode": False, "returns_index": False, "treespec": None, "row_batch": []}
 
 
-def _refuse_multi_env(replay: StoreReplay, what: str) -> None:
+class Ring(Protocol):
+    """What checkpoints and prefills read and set of a replay ring (``StoreReplay`` has it)."""
+
+    max_size: int
+    ndim: int
+    initialized: bool
+    device: Any
+
+    @property
+    def packed(self) -> PackedColumns: ...
+
+    def episode_segments(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+    def ring_state(self) -> dict[str, Any]: ...
+
+    def restore_ring(self, lengths: torch.Tensor, state: Mapping[str, Any]) -> None: ...
+
+    def adopt_columns(self, columns: Sequence[ColumnSpec]) -> None: ...
+
+
+def _refuse_multi_env(replay: Ring, what: str) -> None:
     if replay.ndim != 1:
         raise UnsupportedError(
             f"StoreReplay(ndim={replay.ndim}).{what} is not supported: the checkpoint file "
@@ -41,7 +69,7 @@ def _refuse_multi_env(replay: StoreReplay, what: str) -> None:
         )
 
 
-def dump_replay(replay: StoreReplay, path: Path) -> None:
+def dump_replay(replay: Ring, path: Path) -> None:
     """Write the ring to ``path/replay.h5`` as a trajectory store, oldest rows first.
 
     The previous checkpoint is never destroyed: the new one is written aside and renamed
@@ -55,25 +83,12 @@ def dump_replay(replay: StoreReplay, path: Path) -> None:
     if path.exists() and not path.is_dir():
         raise DestinationError(f"{path} is a file; a replay checkpoint is written into a folder")
     path.mkdir(parents=True, exist_ok=True)
-    index = replay._episodes
-    start, length, ids = index.segments()
-    meta = {
-        "version": _META_VERSION,
-        "capacity": replay.max_size,
-        "rows": index.rows,
-        "cursor": index.cursor,
-        "open": index.is_open,
-        "next_episode_id": index.next_episode_id,
-        "episode_ids": ids.tolist(),
-        "last_cursor_index": replay._last_cursor_index,
-        "tensor_mode": replay._tensor_mode,
-        "returns_index": replay._returns_index,
-        "treespec": None if replay._treespec is None else pytree.treespec_dumps(replay._treespec),
-        "row_batch": list(replay._row_batch),
-    }
+    start, length, _ = replay.episode_segments()
+    meta = {"version": _META_VERSION, "capacity": replay.max_size, **replay.ring_state()}
     cap = replay.max_size
+    packed = replay.packed
     with TrajectoryStoreWriter(
-        path / REPLAY_FILE, replay._packed.columns, metadata={META_KEY: meta}, overwrite=True
+        path / REPLAY_FILE, packed.columns, metadata={META_KEY: meta}, overwrite=True
     ) as writer:
         # A segment is at most two physical runs (it may wrap past row capacity-1);
         # each run is written as views of the blocks, in slabs, with no gather.
@@ -81,19 +96,17 @@ def dump_replay(replay: StoreReplay, path: Path) -> None:
             head = min(seg_len, cap - first)
             for lo, hi in ((first, first + head), (0, seg_len - head)):
                 for a in range(lo, hi, _SLAB_ROWS):
-                    writer.append(
-                        replay._packed.slice(a, min(hi, a + _SLAB_ROWS), raw=True), raw=True
-                    )
+                    writer.append(packed.slice(a, min(hi, a + _SLAB_ROWS), raw=True), raw=True)
             writer.end_episode()
 
 
-def load_replay(replay: StoreReplay, path: Path) -> None:
+def load_replay(replay: Ring, path: Path) -> None:
     """Restore the exact ring (rows, cursor, episode ids) from :func:`dump_replay` output."""
     _refuse_multi_env(replay, "loads")
     file = path / REPLAY_FILE if path.is_dir() else path
     if not file.exists():
         raise FileNotFoundError(f"no replay checkpoint at {file}")
-    with TrajectoryStore(file) as store:
+    with StoreReader(file) as store:
         meta = store.manifest.metadata.get(META_KEY)
         if meta is None:
             raise StoreFormatError(f"{file} is a trajectory store but not a replay checkpoint")
@@ -102,7 +115,7 @@ def load_replay(replay: StoreReplay, path: Path) -> None:
                 f"checkpoint {file} holds a ring of capacity {meta['capacity']}, "
                 f"this one has {replay.max_size}"
             )
-        replay._adopt_columns(store.columns)
+        replay.adopt_columns(store.columns)
         rows, cursor = int(meta["rows"]), int(meta["cursor"])
         if store.num_rows != rows:
             raise StoreFormatError(
@@ -111,28 +124,10 @@ def load_replay(replay: StoreReplay, path: Path) -> None:
         if not (0 <= rows <= replay.max_size and 0 <= cursor < replay.max_size):
             raise StoreFormatError(f"{file}: ring position rows={rows}, cursor={cursor} is invalid")
         fill_from_store(replay, store, age_rows(rows, cursor, replay.max_size), 0)
-        replay._episodes.load(
-            store.episodes.lengths,
-            torch.as_tensor(meta["episode_ids"], dtype=torch.int64),
-            rows=rows,
-            cursor=cursor,
-            is_open=bool(meta["open"]),
-            next_episode_id=int(meta["next_episode_id"]),
-        )
-        replay._tensor_mode = bool(meta.get("tensor_mode", False))
-        replay._returns_index = bool(meta.get("returns_index", False))
-        spec = meta.get("treespec")
-        replay._treespec = None if spec is None else pytree.treespec_loads(spec)
-        replay._row_batch = tuple(int(d) for d in meta.get("row_batch", ()))
-        replay._layout_known = True
-        last = meta.get("last_cursor_index")
-        replay._set_last_cursor(-1 if last is None else int(last))
-    replay._sync_scalars()
+        replay.restore_ring(store.episodes.lengths, {**_LAYOUT_DEFAULTS, **meta})
 
 
-def fill_from_store(
-    replay: StoreReplay, store: TrajectoryStore, physical: torch.Tensor, first: int
-) -> None:
+def fill_from_store(replay: Ring, store: StoreReader, physical: torch.Tensor, first: int) -> None:
     """Copy store rows ``first ..`` (raw codes) to physical rows ``physical``."""
     done = 0
     total = physical.numel()
@@ -140,32 +135,33 @@ def fill_from_store(
         n = min(_SLAB_ROWS, total - done)
         slab = store.read_slab(first + done, first + done + n, raw=True)
         rows = physical[done : done + n]
-        values = {spec.name: slab.get(spec.key) for spec in replay._packed.columns}
+        packed = replay.packed
+        values = {spec.name: slab.get(spec.key) for spec in packed.columns}
         if n and int(rows[-1]) - int(rows[0]) == n - 1:
-            replay._packed.write(slice(int(rows[0]), int(rows[0]) + n), values)
+            packed.write(slice(int(rows[0]), int(rows[0]) + n), values)
         else:
-            replay._packed.write(rows.to(replay.device), values)
+            packed.write(rows.to(replay.device), values)
         done += n
 
 
 def replay_from_store(
-    cls: type[StoreReplay],
+    cls: Callable[..., Ring],
     store: Any,
     capacity: int | None = None,
     *,
     device: torch.device | str = "cpu",
     compilable: bool = False,
     columns: Any = None,
-) -> StoreReplay:
-    """``StoreReplay.from_store``: see there."""
-    owned = not isinstance(store, TrajectoryStore)  # a path: open it here, close it after
+) -> Ring:
+    """``StoreReplay.from_store``: see there (``cls`` builds the empty ring)."""
+    owned = not isinstance(store, StoreReader)  # a path: open it here, close it after
     if owned:
         path = Path(store)
         if path.is_dir():
             path = path / REPLAY_FILE
         if not path.exists():
             raise FileNotFoundError(f"no trajectory store at {path}")
-        store = TrajectoryStore(path)
+        store = StoreReader(path)
     try:
         total = store.num_rows
         if capacity is None:
@@ -198,17 +194,17 @@ def replay_from_store(
         else:
             next_id = store.num_episodes
             is_open = False
-        replay._episodes.load(
+        replay.restore_ring(
             kept_lengths,
-            ids,
-            rows=keep,
-            cursor=keep % replay.max_size,
-            is_open=is_open and keep > 0,
-            next_episode_id=next_id,
+            {
+                "rows": keep,
+                "cursor": keep % replay.max_size,
+                "open": is_open and keep > 0,
+                "next_episode_id": next_id,
+                "episode_ids": ids.tolist(),
+                "last_cursor_index": keep - 1 if keep else None,
+            },
         )
-        replay._set_last_cursor(keep - 1 if keep else -1)
-        replay._sync_scalars()
-        replay._bump_mutation_revision()
         return replay
     finally:
         if owned:

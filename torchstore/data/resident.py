@@ -1,59 +1,101 @@
-"""A store's columns loaded into memory on a device: gathers, and a read-only torchrl Storage."""
+"""A store's columns loaded into memory on a device: the packed rows and the episode index.
+
+:class:`ResidentStore` is the data a sampler reads: every column of a row side by side in
+one packed block and the store's episode index, on one device. It knows nothing of
+torchrl; :class:`~torchstore.data.resident_storage.ResidentStorage` is the read-only
+torchrl ``Storage`` over it, which is what ``TrajectoryStore.resident()`` returns.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
 
 import torch
 from tensordict import TensorDict
 
+from torchstore.data.columns import ColumnSpec
 from torchstore.data.episodes import EpisodeIndex
-from torchstore.data.replay import StoreReplay
-from torchstore.errors import ReadOnlyStorageError, RowIndexError
-
-if TYPE_CHECKING:
-    from torchstore.data.store import TrajectoryStore
+from torchstore.data.packed import PackedColumns
+from torchstore.data.reader import StoreReader
+from torchstore.errors import RowIndexError
 
 __all__ = ["ResidentStore"]
 
+#: Rows read from the store per slab while loading.
+_SLAB_ROWS = 65536
 
-class ResidentStore(StoreReplay):
+
+class ResidentStore:
     """Columns of a trajectory store held in memory; rows are gathered by index.
 
-    Built by :meth:`TrajectoryStore.resident`. All of a row's columns sit side by side in
-    one packed block (see :class:`~torchstore.data.packed.PackedColumns`), so a gather is
-    one ``index_select``; quantised columns are dequantised on the device the batch lands on.
+    All of a row's columns sit side by side in one packed block (see
+    :class:`~torchstore.data.packed.PackedColumns`), so a gather is one ``index_select``;
+    quantised columns are held as their uint8 codes and dequantised on the device the
+    batch lands on.
 
-    It is also a read-only torchrl ``Storage`` (a full :class:`StoreReplay` that refuses
-    writes), so an offline dataset can be sampled through torchrl's buffers and torchstore's
-    samplers, the device path included.
+    Args:
+        packed: the rows (``len`` is ``episodes.num_rows``; the blocks may hold more).
+        episodes: the episode index over those rows, on the same device.
+        source: the store the rows were read from, for messages.
 
     Examples:
-        >>> view = TrajectoryStore("demo.h5").resident(device="cpu")
+        >>> view = ResidentStore.load(TrajectoryStore("demo.h5"), device="cpu")
         >>> view.gather(torch.tensor([0, 5, 9]))["obs"].shape
         torch.Size([3, 3])
-        >>> rb = TensorDictReplayBuffer(storage=view, batch_size=256)  # sample an offline dataset
     """
 
-    _read_only = False
+    def __init__(
+        self, packed: PackedColumns, episodes: EpisodeIndex, source: Path | str | None = None
+    ):
+        if episodes.num_rows > packed.capacity:
+            raise ValueError(
+                f"the episode index covers {episodes.num_rows} rows but the packed columns "
+                f"hold {packed.capacity}"
+            )
+        self.packed = packed
+        self.episodes = episodes
+        self.source = source
 
     @classmethod
     def load(
         cls,
-        store: TrajectoryStore,
+        store: StoreReader,
         columns: Sequence[str] | None = None,
         device: torch.device | str = "cpu",
     ) -> ResidentStore:
-        view = cls.from_store(store, max(store.num_rows, 1), device=device, columns=columns)
-        view.episodes = store.episodes.to(device)
-        view.source = store.path
-        view._read_only = True
-        return view
+        """Read ``columns`` (all when ``None``) of every committed row of ``store`` onto
+        ``device``, in contiguous slabs (checksums verified)."""
+        specs = store.select_columns(columns)
+        rows = store.num_rows
+        packed = PackedColumns(specs, max(rows, 1), device)
+        names = [spec.name for spec in specs]
+        for start in range(0, rows, _SLAB_ROWS):
+            stop = min(start + _SLAB_ROWS, rows)
+            slab = store.read_slab(start, stop, names, raw=True)
+            packed.write(slice(start, stop), {spec.name: slab.get(spec.key) for spec in specs})
+        return cls(packed, store.episodes.to(packed.device), store.path)
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self.packed.columns
+
+    @property
+    def device(self) -> torch.device:
+        return self.packed.device
 
     @property
     def num_rows(self) -> int:
-        return len(self)
+        return self.episodes.num_rows
+
+    def __len__(self) -> int:
+        return self.episodes.num_rows
+
+    def episode_segments(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(start, length, episode_id)`` of every episode, int64 on the device, in order."""
+        episodes = self.episodes
+        ids = torch.arange(episodes.num_episodes, dtype=torch.int64, device=episodes.device)
+        return episodes.offsets, episodes.lengths, ids
 
     def gather(self, index: torch.Tensor, *, raw: bool = False) -> TensorDict:
         """Rows at ``index`` (int64 on this view's device) as a TensorDict ``[len(index)]``.
@@ -73,38 +115,15 @@ class ResidentStore(StoreReplay):
             if lo < 0 or hi >= n:
                 bad = lo if lo < 0 else hi
                 raise RowIndexError(
-                    f"gather index {bad} is out of range for {self!r}: it holds {n} rows (indices 0..{n - 1})"
+                    f"gather index {bad} is out of range for {self!r}: it holds {n} rows "
+                    f"(indices 0..{n - 1})"
                 )
         return self.packed.gather(index, raw=raw)
 
-    # ------------------------------------------------------------ read-only
-    def _refuse(self, what: str) -> None:
-        if self._read_only:
-            raise ReadOnlyStorageError(
-                f"{what}: a ResidentStore is a read-only view of {self.source}; to train online "
-                "from it, copy it into a ring with StoreReplay.from_store(store, capacity)"
-            )
-
-    def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
-        self._refuse("cannot write rows")
-        super().set(cursor, data, set_cursor=set_cursor)
-
-    def _empty(self) -> None:
-        self._refuse("cannot empty it")
-        super()._empty()
-
-    def load_state_dict(self, state_dict: Any) -> None:
-        self._refuse("cannot load a state into it")
-        super().load_state_dict(state_dict)
-
-    def _load(self, path: Any) -> None:
-        self._refuse("cannot load a checkpoint into it")
-        super()._load(path)
-
     def __repr__(self) -> str:
         return (
-            f"ResidentStore({str(getattr(self, 'source', '?'))!r}, rows={len(self)}, "
-            f"episodes={getattr(self, 'episodes', EpisodeIndex(torch.zeros(0))).num_episodes}, "
-            f"columns={[c.name for c in self.columns or ()]}, device={self.device}, "
+            f"ResidentStore({str(self.source)!r}, rows={len(self)}, "
+            f"episodes={self.episodes.num_episodes}, "
+            f"columns={[c.name for c in self.columns]}, device={self.device}, "
             f"{self.packed.nbytes / 2**20:.1f} MiB)"
         )

@@ -12,28 +12,19 @@ from __future__ import annotations
 
 import json
 import operator
-import os
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 from tensordict import TensorDict
 
-from torchstore.data.columns import ColumnSpec
-from torchstore.data.episodes import EpisodeIndex
-from torchstore.data.layout import StoreDatasets, read_manifest
-from torchstore.data.manifest import Manifest
-from torchstore.errors import (
-    ColumnError,
-    EnvUnavailableError,
-    IntegrityError,
-    RowIndexError,
-    StoreFormatError,
-    TorchstoreError,
-)
-from torchstore.io.hdf5 import open_for_read
+from torchstore.data.reader import StoreReader
+from torchstore.data.resident import ResidentStore
+from torchstore.data.windowed import WindowedStore
+from torchstore.errors import EnvUnavailableError, RowIndexError
+
+if TYPE_CHECKING:
+    from torchstore.data.resident_storage import ResidentStorage
 
 __all__ = ["TrajectoryStore"]
 
@@ -52,7 +43,7 @@ def _recorded_spec(metadata: dict, env_id: str) -> str | None:
     return None
 
 
-class TrajectoryStore:
+class TrajectoryStore(StoreReader):
     """A store file opened for reading (a live writer may keep appending).
 
     What the store shows is a snapshot of the committed episodes taken at open; call
@@ -63,100 +54,6 @@ class TrajectoryStore:
         >>> store.read_slab(0, 100)["obs"].shape
         torch.Size([100, 3])
     """
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self._file = open_for_read(self.path)
-        try:
-            self._manifest = read_manifest(self._file, str(self.path))
-            try:
-                self._ds = StoreDatasets.open(self._file, self._manifest)
-            except TorchstoreError:
-                raise
-            except Exception as exc:  # KeyError, OSError, RuntimeError from a damaged header
-                raise StoreFormatError(
-                    f"{self.path}: a dataset the manifest names is missing or unreadable ({exc})"
-                ) from exc
-            if self._manifest.format_version > 1 and not self._ds.checked:
-                raise StoreFormatError(
-                    f"{self.path}: the commit record lacks the checksum its format version keeps"
-                )
-            self._rows = self._episodes_n = self._meta_n = -1
-            self.refresh()
-        except BaseException:
-            self._file.close()
-            raise
-
-    # ----------------------------------------------------------------- snapshot
-    def refresh(self) -> bool:
-        """Catch up with episodes a live writer committed since; True if there were any."""
-        try:
-            # the commit record first: everything it counts was flushed before it was written
-            rows, episodes, meta = self._ds.read_commit()
-        except TorchstoreError as exc:
-            raise type(exc)(f"{self.path}: {exc}") from exc
-        try:
-            for table in self._ds.all():
-                table.refresh()
-        except Exception as exc:  # h5py: OSError, ValueError, KeyError, RuntimeError
-            raise IntegrityError(
-                f"{self.path}: the store's tables cannot be refreshed ({exc})"
-            ) from exc
-        if (rows, episodes, meta) == (self._rows, self._episodes_n, self._meta_n):
-            return False
-        for name, table in self._ds.columns.items():
-            if table.data.shape[0] < rows:
-                raise IntegrityError(
-                    f"{self.path}: column '{name}' holds {table.data.shape[0]} rows but {rows} are "
-                    "committed; the file is truncated or damaged"
-                )
-        if min(rows, episodes, meta) < 0 or (episodes == 0) != (rows == 0):
-            raise IntegrityError(
-                f"{self.path}: the commit record ({rows}, {episodes}, {meta}) is inconsistent"
-            )
-        table = self._ds.ep_index.read(0, episodes, episodes, self._latest(1))
-        lengths, offsets = (
-            torch.from_numpy(table[:, 0].copy()),
-            torch.from_numpy(table[:, 1].copy()),
-        )
-        try:
-            self._episodes = EpisodeIndex(lengths, offsets, num_rows=rows)
-        except StoreFormatError as exc:
-            raise IntegrityError(f"{self.path}: the episode index is inconsistent: {exc}") from exc
-        self._meta_end = table[:, 2].copy()
-        if episodes and (self._meta_end[-1] != meta or bool((np.diff(self._meta_end) < 0).any())):
-            raise IntegrityError(f"{self.path}: the episode metadata offsets are inconsistent")
-        self._rows, self._episodes_n, self._meta_n = rows, episodes, meta
-        return True
-
-    def _latest(self, field: int):
-        """Re-reads one count of the commit record (for a block a live writer just extended)."""
-        return lambda: self._ds.read_commit()[field]
-
-    @property
-    def columns(self) -> tuple[ColumnSpec, ...]:
-        return self._manifest.columns
-
-    @property
-    def manifest(self) -> Manifest:
-        """The manifest, with the committed counts of the current snapshot."""
-        return self._manifest.with_counts(self._rows, self._episodes_n)
-
-    @property
-    def episodes(self) -> EpisodeIndex:
-        return self._episodes
-
-    @property
-    def num_rows(self) -> int:
-        return self._rows
-
-    @property
-    def num_episodes(self) -> int:
-        return self._episodes_n
-
-    def __len__(self) -> int:
-        """Committed rows (of the current snapshot), as for a torchrl storage."""
-        return self._rows
 
     def __getitem__(self, index: Any) -> TensorDict:
         """Rows: ``store[i]`` one row (batch size ``[]``), ``store[a:b:step]`` a slab,
@@ -264,115 +161,27 @@ class TrajectoryStore:
                 f"gymnasium cannot make {env_id!r} (recorded in {self.path}): {exc}"
             ) from exc
 
-    def column(self, name: str) -> ColumnSpec:
-        for spec in self.columns:
-            if spec.name == name:
-                return spec
-        raise ColumnError(
-            f"no column '{name}' in {self.path}; columns are {[c.name for c in self.columns]}"
-        )
-
-    def select_columns(self, columns: Iterable[str] | None) -> list[ColumnSpec]:
-        """The specs of ``columns`` (names, or nested keys), all columns for ``None``."""
-        if columns is None:
-            return list(self.columns)
-        if isinstance(columns, str):
-            columns = [columns]
-        return [self.column(name if isinstance(name, str) else "/".join(name)) for name in columns]
-
-    # ----------------------------------------------------------------- reading
-    def read_column(self, name: str, start: int, stop: int) -> np.ndarray:
-        """One column's rows ``[start, stop)`` in its storage dtype (verified)."""
-        return self._ds.columns[self.column(name).name].read(
-            start, stop, self._rows, self._latest(0)
-        )
-
-    def read_slab(
-        self,
-        start: int,
-        stop: int,
-        columns: Iterable[str] | None = None,
-        *,
-        raw: bool = False,
-    ) -> TensorDict:
-        """Contiguous rows ``[start, stop)`` as a TensorDict (quantised columns dequantised unless ``raw``)."""
-        try:
-            start, stop = operator.index(start), operator.index(stop)
-        except TypeError as exc:
-            raise RowIndexError(f"slab bounds must be ints, got {start!r} and {stop!r}") from exc
-        if not 0 <= start <= stop <= self._rows:
-            raise RowIndexError(
-                f"slab [{start}, {stop}) is outside the rows [0, {self._rows}) of {self.path} "
-                "(bounds are absolute and ascending; negative bounds are not accepted)"
-            )
-        leaves: dict[Any, torch.Tensor] = {}
-        for spec in self.select_columns(columns):
-            value = torch.from_numpy(self.read_column(spec.name, start, stop))
-            if spec.quantize is not None and not raw:
-                value = spec.quantize.decode(value, spec.dtype)
-            leaves[spec.key] = value
-        return TensorDict(leaves, batch_size=[stop - start])
-
-    def iter_slabs(
-        self, rows: int = 65536, columns: Iterable[str] | None = None, *, raw: bool = False
-    ) -> Iterator[TensorDict]:
-        """Stream the whole store as consecutive slabs of ``rows`` rows (the last may be shorter)."""
-        if rows < 1:
-            raise RowIndexError(f"rows ({rows}) must be >= 1")
-        names = [s.name for s in self.select_columns(columns)]
-        for start in range(0, self._rows, rows):
-            yield self.read_slab(start, min(start + rows, self._rows), names, raw=raw)
-
-    def episode(
-        self, index: int, columns: Iterable[str] | None = None, *, raw: bool = False
-    ) -> TensorDict:
-        """All rows of one episode."""
-        start, stop = self._episodes.range(index)
-        return self.read_slab(start, stop, columns, raw=raw)
-
-    def episode_metadata(self, index: int) -> dict[str, Any]:
-        """The metadata given when the episode was committed (``{}`` if none)."""
-        self._episodes.range(index)  # bounds check
-        index %= self._episodes_n
-        end = int(self._meta_end[index])
-        begin = int(self._meta_end[index - 1]) if index else 0
-        if begin == end:
-            return {}
-        raw = self._ds.ep_meta.read(begin, end, self._meta_n, self._latest(2))
-        try:
-            return json.loads(raw.tobytes())
-        except (ValueError, RecursionError) as exc:
-            raise IntegrityError(
-                f"{self.path}: episode {index} metadata is not valid JSON"
-            ) from exc
-
     # ----------------------------------------------------------------- residency
-    def resident(self, columns: Sequence[str] | None = None, device: torch.device | str = "cpu"):
-        """Load columns into memory on ``device``; returns a :class:`ResidentStore` for gathers."""
-        from torchstore.data.resident import ResidentStore
+    def resident(
+        self, columns: Sequence[str] | None = None, device: torch.device | str = "cpu"
+    ) -> ResidentStorage:
+        """Load columns into memory on ``device`` (checksums verified), for gathers and sampling.
 
-        return ResidentStore.load(self, columns=columns, device=device)
+        Returns a :class:`~torchstore.data.resident_storage.ResidentStorage`: the
+        :class:`ResidentStore` of those rows (``gather``, ``packed``, ``episodes``) as a
+        read-only torchrl ``Storage``, so ``TensorDictReplayBuffer(storage=store.resident())``
+        samples the offline dataset.
+        """
+        # the torchrl face loads torchrl, so it is imported on first use, not with the store
+        from torchstore.data.resident_storage import ResidentStorage
+
+        return ResidentStorage(ResidentStore.load(self, columns=columns, device=device))
 
     def window(
         self, rows: int, columns: Sequence[str] | None = None, device: torch.device | str = "cpu"
-    ):
+    ) -> WindowedStore:
         """A :class:`WindowedStore` of ``rows`` resident rows, refilled by contiguous reads."""
-        from torchstore.data.windowed import WindowedStore
-
         return WindowedStore(self, rows, columns=columns, device=device)
-
-    # ----------------------------------------------------------------- lifetime
-    def size_on_disk(self) -> int:
-        return self.path.stat().st_size
-
-    def close(self) -> None:
-        self._file.close()
-
-    def __enter__(self) -> TrajectoryStore:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -9,17 +9,14 @@ The ``K``-block window refilled on a background thread by the sampling core's sc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 from tensordict import TensorDict
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.packed import PackedColumns
+from torchstore.data.reader import StoreReader
 from torchstore.errors import RowIndexError
-
-if TYPE_CHECKING:
-    from torchstore.data.store import TrajectoryStore
 
 __all__ = ["WindowedStore"]
 
@@ -37,7 +34,7 @@ class WindowedStore:
 
     def __init__(
         self,
-        store: TrajectoryStore,
+        store: StoreReader,
         rows: int,
         columns: Sequence[str] | None = None,
         device: torch.device | str = "cpu",
@@ -64,7 +61,7 @@ class WindowedStore:
         return self.stop - self.start
 
     def refill(self, start: int) -> None:
-        """Load rows ``[start, start + rows)`` (clipped to the store's end) in one read per column."""
+        """Load rows ``[start, start + rows)`` (clipped to the store's end), one read per column."""
         total = self.store.num_rows
         if not 0 <= start <= max(total - 1, 0):
             raise RowIndexError(f"window start ({start}) must lie in [0, {total})")
@@ -88,4 +85,7 @@ class WindowedStore:
         return self.packed.gather(index - self.start, raw=raw)
 
     def __repr__(self) -> str:
-        return f"WindowedStore(rows [{self.start}, {self.stop}) of {self.store.num_rows}, device={self.device})"
+        return (
+            f"WindowedStore(rows [{self.start}, {self.stop}) of {self.store.num_rows}, "
+            f"device={self.device})"
+        )
