@@ -166,8 +166,10 @@ def test_bool_stats_quantiles_use_lerobot_06s_float32_histogram():
     )
 
 
-# meta/stats.json and two episodes-table rows of a bool feature as lerobot 0.6.1 writes them
-# (a float32 cast before its stats), and as lerobot 0.4 / older torchstore wrote them
+# Two episodes of a bool feature of shape [2], [[1, 0], [0, 0], [1, 0], [0, 0]] and
+# [[1, 0], [1, 1]]: their stats as lerobot 0.6.1 writes them (compute_episode_stats, then
+# serialize_dict, as in the episodes table and stats.json), and its aggregate of the two.
+# lerobot 0.4 (and torchstore before it followed 0.6) wrote min/max as booleans.
 LEROBOT_06_BOOL_EPISODES = [
     {
         "min": [0.0, 0.0],
@@ -175,11 +177,11 @@ LEROBOT_06_BOOL_EPISODES = [
         "mean": [0.5, 0.0],
         "std": [0.5, 0.0],
         "count": [4],
-        "q01": [-1.0000000133514319e-10, -1.0000000133514319e-10],
-        "q10": [-1.0000000133514319e-10, -1.0000000133514319e-10],
-        "q50": [0.0001, -1.0000000133514319e-10],
-        "q90": [0.9999200105667114, -1.0000000133514319e-10],
-        "q99": [0.9999920129776001, -1.0000000133514319e-10],
+        "q01": [-1.000000013351432e-10, 3.9995784462121265e-16],
+        "q10": [-1.000000013351432e-10, 3.999578446212126e-15],
+        "q50": [-1.000000013351432e-10, 1.9997892231060632e-14],
+        "q90": [0.9999599933624268, 3.599620601590914e-14],
+        "q99": [0.9999959993362427, 3.959582661750005e-14],
     },
     {
         "min": [1.0, 0.0],
@@ -187,13 +189,35 @@ LEROBOT_06_BOOL_EPISODES = [
         "mean": [1.0, 0.5],
         "std": [0.0, 0.5],
         "count": [2],
-        "q01": [1.0, -1.0000000133514319e-10],
-        "q10": [1.0, -1.0000000133514319e-10],
-        "q50": [1.0, 0.0002],
-        "q90": [1.0, 0.9998400211334229],
-        "q99": [1.0, 0.9999840259552002],
+        "q01": [1.0, -1.000000013351432e-10],
+        "q10": [1.0, -1.000000013351432e-10],
+        "q50": [1.0, -1.000000013351432e-10],
+        "q90": [1.0, 0.9999599933624268],
+        "q99": [1.0, 0.9999959993362427],
     },
 ]
+LEROBOT_06_BOOL_AGGREGATE = {
+    "min": [0.0, 0.0],
+    "max": [1.0, 1.0],
+    "mean": [0.6666666666666666, 0.16666666666666666],
+    "std": [0.4714045207910317, 0.372677996249965],
+    "count": [6],
+    "q01": [0.33333333326666664, -3.3333067139817986e-11],
+    "q10": [0.33333333326666664, -3.3330667392750253e-11],
+    "q50": [0.33333333326666664, -3.332000185022702e-11],
+    "q90": [0.9999733289082845, 0.3333199977874996],
+    "q99": [0.9999973328908286, 0.333331999778774],
+}
+LEROBOT_06_BOOL_FRAMES = [
+    np.array([[1, 0], [0, 0], [1, 0], [0, 0]], dtype=bool),
+    np.array([[1, 0], [1, 1]], dtype=bool),
+]
+
+
+def test_bool_episode_stats_are_what_lerobot_06_writes():
+    for frames, theirs in zip(LEROBOT_06_BOOL_FRAMES, LEROBOT_06_BOOL_EPISODES, strict=True):
+        ours = json.loads(json.dumps(stats_to_json({"grip": numeric_stats(frames)})))["grip"]
+        assert ours == theirs
 
 
 def _as_booleans(stats: dict) -> dict:
@@ -208,8 +232,9 @@ def test_stats_written_as_lerobot_06_or_04_aggregate_the_same():
     as04 = [stats_from_json({"grip": _as_booleans(e)})["grip"] for e in LEROBOT_06_BOOL_EPISODES]
     assert as04[0]["min"].dtype == np.float64 and as04[0]["max"].tolist() == [1.0, 0.0]
     want = aggregate_stats(as06)
-    assert want["min"].tolist() == [0.0, 0.0] and want["max"].tolist() == [1.0, 1.0]
-    np.testing.assert_allclose(want["mean"], [4 / 6, 1 / 6])
+    theirs = stats_from_json({"grip": LEROBOT_06_BOOL_AGGREGATE})["grip"]
+    for name, value in theirs.items():
+        np.testing.assert_allclose(want[name], value, rtol=1e-12, atol=1e-20, err_msg=name)
     for mixed in ([as04[0], as06[1]], [as06[0], as04[1]], as04):
         got = aggregate_stats(mixed)
         running = RunningStats()
