@@ -80,6 +80,11 @@ from torchstore.data.replay_checkpoint import (
     load_replay,
     replay_from_store,
 )
+from torchstore.data.replay_torchrl import (
+    dump_with_torchrl,
+    is_torchrl_checkpointer,
+    load_with_torchrl,
+)
 from torchstore.data.ring_episodes import RingEpisodes, age_rows
 from torchstore.errors import ColumnError, UnsupportedError
 
@@ -104,20 +109,23 @@ _TENSOR_COLUMN = "data"
 class StoreReplayCheckpointer(StorageCheckpointerBase):
     """torchrl checkpointer of a :class:`StoreReplay`: a trajectory store file per dump.
 
-    torchrl's save/load hooks transform its own ``_storage`` TensorDict, which a
-    ``StoreReplay`` does not have, so registering one is refused.
+    torchrl's save/load hooks transform its own ``_storage`` TensorDict, which this file
+    does not hold, so registering one is refused; set one of torchrl's checkpointers
+    (``storage.checkpointer = TensorStorageCheckpointer()``) to run hooks.
     """
 
     def register_save_hook(self, hook: Any) -> None:
         raise TypeError(
-            "StoreReplay checkpoints take no save hooks: torchrl's hooks transform its own "
-            "_storage TensorDict, which a StoreReplay does not have"
+            "StoreReplayCheckpointer takes no save hooks (torchrl's hooks transform its own "
+            "_storage TensorDict); set storage.checkpointer = TensorStorageCheckpointer() "
+            "(torchrl's folder format) to run them"
         )
 
     def register_load_hook(self, hook: Any) -> None:
         raise TypeError(
-            "StoreReplay checkpoints take no load hooks: torchrl's hooks transform its own "
-            "_storage TensorDict, which a StoreReplay does not have"
+            "StoreReplayCheckpointer takes no load hooks (torchrl's hooks transform its own "
+            "_storage TensorDict); set storage.checkpointer = TensorStorageCheckpointer() "
+            "(torchrl's folder format) to run them"
         )
 
     def dumps(self, storage: StoreReplay, path: str | os.PathLike) -> None:
@@ -363,20 +371,35 @@ class StoreReplay(TensorStorage):
             )
 
     @property
-    def checkpointer(self) -> StoreReplayCheckpointer:
+    def checkpointer(self) -> StorageCheckpointerBase:
         return self._checkpointer
 
     @checkpointer.setter
     def checkpointer(self, value: StorageCheckpointerBase | None) -> None:
-        # torchrl's own checkpointers read and write its ``_storage`` TensorDict.
+        # StoreReplayCheckpointer (a trajectory store file), or one of torchrl's
+        # TensorStorage checkpointers, run on a LazyTensorStorage copy (replay_torchrl).
         if value is None:
             value = StoreReplayCheckpointer()
-        elif not isinstance(value, StoreReplayCheckpointer):
-            raise TypeError(
-                f"StoreReplay checkpoints with StoreReplayCheckpointer, got "
-                f"{type(value).__name__}; drop the buffer's checkpointer= argument"
+        elif not isinstance(value, StoreReplayCheckpointer) and not is_torchrl_checkpointer(value):
+            raise UnsupportedError(
+                f"StoreReplay checkpoints with StoreReplayCheckpointer (its own HDF5 file) or "
+                f"torchrl's TensorStorageCheckpointer family, got {type(value).__name__}; drop "
+                "the buffer's checkpointer= argument to use StoreReplayCheckpointer"
             )
         self._checkpointer = value
+
+    def dumps(self, path: str | os.PathLike) -> None:
+        if isinstance(self._checkpointer, StoreReplayCheckpointer):
+            self._checkpointer.dumps(self, path)
+        else:
+            dump_with_torchrl(self, self._checkpointer, path)
+
+    def loads(self, path: str | os.PathLike) -> None:
+        if isinstance(self._checkpointer, StoreReplayCheckpointer):
+            self._checkpointer.loads(self, path)
+        else:
+            load_with_torchrl(self, self._checkpointer, path)
+        self._bump_mutation_revision()
 
     # ----------------------------------------------------------------- torchrl sizes
     @_compile_disable()
