@@ -16,6 +16,7 @@ import torch
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.writer import TrajectoryStoreWriter
 from torchstore.errors import StoreFormatError
+from torchstore.validation import non_negative_int, positive_int
 
 __all__ = ["write_demo_store", "DEMO_COLUMNS"]
 
@@ -104,9 +105,9 @@ def write_demo_store(
     """
     from torchstore.io.destination import check_destination
 
-    for name, value, low in (("episodes", episodes, 1), ("steps", steps, 1), ("seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} ({value!r}) must be an int >= {low}")
+    episodes = positive_int("episodes", episodes)
+    steps = positive_int("steps", steps)
+    seed = non_negative_int("seed", seed)
     if overwrite and resume:
         raise ValueError("overwrite and resume exclude each other: start over, or continue")
     path = Path(path)

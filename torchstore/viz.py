@@ -26,6 +26,7 @@ import torch
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.store import TrajectoryStore
+from torchstore.validation import positive_int
 
 __all__ = [
     "plot_store",
@@ -227,8 +228,7 @@ def plot_frames(
 
 
 def _check_plot_args(out: Path, episodes: object) -> None:
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise ValueError(f"episodes ({episodes!r}) must be an int >= 1; nothing was drawn")
+    positive_int("episodes", episodes, hint="; nothing was drawn")
     if out.exists() and not out.is_dir():
         raise ValueError(f"out ({out}) is a file; plots are written into a folder")
 

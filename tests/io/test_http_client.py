@@ -58,7 +58,10 @@ def test_partial_file_resumes_in_a_later_call(file_server, blob, tmp_path):
 def test_larger_than_declared_is_refused(file_server, blob, tmp_path):
     with pytest.raises(
         IntegrityError,
-        match=r"/data/ds/blob.bin: the server has 300000 bytes, larger than the 1000 bytes declared",
+        match=(
+            r"/data/ds/blob.bin: the server has 300000 bytes, "
+            r"larger than the 1000 bytes declared"
+        ),
     ):
         HttpClient(file_server.url).download("ds/blob.bin", tmp_path / "p", size=1000)
     assert not (tmp_path / "p").exists()
@@ -126,8 +129,8 @@ def test_token_is_sent_but_never_shown(file_server, blob, tmp_path, monkeypatch,
     ("kwargs", "match"),
     [
         ({"base": "ftp://x/y"}, "must be http:// or https:// with a host"),
-        ({"base": "http://h/x", "timeout": 0}, r"timeout \(0\) must be > 0"),
-        ({"base": "http://h/x", "retries": -1}, r"retries \(-1\) must be >= 0"),
+        ({"base": "http://h/x", "timeout": 0}, r"timeout \(0\) must be a number > 0 \(seconds\)"),
+        ({"base": "http://h/x", "retries": -1}, r"retries \(-1\) must be an int >= 0"),
     ],
 )
 def test_client_arguments_are_checked(kwargs, match):

@@ -357,12 +357,14 @@ def test_missing_source_and_empty_folder(tmp_path):
 @pytest.mark.parametrize("fps", [0, -30, float("nan"), float("inf")])
 def test_bad_fps(tmp_path, fps):
     src = write_csv(tmp_path / "a.csv", frames_of(LinearMotion(), 5))
-    with pytest.raises(ValueError, match=r"fps \(.*\) must be a positive, finite number"):
+    with pytest.raises(
+        ValueError, match=r"fps \(.*\) must be a finite number > 0 \(frames per second\) or None"
+    ):
         import_lafan(src, tmp_path / "s.h5", fps=fps)
 
 
 def test_fps_of_wrong_type(tmp_path):
-    with pytest.raises(TypeError, match="fps must be a number"):
+    with pytest.raises(TypeError, match=r"fps \('50'\) must be a finite number > 0"):
         import_lafan(tmp_path, tmp_path / "s.h5", fps="50")
 
 

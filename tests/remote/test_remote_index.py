@@ -75,7 +75,7 @@ def test_duplicate_entries_and_bad_files_are_refused():
     doc["entries"] = [3]
     with pytest.raises(StoreFormatError, match="entry 0 must be an object, got int"):
         parse_index(json.dumps(doc))
-    with pytest.raises(StoreFormatError, match=r"version \('1'\) must be a positive int"):
+    with pytest.raises(StoreFormatError, match=r"version \('1'\) must be an int >= 1"):
         parse_index(json.dumps({"format": "torchstore-index", "version": "1", "entries": []}))
 
 

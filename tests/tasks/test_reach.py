@@ -87,15 +87,17 @@ def test_errors_a_user_can_hit():
         ReachTask(max_steps=0)
     with pytest.raises(ValueError, match=r"image_size \(4\) must be an int >= 8"):
         ReachTask(image_size=4)
-    with pytest.raises(ValueError, match=r"target_radius \(0.0\) must be > 0"):
+    with pytest.raises(TypeError, match=r"max_steps \(2.5\) must be an int >= 1"):
+        ReachTask(max_steps=2.5)
+    with pytest.raises(ValueError, match=r"target_radius \(0.0\) must be a finite number > 0"):
         ReachTask(target_radius=0.0)
-    with pytest.raises(ValueError, match=r"damping \(-1.0\) must be >= 0"):
+    with pytest.raises(ValueError, match=r"damping \(-1.0\) must be a finite number >= 0"):
         ReachTask(damping=-1.0)
     with pytest.raises(RuntimeError, match=r"step\(\) called before reset\(\)"):
         ReachTask().step(np.zeros(2))
     with pytest.raises(RuntimeError, match=r"render\(\) called before reset\(\)"):
         ReachTask().render()
-    with pytest.raises(ValueError, match=r"noise \(-0.1\) must be >= 0"):
+    with pytest.raises(ValueError, match=r"noise \(-0.1\) must be a finite number >= 0"):
         ReachExpert(noise=-0.1)
     with pytest.raises(ValueError, match=r"episodes \(0\) must be an int >= 1"):
         evaluate(ReachTask(), ReachExpert(), episodes=0)

@@ -38,6 +38,7 @@ from tensordict import TensorDictBase
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import RayUnavailableError, TorchstoreError
+from torchstore.validation import positive_int
 
 __all__ = [
     "RayUnavailableError",
@@ -130,8 +131,7 @@ def serve_replay(
     from torchstore.samplers.prioritized import PrioritizedSampler
     from torchstore.samplers.uniform import UniformSampler
 
-    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-        raise ValueError(f"capacity ({capacity!r}) must be a positive int")
+    capacity = positive_int("capacity", capacity)
     if sampler == "uniform":
         make_sampler = functools.partial(UniformSampler)
     elif sampler == "prioritized":

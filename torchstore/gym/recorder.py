@@ -35,6 +35,7 @@ import numpy as np
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError, EpisodeError
 from torchstore.gym.spaces import flatten_value, space_columns, space_to_json, take
+from torchstore.validation import positive_int
 
 __all__ = [
     "EpisodeRecorder",
@@ -91,7 +92,8 @@ def _quantised(
             )
             if not (np.isfinite(low).all() and np.isfinite(high).all()):
                 raise ColumnError(
-                    f"column '{c.name}' has no finite bounds to quantise to; give a Quantize(low, high)"
+                    f"column '{c.name}' has no finite bounds to quantise to; give a Quantize(low, "
+                    "high)"
                 )
             q = Quantize(float(low.min()), float(high.max()))
         elif q is not None and not isinstance(q, Quantize):
@@ -215,7 +217,8 @@ class EpisodeRecorder:
                 array = array.reshape(shape)  # np.array([r]) for a scalar reward
             else:
                 raise ColumnError(
-                    f"column '{name}' expects one step of shape {list(shape)}, got {list(array.shape)}"
+                    f"column '{name}' expects one step of shape {list(shape)}, got "
+                    f"{list(array.shape)}"
                 )
         return array
 
@@ -324,13 +327,13 @@ def record(
         episodes: finished episodes to record (episodes still running at the end are dropped).
         path: the store file to write.
         seed: the first reset's seed (a vector env seeds sub-env ``i`` with ``seed + i``).
-        **kwargs: passed to :class:`EpisodeRecorder` (``reward_dtype``, ``metadata``, ``overwrite``).
+        **kwargs: passed to :class:`EpisodeRecorder` (``reward_dtype``, ``metadata``,
+            ``overwrite``).
 
     Returns:
         The store's path.
     """
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise EpisodeError(f"episodes ({episodes!r}) must be a positive int")
+    episodes = positive_int("episodes", episodes, error=EpisodeError)
     policy = policy or (lambda _obs: env.action_space.sample())
     if hasattr(env, "num_envs") and hasattr(env, "single_observation_space"):
         return _record_vector(env, policy, episodes, path, seed, kwargs)

@@ -37,6 +37,7 @@ from torchstore.io.transfer import (
     TransferError,
     redact,
 )
+from torchstore.validation import non_negative_int, positive_number
 
 __all__ = ["HttpClient", "RemoteChangedError", "TOKEN_ENV"]
 
@@ -87,10 +88,8 @@ class HttpClient:
         scheme, host, _ = _origin(base)
         if scheme not in ("http", "https") or not host:
             raise ValueError(f"base URL ({_shown(base)!r}) must be http:// or https:// with a host")
-        if timeout <= 0:
-            raise ValueError(f"timeout ({timeout}) must be > 0 seconds")
-        if retries < 0:
-            raise ValueError(f"retries ({retries}) must be >= 0")
+        positive_number("timeout", timeout, finite=False, hint=" (seconds)")
+        non_negative_int("retries", retries)
         self.base = base.rstrip("/")
         self.timeout = float(timeout)
         self.retries = int(retries)
@@ -98,7 +97,8 @@ class HttpClient:
         self._token = token if token is not None else (os.environ.get(TOKEN_ENV) or None)
 
     def __repr__(self) -> str:
-        return f"HttpClient({_shown(self.base)!r}, timeout={self.timeout}, token={'set' if self._token else 'none'})"
+        token = "set" if self._token else "none"
+        return f"HttpClient({_shown(self.base)!r}, timeout={self.timeout}, token={token})"
 
     def url(self, rel: str) -> str:
         return f"{self.base}/{quote(check_relpath(rel))}"
@@ -203,7 +203,7 @@ class HttpClient:
 
     # ----------------------------------------------------------------- reading
     def read_bytes(self, rel: str, *, limit: int) -> tuple[bytes, str | None] | None:
-        """``(content, etag)`` of ``rel``, or ``None`` on 404; more than ``limit`` bytes is refused."""
+        """``(content, etag)`` of ``rel``, or ``None`` on 404; refuses more than ``limit`` bytes."""
         url = self.url(rel)
 
         def once():
@@ -262,7 +262,8 @@ class HttpClient:
                 if not match or int(match.group(1)) != have:
                     partial.unlink(missing_ok=True)
                     raise _Retry(
-                        f"GET {_shown(url)}: answered a range other than from byte {have}; restarting"
+                        f"GET {_shown(url)}: answered a range other than from byte {have}; "
+                        "restarting"
                     )
                 total = None if match.group(3) == "*" else int(match.group(3))
                 mode = "ab"
@@ -331,7 +332,7 @@ class HttpClient:
     def write_bytes(
         self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
     ) -> None:
-        """``PUT`` ``data`` to ``rel``; conditional on its ETag (``if_match``) or on it not existing."""
+        """``PUT`` ``data`` to ``rel``, if its ETag is ``if_match`` or (``if_absent``) it is new."""
         url = self.url(rel)
         headers = {"Content-Type": "application/json"}
         if if_match is not None:

@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from torchstore.validation import positive_number
+
 __all__ = [
     "normalize_quat",
     "xyzw_to_wxyz",
@@ -157,10 +159,7 @@ def frame_velocity(interval: ArrayLike) -> np.ndarray:
 
 
 def _check_dt(dt: float) -> float:
-    dt = float(dt)
-    if not np.isfinite(dt) or dt <= 0:
-        raise ValueError(f"dt ({dt}) must be a positive finite number of seconds")
-    return dt
+    return float(positive_number("dt", dt, hint=" (seconds)"))
 
 
 def linear_velocity(x: ArrayLike, dt: float) -> np.ndarray:
@@ -239,8 +238,7 @@ def resample_grid(n: int, src_fps: float, dst_fps: float) -> tuple[np.ndarray, n
     if n < 2:
         raise ValueError(f"need at least 2 frames to resample, got {n}")
     for name, fps in (("src_fps", src_fps), ("dst_fps", dst_fps)):
-        if not np.isfinite(fps) or fps <= 0:
-            raise ValueError(f"{name} ({fps}) must be a positive finite number")
+        positive_number(name, fps)
     duration = (n - 1) / src_fps
     m = int(np.floor(duration * dst_fps + 1e-9)) + 1
     pos = np.arange(m, dtype=np.float64) * (src_fps / dst_fps)  # in source frames

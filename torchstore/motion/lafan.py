@@ -25,8 +25,6 @@ The data's licence (CC BY-NC-ND) forbids shipping it: bring your own copy.
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 import warnings
 from collections.abc import Iterator, Sequence
@@ -39,6 +37,7 @@ import torch
 from torchstore.data import ColumnSpec, TrajectoryStoreWriter
 from torchstore.errors import ColumnError, StoreFormatError
 from torchstore.motion import kinematics as km
+from torchstore.validation import positive_number
 
 __all__ = [
     "G1_JOINT_NAMES",
@@ -102,11 +101,7 @@ def lafan_columns() -> list[ColumnSpec]:
 def _check_fps(fps: Any) -> float | None:
     if fps is None:
         return None
-    if isinstance(fps, bool) or not isinstance(fps, numbers.Real):
-        raise TypeError(f"fps must be a number of frames per second or None, got {fps!r}")
-    if not math.isfinite(fps) or fps <= 0:
-        raise ValueError(f"fps ({fps}) must be a positive, finite number of frames per second")
-    return float(fps)
+    return float(positive_number("fps", fps, hint=" (frames per second) or None"))
 
 
 def _check_quat_order(quat_order: Any) -> str:
@@ -373,23 +368,10 @@ def import_lafan(
     if not resuming:  # the files, not their folder: a store may sit next to its CSVs
         check_destination(dest, sources=files, overwrite=overwrite)
     metadata = _manifest_metadata(files, fps, quat_order)
-
-    def episodes(todo: Sequence[Path]) -> Iterator[tuple[dict[str, np.ndarray], dict[str, Any]]]:
-        for path in todo:
-            frames = read_lafan_csv(path)
-            rows = lafan_rows(frames, fps=fps, quat_order=quat_order, source=path.name)
-            meta = {
-                "file": path.name,
-                "frames": int(rows["root_pos"].shape[0]),
-                "source_frames": int(frames.shape[0]),
-                "source_fps": LAFAN_SOURCE_FPS,
-            }
-            yield rows, meta
-
     todo = _remaining(files, metadata, dest) if resuming else files
     bar = progress_bar(enabled=progress, total=2 * len(todo), unit="file", desc="import-lafan")
     try:
-        for _ in episodes(todo):  # validation pass: fail before the store exists
+        for _ in _episodes(todo, fps, quat_order):  # validation pass: before the store exists
             if bar is not None:
                 bar.update()
         if resuming:
@@ -404,7 +386,7 @@ def import_lafan(
                 overwrite=overwrite,
             )
         with writer:
-            for rows, meta in episodes(todo):
+            for rows, meta in _episodes(todo, fps, quat_order):
                 writer.add_episode(rows, metadata=meta)
                 if bar is not None:
                     bar.update()
@@ -416,6 +398,22 @@ def import_lafan(
         if bar is not None:
             bar.close()
     return dest
+
+
+def _episodes(
+    todo: Sequence[Path], fps: float | None, quat_order: str
+) -> Iterator[tuple[dict[str, np.ndarray], dict[str, Any]]]:
+    """``(rows, episode metadata)`` of each file, read and checked one at a time."""
+    for path in todo:
+        frames = read_lafan_csv(path)
+        rows = lafan_rows(frames, fps=fps, quat_order=quat_order, source=path.name)
+        meta = {
+            "file": path.name,
+            "frames": int(rows["root_pos"].shape[0]),
+            "source_frames": int(frames.shape[0]),
+            "source_fps": LAFAN_SOURCE_FPS,
+        }
+        yield rows, meta
 
 
 def _remaining(files: Sequence[Path], metadata: dict, dest: Path) -> list[Path]:

@@ -12,9 +12,10 @@ A project folder (``DIR``) is laid out like this repository's training side::
     DIR/datasets/<name>.h5           for a LeRobot or Minari dataset, also the store
                                      ``torchstore.load`` imports it into
 
-Nothing else in ``DIR`` is bundled (nor hidden files, ``__pycache__`` or scratch files). Datasets are named, not copied: the bundle pins each
-one by location, name and revision, so ``project pull`` fetches exactly the bytes the
-runs were trained on (verified by sha256, like any pull).
+Nothing else in ``DIR`` is bundled (nor hidden files, ``__pycache__`` or scratch files).
+Datasets are named, not copied: the bundle pins each one by location, name and revision,
+so ``project pull`` fetches exactly the bytes the runs were trained on (verified by
+sha256, like any pull).
 
 **Which datasets.** Every path into the torchstore cache that a run's ``config.yaml``
 holds (a recipe run on ``store.path=$(torchstore datasets NAME --path)``, or on
@@ -50,13 +51,14 @@ or null when the run folder does not say them. Unknown keys are ignored; a highe
 
 **Rules** (the remote-dataset rules, plus): no pickle-based file (``.pt``, ``.pth``,
 ``.bin``, ``.pkl``, ``.pickle``, ``.ckpt``) is bundled or pulled, since loading one runs code;
-policy weights are safetensors, each checked fully (:func:`~torchstore.remote.weights.check_safetensors`)
-on push and again on pull; HDF5 stores are refused in the bundled folders (push them as
-datasets); symlinks are refused; every path is checked to stay inside the project. The
-bundle is an ``assets`` entry at the location: pushing a name that holds other content
-needs ``replace=True`` and keeps the old revision pullable (``NAME@REVISION``). Pull
-fetches everything into the cache first and builds the project next to ``DEST``, renaming
-it into place only when complete: a failed pull leaves no ``DEST``.
+policy weights are safetensors, each checked fully
+(:func:`~torchstore.remote.weights.check_safetensors`) on push and again on pull; HDF5
+stores are refused in the bundled folders (push them as datasets); symlinks are refused;
+every path is checked to stay inside the project. The bundle is an ``assets`` entry at
+the location: pushing a name that holds other content needs ``replace=True`` and keeps
+the old revision pullable (``NAME@REVISION``). Pull fetches everything into the cache
+first and builds the project next to ``DEST``, renaming it into place only when
+complete: a failed pull leaves no ``DEST``.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +88,7 @@ from torchstore.remote.index import RemoteEntry, RemoteFile
 from torchstore.remote.location import parse_location
 from torchstore.remote.upload import scan_folder
 from torchstore.remote.weights import PICKLE_SUFFIXES, check_safetensors
+from torchstore.validation import positive_int
 
 __all__ = [
     "push_project",
@@ -181,50 +185,54 @@ class ProjectManifest:
         if not isinstance(doc, dict) or doc.get("format") != PROJECT_FORMAT:
             raise bad(f"format must be {PROJECT_FORMAT!r}")
         version = doc.get("version")
-        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise bad(f"version ({version!r}) must be a positive int")
+        positive_int(f"{source}: version", version, error=StoreFormatError)
         if version > PROJECT_VERSION:
             raise bad(
-                f"version {version}; this torchstore reads up to {PROJECT_VERSION}: upgrade torchstore"
+                f"version {version}; this torchstore reads up to {PROJECT_VERSION}: "
+                "upgrade torchstore"
             )
         name = check_name(doc.get("name"), subject=f"{source} name")
         raw_datasets, raw_runs = doc.get("datasets", []), doc.get("runs", [])
         if not isinstance(raw_datasets, list) or not isinstance(raw_runs, list):
             raise bad("datasets and runs must be lists")
-        datasets = []
-        for i, d in enumerate(raw_datasets):
-            if not isinstance(d, dict):
-                raise bad(f"dataset {i} must be an object")
-            ds_name = check_name(d.get("name"), subject=f"{source} dataset {i} name")
-            location, revision = d.get("location"), d.get("revision")
-            if not isinstance(location, str):
-                raise bad(f"dataset {ds_name!r}: location must be a string")
-            try:
-                location = parse_location(location).raw
-            except ValueError as exc:
-                raise bad(f"dataset {ds_name!r}: {exc}") from None
-            if not isinstance(revision, str) or not _REVISION.fullmatch(revision):
-                raise bad(
-                    f"dataset {ds_name!r}: revision ({revision!r}) must be 7-64 lowercase hex"
-                )
-            datasets.append(ProjectDataset(ds_name, location, revision))
+        datasets = [_parse_dataset(d, i, source, bad) for i, d in enumerate(raw_datasets)]
         if len({d.name for d in datasets}) != len(datasets):
             raise bad("a dataset is listed twice")
-        runs = []
-        for i, r in enumerate(raw_runs):
-            if not isinstance(r, dict):
-                raise bad(f"run {i} must be an object")
-            path = check_relpath(r.get("path"), subject=f"{source} run {i} path")
-            recipe = r.get("recipe")
-            if recipe is not None:
-                recipe = check_name(recipe, subject=f"{source} run {i} recipe")
-            command = r.get("command")
-            if command is not None and (
-                not isinstance(command, list) or not all(isinstance(a, str) for a in command)
-            ):
-                raise bad(f"run {path!r}: command must be a list of strings or null")
-            runs.append(ProjectRun(path, recipe, tuple(command) if command is not None else None))
+        runs = [_parse_run(r, i, source, bad) for i, r in enumerate(raw_runs)]
         return cls(name, tuple(datasets), tuple(runs))
+
+
+def _parse_dataset(d: Any, i: int, source: str, bad: Callable[[str], Exception]) -> ProjectDataset:
+    """Manifest entry ``i`` of ``datasets``, checked."""
+    if not isinstance(d, dict):
+        raise bad(f"dataset {i} must be an object")
+    ds_name = check_name(d.get("name"), subject=f"{source} dataset {i} name")
+    location, revision = d.get("location"), d.get("revision")
+    if not isinstance(location, str):
+        raise bad(f"dataset {ds_name!r}: location must be a string")
+    try:
+        location = parse_location(location).raw
+    except ValueError as exc:
+        raise bad(f"dataset {ds_name!r}: {exc}") from None
+    if not isinstance(revision, str) or not _REVISION.fullmatch(revision):
+        raise bad(f"dataset {ds_name!r}: revision ({revision!r}) must be 7-64 lowercase hex")
+    return ProjectDataset(ds_name, location, revision)
+
+
+def _parse_run(r: Any, i: int, source: str, bad: Callable[[str], Exception]) -> ProjectRun:
+    """Manifest entry ``i`` of ``runs``, checked."""
+    if not isinstance(r, dict):
+        raise bad(f"run {i} must be an object")
+    path = check_relpath(r.get("path"), subject=f"{source} run {i} path")
+    recipe = r.get("recipe")
+    if recipe is not None:
+        recipe = check_name(recipe, subject=f"{source} run {i} recipe")
+    command = r.get("command")
+    if command is not None and (
+        not isinstance(command, list) or not all(isinstance(a, str) for a in command)
+    ):
+        raise bad(f"run {path!r}: command must be a list of strings or null")
+    return ProjectRun(path, recipe, tuple(command) if command is not None else None)
 
 
 # ----------------------------------------------------------------- push
@@ -339,22 +347,8 @@ def _plan(root: Path, cache_root: Path) -> _Plan:
             )
     refused = []
     for folder in BUNDLED:
-        if not (root / folder).is_dir():
-            continue
-        found, bad = scan_folder(root / folder)
-        for rel, why in bad:  # the project's own rule says more than "incomplete"
-            rel = f"{folder}/{rel}"
-            own = None if why.startswith("a symlink") else _refusal(rel)
-            refused.append((rel, own or why))
-        for rel, path in found:
-            if "__pycache__" in rel.split("/"):
-                continue  # interpreter caches, rebuilt where the recipe runs
-            rel = f"{folder}/{rel}"
-            why = _refusal(rel)
-            if why is not None:
-                refused.append((rel, why))
-            else:
-                plan.files.append((rel, path))
+        if (root / folder).is_dir():
+            refused += _plan_folder(plan, root, folder)
     if refused:
         listed = "; ".join(f"{rel!r}: {why}" for rel, why in refused[:5])
         raise ProjectError(f"project {root}: {len(refused)} file(s) cannot be bundled ({listed})")
@@ -368,6 +362,26 @@ def _plan(root: Path, cache_root: Path) -> _Plan:
             continue
         _add_run(plan, root, run, cache_root)
     return plan
+
+
+def _plan_folder(plan: _Plan, root: Path, folder: str) -> list[tuple[str, str]]:
+    """Add the files of one bundled folder to ``plan``; returns ``(path, why)`` refused."""
+    refused = []
+    found, bad = scan_folder(root / folder)
+    for rel, why in bad:  # the project's own rule says more than "incomplete"
+        rel = f"{folder}/{rel}"
+        own = None if why.startswith("a symlink") else _refusal(rel)
+        refused.append((rel, own or why))
+    for rel, path in found:
+        if "__pycache__" in rel.split("/"):
+            continue  # interpreter caches, rebuilt where the recipe runs
+        rel = f"{folder}/{rel}"
+        why = _refusal(rel)
+        if why is not None:
+            refused.append((rel, why))
+        else:
+            plan.files.append((rel, path))
+    return refused
 
 
 def _add_run(plan: _Plan, root: Path, run: Path, cache_root: Path) -> None:
@@ -504,7 +518,8 @@ def _check_bundle(entry: RemoteEntry, root: Path, subject: str) -> ProjectManife
         why = _refusal(f.path)
         if why is not None or f.path.startswith(f"{DATASETS_DIR}/"):
             raise ProjectError(
-                f"{subject} holds {f.path!r}, which a project may not: {why or 'datasets travel by name'}"
+                f"{subject} holds {f.path!r}, which a project may not: "
+                f"{why or 'datasets travel by name'}"
             )
         if f.path.endswith(".safetensors"):
             try:

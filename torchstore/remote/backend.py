@@ -55,6 +55,7 @@ from torchstore.remote.index import (
     parse_index,
 )
 from torchstore.remote.location import Location, check_online
+from torchstore.validation import positive_int
 
 __all__ = [
     "Backend",
@@ -69,6 +70,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _INDEX_WRITE_ATTEMPTS = 5
+_KEEP_HINT = " (the latest revision is always kept)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +202,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def entries(self) -> dict[str, RemoteEntry]:
-        """Every entry by name (raises :class:`NoSuchLocationError` for a location that is not one)."""
+        """Every entry by name (:class:`NoSuchLocationError` for a location that is not one)."""
 
     @abc.abstractmethod
     def entry(self, name: str, revision: str | None = None) -> RemoteEntry:
@@ -245,7 +247,8 @@ class Backend(abc.ABC):
 def _no_entry(location: Location, name: str, entries: dict[str, RemoteEntry]) -> NoSuchEntryError:
     have = ", ".join(sorted(entries)[:20]) or "none"
     return NoSuchEntryError(
-        f"{location} has no entry {name!r} (its entries: {have}{', ...' if len(entries) > 20 else ''})"
+        f"{location} has no entry {name!r} (its entries: "
+        f"{have}{', ...' if len(entries) > 20 else ''})"
     )
 
 
@@ -369,14 +372,12 @@ class IndexBackend(Backend):
                     published, tuple(f.path for f in published.files if f.stored_at in uploaded)
                 )
         raise TransferError(
-            f"{self.location}/{INDEX_NAME} kept changing; gave up after {_INDEX_WRITE_ATTEMPTS} attempts"
+            f"{self.location}/{INDEX_NAME} kept changing; gave up after {_INDEX_WRITE_ATTEMPTS} "
+            "attempts"
         )
 
     def prune(self, name: str, keep: int) -> Pruned:
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(
-                f"keep ({keep!r}) must be an int >= 1 (the latest revision is always kept)"
-            )
+        keep = positive_int("keep", keep, hint=_KEEP_HINT)
         for _attempt in range(_INDEX_WRITE_ATTEMPTS):
             entries, etag, exists = self._read_index(must_exist=True)
             if name not in entries:
@@ -393,7 +394,8 @@ class IndexBackend(Backend):
                 break
         else:
             raise TransferError(
-                f"{self.location}/{INDEX_NAME} kept changing; gave up after {_INDEX_WRITE_ATTEMPTS} attempts"
+                f"{self.location}/{INDEX_NAME} kept changing; gave up after "
+                f"{_INDEX_WRITE_ATTEMPTS} attempts"
             )
         # Safe to delete: a push that read the index before this prune wrote it fails its
         # conditional write and re-plans; one that read it after reuses only paths a kept
@@ -444,7 +446,8 @@ class HubBackend(Backend):
             path = self.client.download(name, ENTRY_NAME, commit, Path(tmp))
             if path.stat().st_size > MAX_INDEX_BYTES:
                 raise TransferError(
-                    f"{ENTRY_NAME} of {self.client.repo_id(name)!r} is larger than {MAX_INDEX_BYTES} bytes"
+                    f"{ENTRY_NAME} of {self.client.repo_id(name)!r} is larger than "
+                    f"{MAX_INDEX_BYTES} bytes"
                 )
             return parse_entry(
                 path.read_bytes(), source=f"{ENTRY_NAME} of {self.client.repo_id(name)!r}"
@@ -465,11 +468,13 @@ class HubBackend(Backend):
                 hub = listed.get(f.path)
                 if hub is None:
                     raise StoreFormatError(
-                        f"{ENTRY_NAME} of {self.client.repo_id(name)!r} lists {f.path!r}, which the repo lacks"
+                        f"{ENTRY_NAME} of {self.client.repo_id(name)!r} lists {f.path!r}, which "
+                        "the repo lacks"
                     )
                 if hub.size != f.size:
                     raise StoreFormatError(
-                        f"{ENTRY_NAME} of {self.client.repo_id(name)!r} says {f.path!r} has {f.size} bytes, the repo {hub.size}"
+                        f"{ENTRY_NAME} of {self.client.repo_id(name)!r} says {f.path!r} has "
+                        f"{f.size} bytes, the repo {hub.size}"
                     )
                 files[f.path] = RemoteFile(f.path, f.size, f.sha256, hub.blob_sha1, f.source)
         else:  # a repo torchstore did not push: every file, verified by LFS sha256 or git blob id

@@ -49,6 +49,7 @@ from torchstore.io.transfer import DeadlineError, TransferError, progress_bar
 from torchstore.remote.backend import open_backend
 from torchstore.remote.index import RemoteEntry, RemoteFile
 from torchstore.remote.location import Location, is_offline, parse_location
+from torchstore.validation import positive_number
 
 __all__ = [
     "pull",
@@ -159,7 +160,8 @@ class _Cache:
                 except BlockingIOError:
                     if time.monotonic() > deadline:
                         raise TransferError(
-                            f"another process has been pulling {self.name!r} into {self.root} for {LOCK_TIMEOUT_S:g} s"
+                            f"another process has been pulling {self.name!r} into {self.root} for "
+                            f"{LOCK_TIMEOUT_S:g} s"
                         ) from None
                     time.sleep(0.05)
             yield
@@ -290,14 +292,17 @@ def _offline(
     record = cache.load()
     if "entry" not in record:
         raise TransferError(
-            f"offline mode: {cache.name!r} from {cache.location} is not in the cache ({cache.root}); "
-            "pull it once with the network on (unset HF_HUB_OFFLINE/TORCHSTORE_OFFLINE, offline=False)"
+            f"offline mode: {cache.name!r} from {cache.location} is not in the cache "
+            f"({cache.root}); "
+            "pull it once with the network on (unset HF_HUB_OFFLINE/TORCHSTORE_OFFLINE, "
+            "offline=False)"
         )
     try:
         entry = _recorded_entry(cache, record)
     except (KeyError, TypeError, ValueError) as exc:  # StoreFormatError/UnsafePathError too
         raise TransferError(
-            f"offline mode: the cache record {cache.record_path} is unreadable ({exc}); pull it online"
+            f"offline mode: the cache record {cache.record_path} is unreadable ({exc}); pull it "
+            "online"
         ) from exc
     if (
         revision is not None
@@ -308,7 +313,8 @@ def _offline(
         )
     ):
         raise TransferError(
-            f"offline mode: the cache holds {cache.name!r} at revision {record.get('revision') or entry.revision[:12]!r}, "
+            f"offline mode: the cache holds {cache.name!r} at revision "
+            f"{record.get('revision') or entry.revision[:12]!r}, "
             f"not {revision!r}"
         )
     for f in entry.files:
@@ -317,7 +323,8 @@ def _offline(
         state = cache.state(f, record)
         if state == "stale":
             raise IntegrityError(
-                f"offline mode: cached {f.path!r} of {cache.name!r} does not match its sha256; pull it online"
+                f"offline mode: cached {f.path!r} of {cache.name!r} does not match its sha256; "
+                "pull it online"
             )
         if state == "missing":
             raise TransferError(
@@ -379,8 +386,8 @@ def pull_entry(
 ) -> tuple[Path, RemoteEntry]:
     """:func:`pull`, also returning the entry; ``select`` limits it to some file paths."""
     name, revision = split_revision(name, revision)
-    if deadline_s is not None and not deadline_s > 0:
-        raise ValueError(f"deadline_s ({deadline_s!r}) must be > 0 seconds")
+    if deadline_s is not None:
+        positive_number("deadline_s", deadline_s, finite=False, hint=" (seconds)")
     deadline = time.monotonic() + deadline_s if deadline_s is not None else None
     loc = parse_location(location)
     cache = _Cache(cache_dir, loc, name)

@@ -69,6 +69,7 @@ from typing import Any
 from torchstore.errors import StoreFormatError
 from torchstore.io.checksum import is_sha1, is_sha256
 from torchstore.io.paths import check_name, check_relpath
+from torchstore.validation import positive_int
 
 __all__ = [
     "EntryKind",
@@ -140,7 +141,8 @@ class RemoteFile:
             )
         if self.blob_sha1 is not None and not is_sha1(self.blob_sha1):
             raise StoreFormatError(
-                f"file {self.path!r}: blob sha1 ({self.blob_sha1!r}) must be 40 lowercase hex characters"
+                f"file {self.path!r}: blob sha1 ({self.blob_sha1!r}) must be 40 lowercase hex "
+                "characters"
             )
         if self.sha256 is None and self.blob_sha1 is None:
             raise StoreFormatError(
@@ -177,7 +179,8 @@ def _check_tree(name: str, paths: Iterable[str], what: str) -> None:
         for i in range(1, len(parts)):
             if "/".join(parts[:i]) in paths:
                 raise StoreFormatError(
-                    f"entry {name!r}: {what} {'/'.join(parts[:i])!r} is both a file and the folder of {p!r}"
+                    f"entry {name!r}: {what} {'/'.join(parts[:i])!r} is both a file and the folder "
+                    f"of {p!r}"
                 )
 
 
@@ -198,7 +201,8 @@ def _check_storage(name: str, revisions: Iterable[tuple[RemoteFile, ...]]) -> No
             digest = f.sha256 or f.blob_sha1
             if held.setdefault(f.stored_at, digest) != digest:
                 raise StoreFormatError(
-                    f"entry {name!r}: storage path {f.stored_at!r} is listed with two different contents"
+                    f"entry {name!r}: storage path {f.stored_at!r} is listed with two different "
+                    "contents"
                 )
     _check_tree(name, held, "storage path")
 
@@ -219,7 +223,8 @@ class RemoteEntry:
         check_name(self.name, subject="entry name")
         if self.kind not in {k.value for k in EntryKind}:
             raise StoreFormatError(
-                f"entry {self.name!r}: kind ({self.kind!r}) must be one of {[k.value for k in EntryKind]}"
+                f"entry {self.name!r}: kind ({self.kind!r}) must be one of "
+                f"{[k.value for k in EntryKind]}"
             )
         files = tuple(sorted(self.files, key=lambda f: f.path))
         object.__setattr__(self, "files", files)
@@ -354,11 +359,11 @@ def _load(data: bytes | str, source: str, fmt: str) -> dict[str, Any]:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise StoreFormatError(f"{source} must have format {fmt!r}, got {got!r}")
     version = doc.get("version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise StoreFormatError(f"{source}: version ({version!r}) must be a positive int")
+    version = positive_int(f"{source}: version", version, error=StoreFormatError)
     if version > INDEX_VERSION:
         raise StoreFormatError(
-            f"{source} has version {version}; this torchstore reads up to {INDEX_VERSION}: upgrade torchstore"
+            f"{source} has version {version}; this torchstore reads up to {INDEX_VERSION}: upgrade "
+            "torchstore"
         )
     return doc
 

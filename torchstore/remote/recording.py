@@ -42,6 +42,7 @@ from torchstore.remote.index import RemoteEntry, RemoteFile
 from torchstore.remote.location import parse_location
 from torchstore.remote.safe_upload import DEAD_WRITER_STORE, LIVE_STORE, upload_refusal
 from torchstore.remote.upload import scan_folder
+from torchstore.validation import positive_int
 
 __all__ = ["sync_recording", "SyncResult", "snapshot_store"]
 
@@ -116,7 +117,9 @@ def sync_recording(
     timeout: float = 30.0,
     retries: int = 5,
 ) -> SyncResult:
-    """Upload the complete, new files of a recording in progress as entry ``name`` (kind ``recording``).
+    """Upload the complete, new files of a recording in progress as entry ``name``.
+
+    The entry's kind is ``recording``.
 
     Args:
         local_recording: the recording folder a writer is filling.
@@ -138,10 +141,7 @@ def sync_recording(
         >>> sync_recording("runs/today", "http://127.0.0.1:8000/data", "today")  # doctest: +SKIP
     """
     check_name(name, subject="entry name")
-    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
-        raise ValueError(
-            f"keep ({keep!r}) must be an int >= 1 (the latest revision is always kept)"
-        )
+    keep = positive_int("keep", keep, allow_none=True, hint=" (the latest revision is always kept)")
     root = Path(local_recording)
     if not root.is_dir():
         raise FileNotFoundError(f"no recording folder at {root}")
@@ -236,7 +236,7 @@ def _frozen_copy(
 def _snapshot_for(
     path: Path, rel: str, current: RemoteEntry | None, scratch: Path, reason: str = LIVE_STORE
 ) -> tuple[RemoteFile, Path] | str:
-    """The snapshot to publish for a live store (reusing the remote one if up to date), or why not."""
+    """The snapshot to publish for a live store (the remote one if up to date), or why not."""
     from torchstore.errors import TorchstoreError
 
     try:

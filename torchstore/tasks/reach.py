@@ -37,6 +37,13 @@ from torchstore.data.columns import ColumnSpec
 from torchstore.data.quantize import Quantize
 from torchstore.data.writer import TrajectoryStoreWriter
 from torchstore.tasks.rollout import evaluate
+from torchstore.validation import (
+    int_at_least,
+    non_negative_int,
+    non_negative_number,
+    positive_int,
+    positive_number,
+)
 
 __all__ = [
     "ReachTask",
@@ -92,23 +99,11 @@ class ReachTask:
     damping: float = 1.0
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.max_steps, bool)
-            or not isinstance(self.max_steps, int)
-            or self.max_steps < 1
-        ):
-            raise ValueError(f"max_steps ({self.max_steps!r}) must be an int >= 1")
-        if (
-            isinstance(self.image_size, bool)
-            or not isinstance(self.image_size, int)
-            or self.image_size < 8
-        ):
-            raise ValueError(f"image_size ({self.image_size!r}) must be an int >= 8")
+        positive_int("max_steps", self.max_steps)
+        int_at_least("image_size", self.image_size, 8)
         for name in ("target_radius", "settle_speed", "dt", "max_accel"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} ({getattr(self, name)!r}) must be > 0")
-        if self.damping < 0:
-            raise ValueError(f"damping ({self.damping!r}) must be >= 0")
+            positive_number(name, getattr(self, name))
+        non_negative_number("damping", self.damping)
         self._state: dict[str, Any] = {"rng": np.random.default_rng(), "t": 0}
 
     # ----------------------------------------------------------------- spaces
@@ -225,8 +220,7 @@ class ReachExpert:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.noise < 0:
-            raise ValueError(f"noise ({self.noise!r}) must be >= 0")
+        non_negative_number("noise", self.noise)
         self._rng = np.random.default_rng(self.seed)
 
     def __call__(self, obs: dict[str, np.ndarray]) -> np.ndarray:
@@ -332,10 +326,8 @@ def write_demo_data(
     """
     from torchstore.io.destination import check_destination
 
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise ValueError(f"episodes ({episodes!r}) must be an int >= 1")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed ({seed!r}) must be an int >= 0")
+    episodes = positive_int("episodes", episodes)
+    seed = non_negative_int("seed", seed)
     path = check_destination(path, overwrite=overwrite)
     task = task or ReachTask()
     expert = expert or ReachExpert(seed=seed)

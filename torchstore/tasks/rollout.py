@@ -11,6 +11,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from torchstore.validation import positive_int
+
 __all__ = ["Task", "RandomPolicy", "evaluate"]
 
 
@@ -35,8 +37,7 @@ class RandomPolicy:
     def __init__(
         self, action_dim: int, *, low: float = -1.0, high: float = 1.0, seed: int | None = None
     ):
-        if isinstance(action_dim, bool) or not isinstance(action_dim, int) or action_dim < 1:
-            raise ValueError(f"action_dim ({action_dim!r}) must be an int >= 1")
+        action_dim = positive_int("action_dim", action_dim)
         if not high > low:
             raise ValueError(f"high ({high}) must be greater than low ({low})")
         self.action_dim, self.low, self.high = action_dim, low, high
@@ -60,8 +61,7 @@ def evaluate(
         >>> evaluate(ReachTask(), ReachExpert(seed=0), episodes=5)["success_rate"]
         1.0
     """
-    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
-        raise ValueError(f"episodes ({episodes!r}) must be an int >= 1")
+    episodes = positive_int("episodes", episodes)
     successes, returns, lengths = [], [], []
     for i in range(episodes):
         obs, info = task.reset(seed=seed + i)
