@@ -126,7 +126,8 @@ def main(cfg: DictConfig) -> float:
             ray.get([c.close.remote() for c in collectors])
             with StoreSet(run.folder / "shards") as shards:
                 run.log.info(
-                    f"shards: {len(shards.shards)} files, {shards.num_episodes} episodes, {len(shards)} rows"
+                    f"shards: {len(shards.shards)} files, {shards.num_episodes} episodes, "
+                    f"{len(shards)} rows"
                 )
         finally:
             for c in collectors:

@@ -440,6 +440,7 @@ def format_local(datasets: list[LocalDataset], cache_dir: str | os.PathLike | No
         episodes = "-" if d.episodes is None else str(d.episodes)
         note = f"  ({d.note})" if d.note else ""
         lines.append(
-            f"{d.name:<28} {episodes:>8} {_human(d.size):>10}  {d.revision[:12]:<12}  {d.location}{note}"
+            f"{d.name:<28} {episodes:>8} {_human(d.size):>10}  {d.revision[:12]:<12}  "
+            f"{d.location}{note}"
         )
     return "\n".join(lines)

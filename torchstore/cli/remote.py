@@ -326,7 +326,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "push",
-        help="upload a folder as one entry (index updated last); DIR REPO_ID pushes a LeRobot dataset",
+        help=(
+            "upload a folder as one entry (index updated last); "
+            "DIR REPO_ID pushes a LeRobot dataset"
+        ),
     )
     p.add_argument("dir", type=types.existing_folder, help="the folder to upload")
     p.add_argument("location", help="a location; or, for a LeRobot dataset folder, a Hub repo id")

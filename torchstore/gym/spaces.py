@@ -85,7 +85,8 @@ def flatten_value(
         for key, sub in space.spaces.items():
             if key not in value:
                 raise ColumnError(
-                    f"'{prefix}' is missing the key {key!r} of its Dict space (got {sorted(map(str, value))})"
+                    f"'{prefix}' is missing the key {key!r} of its Dict space (got "
+                    f"{sorted(map(str, value))})"
                 )
             flatten_value(_child(prefix, key), sub, value[key], out)
     elif isinstance(space, spaces.Tuple):

@@ -255,7 +255,8 @@ class ChecksummedDataset:
                 dsid.read(h5py.h5s.create_simple(out.shape), fspace, out)
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 raise IntegrityError(
-                    f"{self.label} rows {start}..{stop - 1} cannot be read ({exc}); the file is damaged"
+                    f"{self.label} rows {start}..{stop - 1} cannot be read ({exc}); the file is "
+                    "damaged"
                 ) from exc
         return out
 
@@ -291,7 +292,8 @@ class ChecksummedDataset:
         """
         if not 0 <= start <= stop <= committed_rows:
             raise RowIndexError(
-                f"{self.label} rows {start}..{stop} are outside the committed range 0..{committed_rows}"
+                f"{self.label} rows {start}..{stop} are outside the committed range "
+                f"0..{committed_rows}"
             )
         if start == stop:
             return np.empty((0, *self.row_shape), dtype=self.dtype)

@@ -86,42 +86,57 @@ def check_destination(
         raise ValueError(f"what ({what!r}) must be one of {_WHATS}")
     dest = Path(dest)
     for source in sources:
-        source = Path(source)
-        if dest.exists() and _same(dest, source):
-            raise DestinationError(
-                f"the output {dest} is the input {source}; write to another path"
-            )
-        if source.is_dir() and _inside(dest, source):
-            raise DestinationError(
-                f"the output {dest} lies inside the input folder {source}; write outside it"
-            )
-        if what == "folder" and source.exists() and (_inside(source, dest) or _same(dest, source)):
-            raise DestinationError(
-                f"the output folder {dest} holds the input {source}; write to another folder"
-            )
-    if dest.exists():
-        if what == "folder":
-            if not dest.is_dir():
-                raise DestinationError(f"{dest} is a file; the output must be a folder")
-            if not overwrite and any(dest.iterdir()):
-                raise DestinationExistsError(
-                    f"{dest} already exists and is not empty; choose another path or overwrite it explicitly"
-                )
-        else:
-            if dest.is_dir():
-                raise DestinationError(f"{dest} is a directory; the output must be a file path")
-            if not overwrite:
-                raise DestinationExistsError(
-                    f"{dest} already exists; choose another path or overwrite it explicitly"
-                )
-            holder = live_writer(dest)
-            if holder is not None:
-                raise StoreLockedError(locked_message(dest, holder, "store"))
-            if what == "store" and not is_store_file(dest):
-                raise DestinationError(
-                    f"{dest} exists and is not a torchstore store; it is not replaced even when "
-                    "overwriting (delete it yourself, or choose another path)"
-                )
+        _check_not_a_source(dest, Path(source), what)
+    if dest.exists() and what == "folder":
+        _check_existing_folder(dest, overwrite)
+    elif dest.exists():
+        _check_existing_file(dest, overwrite, what)
+    _check_parent(dest)
+    return dest
+
+
+def _check_not_a_source(dest: Path, source: Path, what: str) -> None:
+    if dest.exists() and _same(dest, source):
+        raise DestinationError(f"the output {dest} is the input {source}; write to another path")
+    if source.is_dir() and _inside(dest, source):
+        raise DestinationError(
+            f"the output {dest} lies inside the input folder {source}; write outside it"
+        )
+    if what == "folder" and source.exists() and (_inside(source, dest) or _same(dest, source)):
+        raise DestinationError(
+            f"the output folder {dest} holds the input {source}; write to another folder"
+        )
+
+
+def _check_existing_folder(dest: Path, overwrite: bool) -> None:
+    if not dest.is_dir():
+        raise DestinationError(f"{dest} is a file; the output must be a folder")
+    if not overwrite and any(dest.iterdir()):
+        raise DestinationExistsError(
+            f"{dest} already exists and is not empty; choose another path or overwrite it "
+            "explicitly"
+        )
+
+
+def _check_existing_file(dest: Path, overwrite: bool, what: str) -> None:
+    if dest.is_dir():
+        raise DestinationError(f"{dest} is a directory; the output must be a file path")
+    if not overwrite:
+        raise DestinationExistsError(
+            f"{dest} already exists; choose another path or overwrite it explicitly"
+        )
+    holder = live_writer(dest)
+    if holder is not None:
+        raise StoreLockedError(locked_message(dest, holder, "store"))
+    if what == "store" and not is_store_file(dest):
+        raise DestinationError(
+            f"{dest} exists and is not a torchstore store; it is not replaced even when "
+            "overwriting (delete it yourself, or choose another path)"
+        )
+
+
+def _check_parent(dest: Path) -> None:
+    """Create ``dest``'s parent folder if missing; it must be a writable folder."""
     parent = dest.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -133,4 +148,3 @@ def check_destination(
         raise DestinationError(f"{parent} is not a folder, so {dest} cannot be written")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise DestinationError(f"the folder {parent} is not writable, so {dest} cannot be written")
-    return dest

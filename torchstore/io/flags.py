@@ -1,4 +1,4 @@
-"""Boolean switches read from the environment (``TORCHSTORE_OFFLINE=1``, ``HF_HUB_OFFLINE=true``)."""
+"""Boolean switches read from the environment (``TORCHSTORE_OFFLINE=1``, ``HF_HUB_OFFLINE=on``)."""
 
 from __future__ import annotations
 

@@ -214,7 +214,8 @@ def _recover_after_kill(path: Path) -> None:
     for prop in (b"clear_status_flags", b"skip_eof_check", b"null_fsm_addr"):
         if lib.H5Pset(fapl.id, prop, ctypes.byref(on)) < 0:
             raise OSError(
-                f"this HDF5 build lacks the '{prop.decode()}' property; run h5clear -s --increment=0 {path}"
+                f"this HDF5 build lacks the '{prop.decode()}' property; run h5clear -s "
+                f"--increment=0 {path}"
             )
     try:
         fid = h5py.h5f.open(

@@ -151,7 +151,10 @@ class HubClient:
         self._api = hf.HfApi(endpoint=self.endpoint, token=token)
 
     def __repr__(self) -> str:
-        return f"HubClient({self.namespace!r}, repo_type={self.repo_type!r}, endpoint={self.endpoint!r})"
+        return (
+            f"HubClient({self.namespace!r}, repo_type={self.repo_type!r}, "
+            f"endpoint={self.endpoint!r})"
+        )
 
     def repo_id(self, name: str) -> str:
         return f"{self.namespace}/{name}"
@@ -282,7 +285,11 @@ class HubClient:
         *,
         message: str,
     ) -> str | None:
-        """Create the repo if needed, then add/delete files in ONE commit; returns its id (None if no-op)."""
+        """Create the repo if needed, then add/delete files in ONE commit.
+
+        Returns:
+            The commit's id, or None when there was nothing to change.
+        """
         hf = require_huggingface_hub()
         repo_id = self.repo_id(name)
         self._call(

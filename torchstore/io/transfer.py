@@ -43,7 +43,7 @@ class FileClient(Protocol):
     base: str
 
     def read_bytes(self, rel: str, *, limit: int) -> tuple[bytes, str | None] | None:
-        """``(content, etag)`` of ``rel``, ``None`` if it does not exist; refuses > ``limit`` bytes."""
+        """``(content, etag)`` of ``rel``, None if it does not exist; refuses > ``limit`` bytes."""
 
     def download(
         self, rel: str, partial: Path, *, size: int, progress: Progress | None = None
@@ -54,7 +54,7 @@ class FileClient(Protocol):
         """Store ``src`` at ``rel`` so a reader sees the old content or the whole new one."""
 
     def write_bytes(self, rel: str, data: bytes, *, if_match: str | None = None) -> None:
-        """Replace ``rel`` with ``data`` atomically; with ``if_match``, only if unchanged since read."""
+        """Replace ``rel`` with ``data`` atomically; with ``if_match``, only if it is unchanged."""
 
 
 class _NoBar:

@@ -181,7 +181,8 @@ class WriterLock:
                         raise DestinationError(
                             f"cannot take the writer lock of {what} {path}: the filesystem does "
                             f"not support file locks (flock: {exc.strerror}); one writer per "
-                            f"{what} is enforced with them, so write it on a filesystem that has them"
+                            f"{what} is enforced with them, so write it on a filesystem that has "
+                            "them"
                         ) from None
                 # The previous holder may have unlinked the sidecar between our open and our
                 # lock: then we hold a lock on a dead inode, so start over on the path.

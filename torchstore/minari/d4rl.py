@@ -76,7 +76,8 @@ def _array(f: h5py.File, key: str, n: int | None, source: Path) -> np.ndarray:
         raise DatasetFormatError(f"{source}: '{key}' must be an array with one row per transition")
     if n is not None and array.shape[0] != n:
         raise DatasetFormatError(
-            f"{source}: '{key}' has {array.shape[0]} rows, 'observations' has {n}; every array needs one row per transition"
+            f"{source}: '{key}' has {array.shape[0]} rows, 'observations' has {n}; every array "
+            "needs one row per transition"
         )
     return array
 
@@ -120,7 +121,8 @@ def import_d4rl(
         if isinstance(exc, TorchstoreError):
             raise
         raise DatasetFormatError(
-            f"{source} cannot be read ({' '.join(str(exc).split())[:200]}); the file is truncated or damaged"
+            f"{source} cannot be read ({' '.join(str(exc).split())[:200]}); the file is truncated "
+            "or damaged"
         ) from exc
     if skipped:
         warnings.warn(
@@ -156,19 +158,13 @@ def _read(f: h5py.File, source: Path) -> tuple[dict[str, np.ndarray], dict[str, 
     missing = [k for k in REQUIRED if k not in f]
     if missing:
         raise DatasetFormatError(
-            f"{source} lacks {missing}; a D4RL-style file holds {list(REQUIRED)} (+ timeouts, next_observations)"
+            f"{source} lacks {missing}; a D4RL-style file holds {list(REQUIRED)} (+ timeouts, "
+            "next_observations)"
         )
     obs = _array(f, "observations", None, source)
     n = obs.shape[0]
     rows: dict[str, np.ndarray] = {"obs": obs, "action": _array(f, "actions", n, source)}
-    reward = _array(f, "rewards", n, source)
-    if reward.ndim == 2 and reward.shape[1] == 1:
-        reward = reward[:, 0]
-    if reward.ndim != 1 or reward.dtype.kind not in "iuf":
-        raise DatasetFormatError(
-            f"{source}: 'rewards' must be numbers of shape [{n}] or [{n}, 1], got {reward.dtype}{list(reward.shape)}"
-        )
-    rows["reward"] = reward if reward.dtype.kind == "f" else reward.astype(np.float64)
+    rows["reward"] = _rewards(f, n, source)
     terminated = _flags(f, "terminals", n, source)
     truncated = _flags(f, "timeouts", n, source) if "timeouts" in f else np.zeros(n, dtype=bool)
     rows.update(terminated=terminated, truncated=truncated, done=terminated | truncated)
@@ -176,31 +172,58 @@ def _read(f: h5py.File, source: Path) -> tuple[dict[str, np.ndarray], dict[str, 
         nxt = _array(f, "next_observations", n, source)
         if nxt.shape != obs.shape:
             raise DatasetFormatError(
-                f"{source}: 'next_observations' has shape {list(nxt.shape)}, 'observations' {list(obs.shape)}"
+                f"{source}: 'next_observations' has shape {list(nxt.shape)}, 'observations' "
+                f"{list(obs.shape)}"
             )
         rows["next/obs"] = nxt
+    skipped = _read_infos(f, n, source, rows)
+    return rows, _read_metadata(f), skipped
+
+
+def _rewards(f: h5py.File, n: int, source: Path) -> np.ndarray:
+    """``rewards`` as numbers of shape ``[n]`` (``[n, 1]`` is squeezed, ints become floats)."""
+    reward = _array(f, "rewards", n, source)
+    if reward.ndim == 2 and reward.shape[1] == 1:
+        reward = reward[:, 0]
+    if reward.ndim != 1 or reward.dtype.kind not in "iuf":
+        raise DatasetFormatError(
+            f"{source}: 'rewards' must be numbers of shape [{n}] or [{n}, 1], got "
+            f"{reward.dtype}{list(reward.shape)}"
+        )
+    return reward if reward.dtype.kind == "f" else reward.astype(np.float64)
+
+
+def _read_infos(f: h5py.File, n: int, source: Path, rows: dict[str, np.ndarray]) -> list[str]:
+    """Add each per-row numeric array under ``infos/`` to ``rows``; returns those skipped."""
     skipped: list[str] = []
-    if isinstance(f.get("infos"), h5py.Group):
+    if not isinstance(f.get("infos"), h5py.Group):
+        return skipped
 
-        def visit(name: str, obj: Any) -> None:
-            if isinstance(obj, h5py.Dataset):
-                if obj.ndim >= 1 and obj.shape[0] == n and obj.dtype.kind in "biuf":
-                    rows[f"info/{name}"] = _array(f, f"infos/{name}", n, source)
-                else:
-                    skipped.append(name)
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            if obj.ndim >= 1 and obj.shape[0] == n and obj.dtype.kind in "biuf":
+                rows[f"info/{name}"] = _array(f, f"infos/{name}", n, source)
+            else:
+                skipped.append(name)
 
-        f["infos"].visititems(visit)
+    f["infos"].visititems(visit)
+    return skipped
+
+
+def _read_metadata(f: h5py.File) -> dict[str, Any]:
+    """The scalar datasets under ``metadata/`` (bytes decoded as UTF-8)."""
     meta: dict[str, Any] = {}
-    if isinstance(f.get("metadata"), h5py.Group):
-        for key, obj in f["metadata"].items():
-            if isinstance(obj, h5py.Dataset) and obj.ndim == 0:
-                value = obj[()]
-                meta[key] = (
-                    value.decode("utf-8", "replace")
-                    if isinstance(value, bytes)
-                    else np.asarray(value).item()
-                )
-    return rows, meta, skipped
+    if not isinstance(f.get("metadata"), h5py.Group):
+        return meta
+    for key, obj in f["metadata"].items():
+        if isinstance(obj, h5py.Dataset) and obj.ndim == 0:
+            value = obj[()]
+            meta[key] = (
+                value.decode("utf-8", "replace")
+                if isinstance(value, bytes)
+                else np.asarray(value).item()
+            )
+    return meta
 
 
 def _jsonable(value: Any) -> bool:

@@ -45,7 +45,8 @@ def require_minari():
         import minari
     except ImportError as exc:
         raise ImportError(
-            'reading and writing Minari datasets needs the minari package: pip install "torchstore[interop]"'
+            "reading and writing Minari datasets needs the minari package: pip install "
+            '"torchstore[interop]"'
         ) from exc
     return minari
 
@@ -64,7 +65,8 @@ def open_minari(source: Any):
         return source
     if not isinstance(source, str | os.PathLike):
         raise DatasetFormatError(
-            f"a Minari source must be a path, a dataset id or a MinariDataset, got {type(source).__name__}"
+            "a Minari source must be a path, a dataset id or a MinariDataset, got "
+            f"{type(source).__name__}"
         )
     path = Path(source)
     try:
@@ -78,7 +80,8 @@ def open_minari(source: Any):
         raise
     except Exception as exc:  # noqa: BLE001 - minari raises ValueError, KeyError, AssertionError, OSError...
         raise DatasetFormatError(
-            f"{source}: not a readable Minari dataset ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
+            f"{source}: not a readable Minari dataset ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:300]})"
         ) from exc
 
 
@@ -267,7 +270,8 @@ def _episodes(storage: Any, indices: list[int], label: str):
             ep = EpisodeData(**data)
         except Exception as exc:  # noqa: BLE001 - h5py/pyarrow errors from a damaged file
             raise DatasetFormatError(
-                f"{label} episode {i} cannot be read ({type(exc).__name__}: {' '.join(str(exc).split())[:300]})"
+                f"{label} episode {i} cannot be read ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:300]})"
             ) from exc
         yield i, ep
 

@@ -98,7 +98,8 @@ def format_catalog(catalog: RemoteCatalog, *, files: bool = False) -> str:
     lines = [f"{'name':<32} {'kind':<10} {'files':>6} {'size':>10}  revision"]
     for e in catalog:
         lines.append(
-            f"{e.name:<32} {e.kind:<10} {len(e.files):>6} {_human(e.size):>10}  {(e.commit or e.revision)[:12]}"
+            f"{e.name:<32} {e.kind:<10} {len(e.files):>6} {_human(e.size):>10}  "
+            f"{(e.commit or e.revision)[:12]}"
         )
         if files:
             for f in e.files:

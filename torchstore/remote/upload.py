@@ -215,7 +215,9 @@ def prune(
 
 
 def write_index(directory: str | os.PathLike, *, kinds: dict[str, str] | None = None) -> Path:
-    """Write ``directory/index.json`` listing every sub-folder as an entry (``torchstore remote index``).
+    """Write ``directory/index.json`` listing every sub-folder as an entry.
+
+    The command line's ``torchstore remote index``.
 
     An entry is what ``push`` would publish: a sub-folder with at least one file that is
     safe to upload (empty folders are left out, and logged; so are files not safe to
@@ -267,7 +269,8 @@ def write_index(directory: str | os.PathLike, *, kinds: dict[str, str] | None = 
     unknown = sorted(set(kinds) - {e.name for e in entries})
     if unknown:
         raise UnknownEntryError(
-            f"--kind names {', '.join(map(repr, unknown))}, which {'is' if len(unknown) == 1 else 'are'} "
+            f"--kind names {', '.join(map(repr, unknown))}, which "
+            f"{'is' if len(unknown) == 1 else 'are'} "
             f"not an entry of {directory} (entries: {', '.join(e.name for e in entries) or 'none'})"
         )
     target = directory / INDEX_NAME

@@ -17,8 +17,9 @@ import json
 import math
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -58,13 +59,26 @@ _ITEMSIZE = {
 
 
 def check_safetensors(path: str | os.PathLike) -> None:
-    """Raise :class:`StoreFormatError` unless ``path`` is a complete, consistent safetensors file."""
+    """Raise :class:`StoreFormatError` unless ``path`` is a complete, sound safetensors file."""
     path = Path(path)
-    size = path.stat().st_size
 
     def bad(why: str) -> StoreFormatError:
         return StoreFormatError(f"{path} is not a valid safetensors file: {why}")
 
+    header, data = _read_safetensors_header(path, bad)
+    ranges = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
+                raise bad("__metadata__ must map strings to strings")
+            continue
+        ranges.append(_tensor_range(name, info, bad))
+    _check_tensor_layout(ranges, data, bad)
+
+
+def _read_safetensors_header(path: Path, bad: Callable[[str], Exception]) -> tuple[dict, int]:
+    """The header object and the byte count of the data after it."""
+    size = path.stat().st_size
     if size < 8:
         raise bad(f"{size} bytes, too short for the header length")
     with open(path, "rb") as f:
@@ -78,39 +92,45 @@ def check_safetensors(path: str | os.PathLike) -> None:
         raise bad(f"the header is not JSON ({str(exc)[:80]})") from None
     if not isinstance(header, dict):
         raise bad("the header is not a JSON object")
-    data = size - 8 - n
-    ranges = []
-    for name, info in header.items():
-        if name == "__metadata__":
-            if not isinstance(info, dict) or not all(isinstance(v, str) for v in info.values()):
-                raise bad("__metadata__ must map strings to strings")
-            continue
-        if not isinstance(info, dict):
-            raise bad(f"tensor {name!r} is not described by an object")
-        dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if dtype not in _ITEMSIZE:
-            raise bad(f"tensor {name!r} has unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
-            raise bad(f"tensor {name!r} has shape {shape!r}, not a list of ints >= 0")
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1]
-        ):
-            raise bad(
-                f"tensor {name!r} has data_offsets {offsets!r}, not [begin, end] with begin <= end"
-            )
-        want = _ITEMSIZE[dtype] * math.prod(shape)
-        if offsets[1] - offsets[0] != want:
-            raise bad(
-                f"tensor {name!r} ({dtype} x {shape}) needs {want} bytes, its data_offsets span "
-                f"{offsets[1] - offsets[0]}"
-            )
-        ranges.append((offsets[0], offsets[1], name))
-    ranges.sort()
+    return header, size - 8 - n
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _tensor_range(name: str, info: Any, bad: Callable[[str], Exception]) -> tuple[int, int, str]:
+    """``(begin, end, name)`` of one tensor's bytes, once its description is checked."""
+    if not isinstance(info, dict):
+        raise bad(f"tensor {name!r} is not described by an object")
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if dtype not in _ITEMSIZE:
+        raise bad(f"tensor {name!r} has unknown dtype {dtype!r}")
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise bad(f"tensor {name!r} has shape {shape!r}, not a list of ints >= 0")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(_is_int(o) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
+        raise bad(
+            f"tensor {name!r} has data_offsets {offsets!r}, not [begin, end] with begin <= end"
+        )
+    want = _ITEMSIZE[dtype] * math.prod(shape)
+    if offsets[1] - offsets[0] != want:
+        raise bad(
+            f"tensor {name!r} ({dtype} x {shape}) needs {want} bytes, its data_offsets span "
+            f"{offsets[1] - offsets[0]}"
+        )
+    return offsets[0], offsets[1], name
+
+
+def _check_tensor_layout(
+    ranges: list[tuple[int, int, str]], data: int, bad: Callable[[str], Exception]
+) -> None:
+    """The tensors' byte ranges tile the data exactly: no overlap, no gap, nothing after."""
+    ranges = sorted(ranges)
     for (_, prev_stop, prev), (begin, stop, name) in zip(ranges, ranges[1:], strict=False):
         if begin < prev_stop:
             raise bad(f"tensor {name!r} (bytes {begin}..{stop}) overlaps tensor {prev!r}")
@@ -124,7 +144,7 @@ def check_safetensors(path: str | os.PathLike) -> None:
 
 
 def check_policy_files(files: Iterable[tuple[str, Path]], *, subject: str) -> None:
-    """A policy entry: at least one ``.safetensors`` file, each passing :func:`check_safetensors`."""
+    """A policy entry: one ``.safetensors`` file or more, each passing :func:`check_safetensors`."""
     files = list(files)
     weights = [(rel, path) for rel, path in files if rel.endswith(".safetensors")]
     if not weights:
@@ -159,7 +179,8 @@ def _check_device(device: str | torch.device) -> torch.device:
         )
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise DeviceError(
-            f"device {str(device)!r} does not exist: {torch.cuda.device_count()} CUDA device(s) here"
+            f"device {str(device)!r} does not exist: {torch.cuda.device_count()} CUDA device(s) "
+            "here"
         )
     return dev
 
@@ -229,7 +250,8 @@ def fetch_policy_weights(
         pickled = [f.path for f in entry.files if f.path.lower().endswith(PICKLE_SUFFIXES)]
         if pickled:
             raise StoreFormatError(
-                f"{name!r} at {location} has only pickle-based weights ({pickled[:3]}); they run code when "
+                f"{name!r} at {location} has only pickle-based weights ({pickled[:3]}); they run "
+                "code when "
                 "loaded and are refused: publish them as .safetensors"
             )
         what = f"no file {filename!r}" if filename else "no .safetensors file"
