@@ -247,110 +247,127 @@ def _writer_child(path: Path, first: int, progress_w: int, trap) -> None:
     os._exit(code)
 
 
-def writer_kills(workdir: Path, trials: int, rng: random.Random) -> dict[str, Counter]:
-    path = workdir / "kills.h5"
+def _fresh_kill_store(path: Path) -> int:
+    """A store of 5 committed episodes at ``path``; returns 5."""
+    path.unlink(missing_ok=True)
     with TrajectoryStoreWriter(path, COLUMNS) as w:
         for i in range(5):
             w.add_episode(episode_rows(i), metadata={"i": i})
-    committed = 5
-    results: dict[str, Counter] = {
-        k: Counter() for k in ("random", "inside commit", "inside resume")
-    }
+    return 5
+
+
+def _kill_trap(kind: str, rng: random.Random) -> tuple | None:
+    """Where the writer child kills itself: None for a kill from outside at a random time."""
+    if kind == "inside commit":
+        where = rng.choice(_TRAPS_COMMIT)
+        return ("commit", where, rng.choice(["before", "after"]), rng.randrange(1, 40))
+    if kind == "inside resume":
+        where = rng.choice(_TRAPS_RESUME)
+        return ("resume", where, rng.choice(["before", "after"]), rng.randrange(1, 4))
+    return None
+
+
+class _ChildReport:
+    """What a writer child said through its pipe: started, its error kind, rows committed."""
+
+    def __init__(self, committed: int):
+        self.started: float | None = None
+        self.writer_error: str | None = None
+        self.committed = committed
+        self._buf = b""
+
+    def read(self, fd: int) -> None:
+        with contextlib.suppress(BlockingIOError):
+            self._buf += os.read(fd, 4096)
+        while len(self._buf) >= 8:
+            (value,) = struct.unpack("<q", self._buf[:8])
+            self._buf = self._buf[8:]
+            if value == -1:
+                self.started = time.monotonic()
+            elif value in (-2, -3):
+                self.writer_error = "torchstore" if value == -2 else "raw"
+            else:
+                self.committed = max(self.committed, value)
+
+
+def _watch_writer(pid: int, fd: int, report: _ChildReport, kill_at: float | None):
+    """Follow the child until it exits (its wait status), killing it ``kill_at`` s after it
+    started; ``"hang"`` when it runs past a minute."""
+    deadline = time.monotonic() + 60
+    while True:
+        report.read(fd)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        now = time.monotonic()
+        if kill_at is not None and report.started is not None and now - report.started >= kill_at:
+            os.kill(pid, signal.SIGKILL)
+            kill_at = None
+        if now > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "hang"
+        time.sleep(0.0005)
+
+
+_OUTCOME_LABELS = {"torchstore": "unopenable", "hang": "hang"}
+
+
+def _kill_label(outcome: str, value: object, writer_error: str | None) -> str:
+    """intact / lost / unopenable / raw / hang, from the reopen check and the writer's error."""
+    if outcome == "ok":
+        label = "intact" if str(value).startswith("intact") else "lost"
+    else:
+        label = _OUTCOME_LABELS.get(outcome, "raw")
+    if writer_error == "raw":
+        return "raw"
+    if writer_error == "torchstore" and label == "intact":
+        return "unopenable"  # resume refused a store it should have recovered
+    return label
+
+
+def _kill_one(path: Path, committed: int, kind: str, trap, rng: random.Random):
+    """Run one writer child and kill it; returns (wait status or "hang", its report)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        _writer_child(path, committed, w, trap)
+    os.close(w)
+    os.set_blocking(r, False)
+    report = _ChildReport(committed)
+    kill_at = rng.uniform(0.0, 0.4) if kind == "random" else None
+    status = _watch_writer(pid, r, report, kill_at)
+    report.read(r)
+    os.close(r)
+    return status, report
+
+
+def writer_kills(workdir: Path, trials: int, rng: random.Random) -> dict[str, Counter]:
+    path = workdir / "kills.h5"
+    committed = _fresh_kill_store(path)
+    kinds = ("random", "inside commit", "inside resume")
+    results: dict[str, Counter] = {k: Counter() for k in kinds}
     notes: list[str] = []
     for trial in range(trials):
-        kind = ("random", "inside commit", "inside resume")[trial % 3]
-        trap = None
-        if kind == "inside commit":
-            trap = (
-                "commit",
-                rng.choice(_TRAPS_COMMIT),
-                rng.choice(["before", "after"]),
-                rng.randrange(1, 40),
-            )
-        elif kind == "inside resume":
-            trap = (
-                "resume",
-                rng.choice(_TRAPS_RESUME),
-                rng.choice(["before", "after"]),
-                rng.randrange(1, 4),
-            )
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            _writer_child(path, committed, w, trap)
-        os.close(w)
-        os.set_blocking(r, False)
-        started = None
-        kill_at = rng.uniform(0.0, 0.4) if kind == "random" else None
-        deadline = time.monotonic() + 60
-        writer_error = None
-        status = None
-        buf = b""
-        while True:
-            with contextlib.suppress(BlockingIOError):
-                buf += os.read(r, 4096)
-            while len(buf) >= 8:
-                (value,) = struct.unpack("<q", buf[:8])
-                buf = buf[8:]
-                if value == -1:
-                    started = time.monotonic()
-                elif value in (-2, -3):
-                    writer_error = "torchstore" if value == -2 else "raw"
-                else:
-                    committed = max(committed, value)
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = st
-                break
-            now = time.monotonic()
-            if kill_at is not None and started is not None and now - started >= kill_at:
-                os.kill(pid, signal.SIGKILL)
-                kill_at = None
-            if now > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                status = "hang"
-                break
-            time.sleep(0.0005)
-        with contextlib.suppress(BlockingIOError):
-            buf += os.read(r, 4096)
-        while len(buf) >= 8:
-            (value,) = struct.unpack("<q", buf[:8])
-            buf = buf[8:]
-            if value >= 0:
-                committed = max(committed, value)
-        os.close(r)
+        kind = kinds[trial % 3]
+        trap = _kill_trap(kind, rng)
+        status, report = _kill_one(path, committed, kind, trap, rng)
+        committed = report.committed
         if status == "hang":
             results[kind]["hang"] += 1
             notes.append(f"{kind} {trap}: the writer hung")
             continue
         outcome, value = _check_committed(path, committed)
         if outcome == "ok" and str(value).startswith("intact"):
-            label = "intact"
             committed = max(committed, int(str(value).split()[1]))
-        elif outcome == "ok":
-            label = "lost"
-        elif outcome == "torchstore":
-            label = "unopenable"
-        elif outcome == "hang":
-            label = "hang"
-        else:
-            label = "raw"
-        if writer_error == "raw":
-            label = "raw"
-        elif writer_error == "torchstore" and label == "intact":
-            label = "unopenable"  # resume refused a store it should have recovered
+        label = _kill_label(outcome, value, report.writer_error)
         results[kind][label] += 1
         if label != "intact":
-            notes.append(f"{kind} {trap}: {label}: {_short(value)} (writer: {writer_error})")
-            if label in ("unopenable", "raw", "lost"):
-                # start over, so one bad file does not count many times
-                path.unlink(missing_ok=True)
-                with TrajectoryStoreWriter(path, COLUMNS) as w:
-                    for i in range(5):
-                        w.add_episode(episode_rows(i), metadata={"i": i})
-                committed = 5
+            notes.append(f"{kind} {trap}: {label}: {_short(value)} (writer: {report.writer_error})")
+        if label in ("unopenable", "raw", "lost"):
+            # start over, so one bad file does not count many times
+            committed = _fresh_kill_store(path)
     results["_notes"] = notes  # type: ignore[assignment]
     return results
 
@@ -387,86 +404,101 @@ def _ohdr_length(data: bytes, addr: int) -> int:
     return 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0) + width + size + 4
 
 
-def file_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
-    """Byte ranges of each kind of thing in a store file."""
-    data = path.read_bytes()
-    regions: dict[str, list[tuple[int, int]]] = {
-        k: []
-        for k in (
-            "superblock",
-            "object headers",
-            "HDF5 indexes",
-            "global heap",
-            "manifest",
-            "checksum tables",
-            "episode tables",
-            "commit record",
-            "data",
-        )
-    }
-    regions["superblock"].append((0, 48))
-    raw_ranges = []
+_REGION_KINDS = (
+    "superblock",
+    "object headers",
+    "HDF5 indexes",
+    "global heap",
+    "manifest",
+    "checksum tables",
+    "episode tables",
+    "commit record",
+    "data",
+)
+_RAW_KINDS = ("commit record", "checksum tables", "episode tables", "data")
 
-    def chunks(ds: h5py.Dataset) -> list[tuple[int, int]]:
-        """The bytes of each chunk that hold rows (a chunk's tail past the last row is unused)."""
-        out = []
-        row_bytes = ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64))
-        for i in range(ds.id.get_num_chunks()):
-            info = ds.id.get_chunk_info(i)
-            rows = max(0, min(ds.chunks[0], ds.shape[0] - info.chunk_offset[0]))
-            out.append((info.byte_offset, info.byte_offset + min(info.size, rows * row_bytes)))
-        return out
 
+def _chunk_ranges(ds: h5py.Dataset) -> list[tuple[int, int]]:
+    """The bytes of each chunk that hold rows (a chunk's tail past the last row is unused)."""
+    out = []
+    row_bytes = ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64))
+    for i in range(ds.id.get_num_chunks()):
+        info = ds.id.get_chunk_info(i)
+        rows = max(0, min(ds.chunks[0], ds.shape[0] - info.chunk_offset[0]))
+        out.append((info.byte_offset, info.byte_offset + min(info.size, rows * row_bytes)))
+    return out
+
+
+def _dataset_regions(path: Path, data: bytes, regions: dict) -> tuple[set[int], bytes]:
+    """Fill the raw-data regions; returns every object header address and the manifest."""
     with h5py.File(path, "r") as f:
         addrs = {h5py.h5o.get_info(f.id).addr}
 
         def visit(name, obj):
             addrs.add(h5py.h5o.get_info(obj.id).addr)
-            if isinstance(obj, h5py.Dataset):
-                if name == "commit":
-                    off = obj.id.get_offset()
-                    regions["commit record"].append((off, off + obj.id.get_storage_size()))
-                elif name.startswith("checksums/"):
-                    regions["checksum tables"] += chunks(obj)
-                elif name.startswith("episodes/"):
-                    regions["episode tables"] += chunks(obj)
-                else:
-                    regions["data"] += chunks(obj)
+            if not isinstance(obj, h5py.Dataset):
+                return
+            if name == "commit":
+                off = obj.id.get_offset()
+                regions["commit record"].append((off, off + obj.id.get_storage_size()))
+            elif name.startswith("checksums/"):
+                regions["checksum tables"] += _chunk_ranges(obj)
+            elif name.startswith("episodes/"):
+                regions["episode tables"] += _chunk_ranges(obj)
+            else:
+                regions["data"] += _chunk_ranges(obj)
 
         f.visititems(visit)
         ext = struct.unpack("<Q", data[20:28])[0]  # superblock extension object header
         if ext != 0xFFFFFFFFFFFFFFFF:
             addrs.add(ext)
         manifest = f.attrs["torchstore_manifest"]
-    for key in ("commit record", "checksum tables", "episode tables", "data"):
-        raw_ranges += regions[key]
-    for addr in sorted(addrs):
-        if data[addr : addr + 4] == b"OHDR":
-            regions["object headers"].append((addr, addr + _ohdr_length(data, addr)))
-    text = manifest.encode() if isinstance(manifest, str) else manifest
-    start = data.find(text)
-    if start >= 0:
-        regions["manifest"].append((start, start + len(text)))
+    return addrs, manifest.encode() if isinstance(manifest, str) else manifest
+
+
+def _global_heap_regions(data: bytes, start: int, text: bytes) -> list[tuple[int, int]]:
+    """Global heap collections, less the manifest's bytes (at ``start``) where one holds it."""
+    out = []
     pos = data.find(b"GCOL")
     while pos >= 0:
         size = struct.unpack("<Q", data[pos + 8 : pos + 16])[0]
         if 0 < size < len(data):
             lo, hi = pos, min(pos + size, len(data))
             if start >= 0 and lo <= start < hi:
-                regions["global heap"] += [(lo, start), (start + len(text), hi)]
+                out += [(lo, start), (start + len(text), hi)]
             else:
-                regions["global heap"].append((lo, hi))
+                out.append((lo, hi))
         pos = data.find(b"GCOL", pos + 4)
+    return out
 
-    def inside_raw(p: int) -> bool:
-        return any(a <= p < b for a, b in raw_ranges)
 
+def _index_regions(data: bytes, raw_ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """256 bytes from each HDF5 index signature found outside the raw data."""
+    out = []
     for sig in _HDF5_SIGNATURES:
         pos = data.find(sig)
         while pos >= 0:
-            if not inside_raw(pos):
-                regions["HDF5 indexes"].append((pos, min(pos + 256, len(data))))
+            if not any(a <= pos < b for a, b in raw_ranges):
+                out.append((pos, min(pos + 256, len(data))))
             pos = data.find(sig, pos + 4)
+    return out
+
+
+def file_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
+    """Byte ranges of each kind of thing in a store file."""
+    data = path.read_bytes()
+    regions: dict[str, list[tuple[int, int]]] = {k: [] for k in _REGION_KINDS}
+    regions["superblock"].append((0, 48))
+    addrs, text = _dataset_regions(path, data, regions)
+    raw_ranges = [r for key in _RAW_KINDS for r in regions[key]]
+    for addr in sorted(addrs):
+        if data[addr : addr + 4] == b"OHDR":
+            regions["object headers"].append((addr, addr + _ohdr_length(data, addr)))
+    start = data.find(text)
+    if start >= 0:
+        regions["manifest"].append((start, start + len(text)))
+    regions["global heap"] += _global_heap_regions(data, start, text)
+    regions["HDF5 indexes"] += _index_regions(data, raw_ranges)
     return {k: [(a, b) for a, b in v if b > a] for k, v in regions.items()}
 
 
@@ -513,66 +545,69 @@ def corruptions(
 
 
 # ----------------------------------------------------------------- live readers
-def live_readers(workdir: Path, readers: int, commits: int) -> tuple[Counter, list[str]]:
-    path = workdir / "live.h5"
-    cols = [ColumnSpec("q", torch.float32, (4,)), ColumnSpec("done", torch.bool)]
+def _tiny_episode(i: int) -> dict[str, np.ndarray]:
+    n = 1 + i % 3
+    return {"q": np.full((n, 4), i, np.float32), "done": np.arange(n) == n - 1}
 
-    def tiny(i):
-        n = 1 + i % 3
-        return {"q": np.full((n, 4), i, np.float32), "done": np.arange(n) == n - 1}
 
-    with TrajectoryStoreWriter(path, cols) as w:
-        w.add_episode(tiny(0), metadata={"i": 0})
+def _fork_live_writer(path: Path, commits: int) -> int:
+    """A child that resumes ``path`` and commits up to ``commits`` episodes; returns its pid
+    once it holds the writer."""
     ready_r, ready_w = os.pipe()
-    writer = os.fork()
-    if writer == 0:
+    pid = os.fork()
+    if pid == 0:
         code = 1
         try:
             with TrajectoryStoreWriter.resume(path) as w:
                 os.write(ready_w, b"1")
                 for i in range(1, commits):
-                    w.add_episode(tiny(i), metadata={"i": i})
+                    w.add_episode(_tiny_episode(i), metadata={"i": i})
             code = 0
         finally:
             os._exit(code)
     os.read(ready_r, 1)
-    result_r, result_w = os.pipe()
-    pids = []
-    for _ in range(readers):
-        pid = os.fork()
-        if pid == 0:
-            counts = Counter()
-            notes = []
-            try:
-                with TrajectoryStore(path) as store:
-                    while True:
-                        done = store.num_episodes >= commits
-                        try:
-                            counts["refreshes"] += store.refresh()
-                            n, e = store.num_rows, store.num_episodes
-                            q = store.read_slab(max(0, n - 3000), n)["q"][:, 0].numpy()
-                            last = store.episode(e - 1)["q"][:, 0].numpy()
-                            counts["reads"] += 1
-                            if (np.diff(q) < 0).any() or not (last == e - 1).all():
-                                counts["wrong values"] += 1
-                            if store.episode_metadata(e - 1) != {"i": e - 1}:
-                                counts["wrong values"] += 1
-                        except IntegrityError as exc:
-                            counts["false alarms"] += 1
-                            notes.append(str(exc)[:200])
-                        if done:
-                            break
-            except BaseException as exc:  # noqa: BLE001
-                counts["raw"] += 1
-                notes.append(repr(exc)[:300])
-            os.write(result_w, (json.dumps([counts, notes[:3]]) + "\n").encode())
-            os._exit(0)
-        pids.append(pid)
-    os.close(result_w)
-    deadline = time.monotonic() + 900
-    total = Counter()
+    return pid
+
+
+def _read_once(store: TrajectoryStore, counts: Counter) -> None:
+    """Refresh, read the newest rows and episode, count values that break the pattern."""
+    counts["refreshes"] += store.refresh()
+    n, e = store.num_rows, store.num_episodes
+    q = store.read_slab(max(0, n - 3000), n)["q"][:, 0].numpy()
+    last = store.episode(e - 1)["q"][:, 0].numpy()
+    counts["reads"] += 1
+    if (np.diff(q) < 0).any() or not (last == e - 1).all():
+        counts["wrong values"] += 1
+    if store.episode_metadata(e - 1) != {"i": e - 1}:
+        counts["wrong values"] += 1
+
+
+def _live_reader_child(path: Path, commits: int, result_w: int) -> None:
+    """Read ``path`` while it grows until it holds ``commits`` episodes; report, then exit."""
+    counts = Counter()
     notes = []
-    for pid in [writer, *pids]:
+    try:
+        with TrajectoryStore(path) as store:
+            while True:
+                done = store.num_episodes >= commits
+                try:
+                    _read_once(store, counts)
+                except IntegrityError as exc:
+                    counts["false alarms"] += 1
+                    notes.append(str(exc)[:200])
+                if done:
+                    break
+    except BaseException as exc:  # noqa: BLE001
+        counts["raw"] += 1
+        notes.append(repr(exc)[:300])
+    os.write(result_w, (json.dumps([counts, notes[:3]]) + "\n").encode())
+    os._exit(0)
+
+
+def _wait_all(pids: list[int], deadline: float) -> int:
+    """Wait for every child, killing those still running at ``deadline``; returns how many."""
+    hung = 0
+    for pid in pids:
         while True:
             done, _ = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -580,9 +615,31 @@ def live_readers(workdir: Path, readers: int, commits: int) -> tuple[Counter, li
             if time.monotonic() > deadline:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
-                total["hang"] += 1
+                hung += 1
                 break
             time.sleep(0.01)
+    return hung
+
+
+def live_readers(workdir: Path, readers: int, commits: int) -> tuple[Counter, list[str]]:
+    path = workdir / "live.h5"
+    cols = [ColumnSpec("q", torch.float32, (4,)), ColumnSpec("done", torch.bool)]
+    with TrajectoryStoreWriter(path, cols) as w:
+        w.add_episode(_tiny_episode(0), metadata={"i": 0})
+    writer = _fork_live_writer(path, commits)
+    result_r, result_w = os.pipe()
+    pids = []
+    for _ in range(readers):
+        pid = os.fork()
+        if pid == 0:
+            _live_reader_child(path, commits, result_w)
+        pids.append(pid)
+    os.close(result_w)
+    total = Counter()
+    notes = []
+    hung = _wait_all([writer, *pids], time.monotonic() + 900)
+    if hung:
+        total["hang"] += hung
     with os.fdopen(result_r) as r:
         for line in r.read().splitlines():
             counts, more = json.loads(line)
@@ -663,6 +720,29 @@ def dumps_kills(
 
 
 # ----------------------------------------------------------------- second writers
+def _fork_paused_writer(path: Path) -> tuple[int, int]:
+    """A child writing ``path`` that commits episodes 1-3, waits for a byte on the returned
+    pipe, then commits 4-7; returns ``(pid, that pipe's write end)`` once 1-3 are in."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            with TrajectoryStoreWriter.resume(path) as w:
+                for i in range(1, 4):
+                    w.add_episode(episode_rows(i), metadata={"i": i})
+                os.write(ready_w, b"1")
+                os.read(go_r, 1)
+                for i in range(4, 8):
+                    w.add_episode(episode_rows(i), metadata={"i": i})
+            code = 0
+        finally:
+            os._exit(code)
+    os.read(ready_r, 1)
+    return pid, go_w
+
+
 def second_writers(workdir: Path, trials: int) -> tuple[Counter, list[str]]:
     results = Counter()
     notes = []
@@ -672,23 +752,7 @@ def second_writers(workdir: Path, trials: int) -> tuple[Counter, list[str]]:
         path.parent.mkdir(parents=True)
         with TrajectoryStoreWriter(path, COLUMNS) as w:
             w.add_episode(episode_rows(0), metadata={"i": 0})
-        ready_r, ready_w = os.pipe()
-        go_r, go_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                with TrajectoryStoreWriter.resume(path) as w:
-                    for i in range(1, 4):
-                        w.add_episode(episode_rows(i), metadata={"i": i})
-                    os.write(ready_w, b"1")
-                    os.read(go_r, 1)
-                    for i in range(4, 8):
-                        w.add_episode(episode_rows(i), metadata={"i": i})
-                code = 0
-            finally:
-                os._exit(code)
-        os.read(ready_r, 1)
+        pid, go_w = _fork_paused_writer(path)
         attempt = ("resume", "overwrite=True", "dumps")[trial % 3]
 
         def second():
@@ -702,11 +766,7 @@ def second_writers(workdir: Path, trials: int) -> tuple[Counter, list[str]]:
 
         kind, value = forked(second, timeout=60)
         os.write(go_w, b"1")
-        while True:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            time.sleep(0.01)
+        os.waitpid(pid, 0)
         if kind == "torchstore":
             results["refused"] += 1
         elif kind == "ok":

@@ -67,130 +67,177 @@ def _etag(data: bytes) -> str:
     return '"' + hashlib.sha256(data).hexdigest() + '"'
 
 
-def _make_handler(server: FileServer):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _Handler(BaseHTTPRequestHandler):
+    """Answers for one :class:`FileServer` (set as ``files`` on the subclass it makes)."""
 
-        def log_message(self, *args) -> None:  # keep test output clean
-            pass
+    protocol_version = "HTTP/1.1"
+    files: FileServer
 
-        def _rel(self) -> str | None:
-            path = urlsplit(self.path).path
-            if not path.startswith(server.prefix + "/"):
-                return None
-            return "/".join(unquote(s) for s in path[len(server.prefix) + 1 :].split("/"))
+    def log_message(self, *args) -> None:  # keep test output clean
+        pass
 
-        def _file(self, rel: str) -> Path | None:
-            target = (server.root / rel).resolve()
-            if not str(target).startswith(str(server.root.resolve()) + os.sep):
-                return None
-            return target
+    def _rel(self) -> str | None:
+        path = urlsplit(self.path).path
+        prefix = self.files.prefix
+        if not path.startswith(prefix + "/"):
+            return None
+        return "/".join(unquote(s) for s in path[len(prefix) + 1 :].split("/"))
 
-        def _plain(self, status: int, text: str = "", headers: dict | None = None) -> None:
-            body = text.encode()
-            self.send_response(status)
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
+    def _file(self, rel: str | None) -> Path | None:
+        if rel is None:
+            return None
+        root = self.files.root
+        target = (root / rel).resolve()
+        if not str(target).startswith(str(root.resolve()) + os.sep):
+            return None
+        return target
 
-        def _record(self, rel) -> None:
-            with server.lock:
-                server.requests.append(
-                    {
-                        "method": self.command,
-                        "path": rel,
-                        "range": self.headers.get("Range"),
-                        "authorization": self.headers.get("Authorization"),
-                    }
-                )
-            if server.delay_s:
-                time.sleep(server.delay_s)
-
-        def do_HEAD(self) -> None:
-            self.do_GET()
-
-        def do_GET(self) -> None:
-            rel = self._rel()
-            self._record(rel)
-            file = self._file(rel) if rel is not None else None
-            if server.status_for.get(rel):
-                return self._plain(server.status_for[rel].pop(0), "injected")
-            if rel in server.redirect:
-                location = server.redirect[rel]
-                return self._plain(302, "", {"Location": location} if location else {})
-            if rel in server.serve_instead:
-                data = server.serve_instead[rel]
-            elif file is not None and file.is_file():
-                data = file.read_bytes()
-            else:
-                return self._plain(404, "not found")
-            if rel in server.flip_byte and server.flip_byte[rel] < len(data):
-                i = server.flip_byte[rel]
-                data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :]
-            start, status = 0, 200
-            rng = self.headers.get("Range")
-            if rng and rng.startswith("bytes=") and rng.endswith("-") and not server.ignore_range:
-                start = int(rng[6:-1])
-                if start >= len(data):
-                    return self._plain(416, "", {"Content-Range": f"bytes */{len(data)}"})
-                status = 206
-            body = data[start:]
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Accept-Ranges", "bytes")
-            self.send_header("ETag", _etag(data))
-            if status == 206:
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-            self.end_headers()
-            if self.command == "HEAD":
-                return
-            cut = server.cut_after.pop(rel, None) if self.command == "GET" else None
-            if cut is not None and cut < len(body):
-                with server.lock:  # counted before sending: the client may finish first
-                    server.body_bytes[rel] += cut
-                self.wfile.write(body[:cut])
-                self.wfile.flush()
-                self.close_connection = True
-                self.connection.shutdown(2)
-                return
-            if rel in server.drip_s and self.command == "GET":
-                for i in range(len(body)):
-                    time.sleep(server.drip_s[rel])
-                    try:
-                        self.wfile.write(body[i : i + 1])
-                        self.wfile.flush()
-                    except OSError:  # the client gave up
-                        return
-                    with server.lock:
-                        server.body_bytes[rel] += 1
-                return
-            with server.lock:
-                server.body_bytes[rel] += len(body)
+    def _plain(self, status: int, text: str = "", headers: dict | None = None) -> None:
+        body = text.encode()
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
             self.wfile.write(body)
 
-        def do_PUT(self) -> None:
-            rel = self._rel()
-            self._record(rel)
-            length = int(self.headers.get("Content-Length", "0"))
-            data = self.rfile.read(length)
-            file = self._file(rel) if rel is not None else None
-            if file is None:
-                return self._plain(403, "outside the root")
-            with server.lock:
-                current = file.read_bytes() if file.is_file() else None
-                if_match = self.headers.get("If-Match")
-                if if_match is not None and (current is None or _etag(current) != if_match):
-                    return self._plain(412, "precondition failed")
-                if self.headers.get("If-None-Match") == "*" and current is not None:
-                    return self._plain(412, "exists")
-                file.parent.mkdir(parents=True, exist_ok=True)
-                tmp = file.with_name(f".{file.name}.upload-{threading.get_ident()}")
-                tmp.write_bytes(data)
-                os.replace(tmp, file)
-                server.puts.append(rel)
-            self._plain(201 if current is None else 200, "")
+    def _record(self, rel) -> None:
+        files = self.files
+        with files.lock:
+            files.requests.append(
+                {
+                    "method": self.command,
+                    "path": rel,
+                    "range": self.headers.get("Range"),
+                    "authorization": self.headers.get("Authorization"),
+                }
+            )
+        if files.delay_s:
+            time.sleep(files.delay_s)
 
-    return Handler
+    def do_HEAD(self) -> None:
+        self.do_GET()
+
+    def do_GET(self) -> None:
+        rel = self._rel()
+        self._record(rel)
+        if self._injected_answer(rel):
+            return
+        data = self._content(rel)
+        if data is None:
+            return self._plain(404, "not found")
+        start = self._range_start()
+        if start is not None and start >= len(data):
+            return self._plain(416, "", {"Content-Range": f"bytes */{len(data)}"})
+        self._send_headers(data, start)
+        if self.command == "GET":
+            self._send_body(rel, data[start or 0 :])
+
+    def _injected_answer(self, rel: str | None) -> bool:
+        """Answer with an injected status or redirect; False when there is none."""
+        files = self.files
+        if files.status_for.get(rel):
+            self._plain(files.status_for[rel].pop(0), "injected")
+            return True
+        if rel in files.redirect:
+            location = files.redirect[rel]
+            self._plain(302, "", {"Location": location} if location else {})
+            return True
+        return False
+
+    def _content(self, rel: str | None) -> bytes | None:
+        """The bytes served for ``rel`` (substituted or flipped as told), None if missing."""
+        files = self.files
+        file = self._file(rel)
+        if rel in files.serve_instead:
+            data = files.serve_instead[rel]
+        elif file is not None and file.is_file():
+            data = file.read_bytes()
+        else:
+            return None
+        if rel in files.flip_byte and files.flip_byte[rel] < len(data):
+            i = files.flip_byte[rel]
+            data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :]
+        return data
+
+    def _range_start(self) -> int | None:
+        """Where an open-ended ``Range: bytes=N-`` starts; None without one (or when ignored)."""
+        rng = self.headers.get("Range")
+        if not rng or not rng.startswith("bytes=") or not rng.endswith("-"):
+            return None
+        return None if self.files.ignore_range else int(rng[6:-1])
+
+    def _send_headers(self, data: bytes, start: int | None) -> None:
+        """200 with the whole body, or 206 from ``start`` on."""
+        self.send_response(200 if start is None else 206)
+        self.send_header("Content-Length", str(len(data) - (start or 0)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", _etag(data))
+        if start is not None:
+            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.end_headers()
+
+    def _send_body(self, rel: str | None, body: bytes) -> None:
+        files = self.files
+        cut = files.cut_after.pop(rel, None)
+        if cut is not None and cut < len(body):
+            self._send_cut(rel, body, cut)
+        elif rel in files.drip_s:
+            self._drip(rel, body, files.drip_s[rel])
+        else:
+            with files.lock:
+                files.body_bytes[rel] += len(body)
+            self.wfile.write(body)
+
+    def _send_cut(self, rel: str | None, body: bytes, cut: int) -> None:
+        with self.files.lock:  # counted before sending: the client may finish first
+            self.files.body_bytes[rel] += cut
+        self.wfile.write(body[:cut])
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(2)
+
+    def _drip(self, rel: str | None, body: bytes, pause_s: float) -> None:
+        for i in range(len(body)):
+            time.sleep(pause_s)
+            try:
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+            except OSError:  # the client gave up
+                return
+            with self.files.lock:
+                self.files.body_bytes[rel] += 1
+
+    def do_PUT(self) -> None:
+        rel = self._rel()
+        self._record(rel)
+        length = int(self.headers.get("Content-Length", "0"))
+        data = self.rfile.read(length)
+        file = self._file(rel)
+        if file is None:
+            return self._plain(403, "outside the root")
+        with self.files.lock:
+            current = file.read_bytes() if file.is_file() else None
+            refusal = self._precondition_refusal(current)
+            if refusal:
+                return self._plain(412, refusal)
+            file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = file.with_name(f".{file.name}.upload-{threading.get_ident()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, file)
+            self.files.puts.append(rel)
+        self._plain(201 if current is None else 200, "")
+
+    def _precondition_refusal(self, current: bytes | None) -> str:
+        """Why an If-Match / If-None-Match header refuses this PUT ("" when it does not)."""
+        if_match = self.headers.get("If-Match")
+        if if_match is not None and (current is None or _etag(current) != if_match):
+            return "precondition failed"
+        if self.headers.get("If-None-Match") == "*" and current is not None:
+            return "exists"
+        return ""
+
+
+def _make_handler(server: FileServer) -> type[_Handler]:
+    return type("Handler", (_Handler,), {"files": server})

@@ -9,7 +9,8 @@ import traceback
 
 
 def run_forked(fn, *args, timeout: float = 30.0) -> tuple[str, str]:
-    """Returns ``("ok", "")``, ``("error", traceback)``, ``("crashed", signal)`` or ``("hung", "")``."""
+    """Returns ``("ok", "")``, ``("error", traceback)``, ``("crashed", signal)`` or
+    ``("hung", "")``."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # child

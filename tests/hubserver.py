@@ -1,4 +1,4 @@
-"""A loopback Hugging Face Hub for tests (the subset of its HTTP API that huggingface_hub calls here).
+"""A loopback Hugging Face Hub for tests: the part of its HTTP API huggingface_hub calls here.
 
 In memory, threaded, HTTP/1.1 keep-alive, bound to 127.0.0.1 on a free port. It speaks
 what huggingface_hub 2.4 sends for: create_repo, repo_info/dataset_info, list_datasets,
@@ -141,323 +141,356 @@ class HubServer(LoopbackServer):
         }
 
 
-def _make_handler(hub: HubServer):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _HubHandler(BaseHTTPRequestHandler):
+    """Answers for one :class:`HubServer` (set as ``hub`` on the subclass it makes)."""
 
-        def log_message(self, *args) -> None:
-            pass
+    protocol_version = "HTTP/1.1"
+    hub: HubServer
 
-        # ------------------------------------------------------------- io
-        def _body(self) -> bytes:
-            return self._raw_body
+    def log_message(self, *args) -> None:
+        pass
 
-        def _send(
-            self,
-            status: int,
-            body: bytes = b"",
-            headers: dict | None = None,
-            ctype="application/json",
-        ) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command != "HEAD" and body:
-                self.wfile.write(body)
+    # ------------------------------------------------------------- io
+    def _body(self) -> bytes:
+        return self._raw_body
 
-        def _json(self, obj, status: int = 200, headers: dict | None = None) -> None:
-            self._send(status, json.dumps(obj).encode(), headers)
-
-        def _dispatch(self) -> None:
-            parts = urlsplit(self.path)
-            segments = [unquote(s) for s in parts.path.split("/")[1:]]
-            query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-            self._raw_body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
-            with hub.lock:
-                hub.requests.append(
-                    {
-                        "method": self.command,
-                        "path": self.path,
-                        "authorization": self.headers.get("Authorization"),
-                    }
-                )
-            try:
-                if segments and segments[0] == "api":
-                    self._api(segments[1:], query)
-                else:
-                    self._resolve(segments)
-            except HubError as exc:
-                headers = dict(exc.headers)
-                if exc.code:
-                    headers["X-Error-Code"] = exc.code
-                headers["X-Error-Message"] = exc.message
-                self._json({"error": exc.message}, exc.status, headers)
-
-        do_GET = do_HEAD = do_POST = do_DELETE = do_PUT = _dispatch
-
-        # ------------------------------------------------------------- api
-        def _api(self, seg: list[str], query: dict) -> None:
-            method = self.command
-            if seg == ["repos", "create"] and method == "POST":
-                return self._create(json.loads(self._body() or b"{}"))
-            if seg == ["repos", "delete"] and method == "DELETE":
-                body = json.loads(self._body() or b"{}")
-                key = (body.get("type") or "model", f"{body.get('organization')}/{body['name']}")
-                with hub.lock:
-                    if hub.repos.pop(key, None) is None:
-                        raise HubError(404, "repo not found", "RepoNotFound")
-                return self._json({})
-            if seg == ["validate-yaml"] and method == "POST":
-                self._body()
-                return self._json({"errors": [], "warnings": []})
-            if seg == ["agent-harnesses"]:
-                raise HubError(404, "not here")
-            if len(seg) == 1 and seg[0] in TYPES and method == "GET":
-                return self._list(TYPES[seg[0]], query)
-            if len(seg) >= 3 and seg[0] in TYPES:
-                repo_type, repo_id, rest = TYPES[seg[0]], f"{seg[1]}/{seg[2]}", seg[3:]
-                return self._repo_api(repo_type, repo_id, rest, query)
-            raise HubError(404, f"no route {method} {self.path}")
-
-        def _create(self, body: dict) -> None:
-            repo_type = body.get("type") or "model"
-            org = body.get("organization")
-            if not org:
-                raise HubError(400, "use a namespace/name repo id")
-            repo_id = f"{org}/{body['name']}"
-            private = body.get("visibility") == "private" or bool(body.get("private"))
-            with hub.lock:
-                if (repo_type, repo_id) in hub.repos:
-                    repo = hub.repos[(repo_type, repo_id)]
-                    return self._json(
-                        {"error": "You already created this repo", "url": hub.repo_url(repo)}, 409
-                    )
-                repo = Repo(repo_id, repo_type, private)
-                oid = hub.new_commit(repo, {}, "initial commit", None)
-                repo.branches["main"] = oid
-                hub.repos[(repo_type, repo_id)] = repo
-            self._json({"url": hub.repo_url(repo)})
-
-        def _list(self, repo_type: str, query: dict) -> None:
-            author = query.get("author")
-            with hub.lock:
-                out = [
-                    hub.info(r, r.commits[r.branches["main"]])
-                    for (t, rid), r in sorted(hub.repos.items())
-                    if t == repo_type and (author is None or rid.split("/")[0] == author)
-                ]
-            self._json(out)
-
-        def _repo_api(self, repo_type: str, repo_id: str, rest: list[str], query: dict) -> None:
-            method = self.command
-            with hub.lock:
-                repo = hub.get_repo(repo_type, repo_id)
-                if not rest and method == "GET":
-                    return self._json(hub.info(repo, hub.commit_of(repo, "main")))
-                head, args = rest[0], rest[1:]
-                if head == "revision" and method == "GET":
-                    return self._json(hub.info(repo, hub.commit_of(repo, "/".join(args))))
-                if head == "tree" and method == "GET":
-                    return self._tree(repo, args, query)
-                if head == "refs" and method == "GET":
-                    refs = {
-                        "branches": [
-                            {"name": b, "ref": f"refs/heads/{b}", "targetCommit": c}
-                            for b, c in repo.branches.items()
-                        ],
-                        "converts": [],
-                        "tags": [
-                            {"name": t, "ref": f"refs/tags/{t}", "targetCommit": c}
-                            for t, c in repo.tags.items()
-                        ],
-                    }
-                    if "include_prs" in query:
-                        refs["pullRequests"] = []
-                    return self._json(refs)
-                if head == "preupload" and method == "POST":
-                    return self._preupload(repo, "/".join(args))
-                if head == "commit" and method == "POST":
-                    return self._commit(repo, "/".join(args))
-                if head == "tag":
-                    return self._tag(repo, "/".join(args))
-                if head == "branch":
-                    return self._branch(repo, "/".join(args))
-            raise HubError(404, f"no route {method} {self.path}")
-
-        def _tree(self, repo: Repo, args: list[str], query: dict) -> None:
-            commit = hub.commit_of(repo, args[0])
-            sub = "/".join(args[1:]).strip("/")
-            recursive = query.get("recursive") == "true"
-            files = {p: d for p, d in commit.files.items() if not sub or p.startswith(sub + "/")}
-            if sub and not files:
-                raise HubError(404, f"{sub} does not exist", "EntryNotFound")
-            dirs = set()
-            for p in commit.files:
-                parts = p.split("/")
-                for i in range(1, len(parts)):
-                    dirs.add("/".join(parts[:i]))
-            base_depth = len(sub.split("/")) if sub else 0
-            out = []
-            for d in sorted(dirs):
-                if (not sub or d.startswith(sub + "/")) and (
-                    recursive or d.count("/") == base_depth
-                ):
-                    out.append(
-                        {
-                            "type": "directory",
-                            "path": d,
-                            "oid": hashlib.sha1(d.encode()).hexdigest(),
-                            "size": 0,
-                        }
-                    )
-            for p, data in sorted(files.items()):
-                if recursive or p.count("/") == base_depth:
-                    out.append(
-                        {"type": "file", "path": p, "oid": blob_sha1(data), "size": len(data)}
-                    )
-            self._json(out)
-
-        def _preupload(self, repo: Repo, rev: str) -> None:
-            commit = hub.commit_of(repo, rev)
-            body = json.loads(self._body() or b"{}")
-            files = [
-                {
-                    "path": f["path"],
-                    "uploadMode": "regular",
-                    "shouldIgnore": False,
-                    "oid": blob_sha1(commit.files[f["path"]])
-                    if f["path"] in commit.files
-                    else None,
-                }
-                for f in body.get("files", [])
-            ]
-            self._json({"files": files})
-
-        def _commit(self, repo: Repo, rev: str) -> None:
-            if rev not in repo.branches:
-                raise HubError(400, f"cannot commit to {rev!r}: not a branch")
-            lines = [json.loads(line) for line in self._body().splitlines() if line.strip()]
-            if not lines or lines[0].get("key") != "header":
-                raise HubError(400, "the commit must start with a header line")
-            header = lines[0]["value"]
-            head = repo.branches[rev]
-            parent = header.get("parentCommit")
-            if parent and not head.startswith(parent):
-                raise HubError(412, f"parent commit {parent} is not the head of {rev}")
-            files = dict(repo.commits[head].files)
-            for line in lines[1:]:
-                key, value = line["key"], line["value"]
-                if key == "file":
-                    if value.get("encoding") != "base64":
-                        raise HubError(400, "only base64 file content is supported")
-                    files[value["path"]] = base64.b64decode(value["content"])
-                elif key == "deletedFile":
-                    if value["path"] not in files:
-                        raise HubError(
-                            404,
-                            f"A file with this name doesn't exist: {value['path']}",
-                            "EntryNotFound",
-                        )
-                    del files[value["path"]]
-                elif key == "deletedFolder":
-                    prefix = value["path"].rstrip("/") + "/"
-                    files = {p: d for p, d in files.items() if not p.startswith(prefix)}
-                else:
-                    raise HubError(
-                        400, f"unsupported commit operation {key!r} (LFS is not served here)"
-                    )
-            oid = hub.new_commit(repo, files, header.get("summary", ""), head)
-            repo.branches[rev] = oid
-            self._json(
-                {
-                    "success": True,
-                    "commitOid": oid,
-                    "commitUrl": f"{hub.repo_url(repo)}/commit/{oid}",
-                    "pullRequestUrl": None,
-                }
-            )
-
-        def _tag(self, repo: Repo, arg: str) -> None:
-            if self.command == "POST":
-                tag = json.loads(self._body() or b"{}")["tag"]
-                if tag in repo.tags:
-                    raise HubError(409, f"tag {tag} exists")
-                repo.tags[tag] = hub.commit_of(repo, arg or "main").oid
-                return self._json({})
-            if self.command == "DELETE":
-                if repo.tags.pop(arg, None) is None:
-                    raise HubError(404, f"no tag {arg}", "RevisionNotFound")
-                return self._json({})
-            raise HubError(405, "method not allowed")
-
-        def _branch(self, repo: Repo, branch: str) -> None:
-            if self.command == "POST":
-                body = json.loads(self._body() or b"{}")
-                if branch in repo.branches:
-                    raise HubError(409, f"branch {branch} exists")
-                repo.branches[branch] = hub.commit_of(repo, body.get("startingPoint") or "main").oid
-                return self._json({})
-            if self.command == "DELETE":
-                if repo.branches.pop(branch, None) is None:
-                    raise HubError(404, f"no branch {branch}", "RevisionNotFound")
-                return self._json({})
-            raise HubError(405, "method not allowed")
-
-        # ------------------------------------------------------------- resolve
-        def _resolve(self, seg: list[str]) -> None:
-            repo_type = "model"
-            if seg and seg[0] in ("datasets", "spaces"):
-                repo_type = TYPES[seg.pop(0)]
-            if len(seg) < 5 or seg[2] != "resolve" or self.command not in ("GET", "HEAD"):
-                raise HubError(404, f"no route {self.command} {self.path}")
-            repo_id, rev, path = f"{seg[0]}/{seg[1]}", seg[3], "/".join(seg[4:])
-            with hub.lock:
-                repo = hub.get_repo(repo_type, repo_id)
-                commit = hub.commit_of(repo, rev)
-                data = commit.files.get(path)
-                if data is None:
-                    raise HubError(
-                        404, f"{path} not found", "EntryNotFound", {"X-Repo-Commit": commit.oid}
-                    )
-                cut = hub.cut_after.pop((repo_id, path), None) if self.command == "GET" else None
-            start, status = 0, 200
-            rng = self.headers.get("Range")
-            if rng and rng.startswith("bytes=") and rng.endswith("-"):
-                start, status = int(rng[6:-1]), 206
-                if start >= len(data):
-                    return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
-            body = data[start:]
-            headers = {
-                "ETag": f'"{blob_sha1(data)}"',
-                "X-Repo-Commit": commit.oid,
-                "Accept-Ranges": "bytes",
-            }
-            if status == 206:
-                headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
-            self.send_response(status)
-            self.send_header("Content-Type", "application/octet-stream")
-            self.send_header("Content-Length", str(len(body)))
-            for k, v in headers.items():
-                self.send_header(k, v)
-            self.end_headers()
-            if self.command == "HEAD":
-                return
-            if cut is not None and cut < len(body):
-                hub.body_bytes[f"{repo_id}/{path}"] += (
-                    cut  # counted first: the client may finish first
-                )
-                self.wfile.write(body[:cut])
-                self.wfile.flush()
-                self.close_connection = True
-                self.connection.shutdown(2)
-                return
-            hub.body_bytes[f"{repo_id}/{path}"] += len(body)
+    def _send(
+        self,
+        status: int,
+        body: bytes = b"",
+        headers: dict | None = None,
+        ctype="application/json",
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD" and body:
             self.wfile.write(body)
 
-    return Handler
+    def _json(self, obj, status: int = 200, headers: dict | None = None) -> None:
+        self._send(status, json.dumps(obj).encode(), headers)
+
+    def _dispatch(self) -> None:
+        parts = urlsplit(self.path)
+        segments = [unquote(s) for s in parts.path.split("/")[1:]]
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        self._raw_body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+        with self.hub.lock:
+            self.hub.requests.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "authorization": self.headers.get("Authorization"),
+                }
+            )
+        try:
+            if segments and segments[0] == "api":
+                self._api(segments[1:], query)
+            else:
+                self._resolve(segments)
+        except HubError as exc:
+            headers = dict(exc.headers)
+            if exc.code:
+                headers["X-Error-Code"] = exc.code
+            headers["X-Error-Message"] = exc.message
+            self._json({"error": exc.message}, exc.status, headers)
+
+    do_GET = do_HEAD = do_POST = do_DELETE = do_PUT = _dispatch
+
+    # ------------------------------------------------------------- api
+    #: ``/api/...`` paths with fixed segments: (method, segments) -> handler name
+    _API_ROUTES = {
+        ("POST", ("repos", "create")): "_create",
+        ("DELETE", ("repos", "delete")): "_delete",
+        ("POST", ("validate-yaml",)): "_validate_yaml",
+    }
+
+    def _api(self, seg: list[str], query: dict) -> None:
+        route = self._API_ROUTES.get((self.command, tuple(seg)))
+        if route is not None:
+            return getattr(self, route)(json.loads(self._body() or b"{}"))
+        if seg and seg[0] in TYPES:
+            if len(seg) == 1 and self.command == "GET":
+                return self._list(TYPES[seg[0]], query)
+            if len(seg) >= 3:
+                repo_type, repo_id, rest = TYPES[seg[0]], f"{seg[1]}/{seg[2]}", seg[3:]
+                return self._repo_api(repo_type, repo_id, rest, query)
+        raise HubError(404, f"no route {self.command} {self.path}")
+
+    def _delete(self, body: dict) -> None:
+        key = (body.get("type") or "model", f"{body.get('organization')}/{body['name']}")
+        with self.hub.lock:
+            if self.hub.repos.pop(key, None) is None:
+                raise HubError(404, "repo not found", "RepoNotFound")
+        self._json({})
+
+    def _validate_yaml(self, body: dict) -> None:
+        self._json({"errors": [], "warnings": []})
+
+    def _create(self, body: dict) -> None:
+        repo_type = body.get("type") or "model"
+        org = body.get("organization")
+        if not org:
+            raise HubError(400, "use a namespace/name repo id")
+        repo_id = f"{org}/{body['name']}"
+        private = body.get("visibility") == "private" or bool(body.get("private"))
+        with self.hub.lock:
+            if (repo_type, repo_id) in self.hub.repos:
+                repo = self.hub.repos[(repo_type, repo_id)]
+                return self._json(
+                    {"error": "You already created this repo", "url": self.hub.repo_url(repo)}, 409
+                )
+            repo = Repo(repo_id, repo_type, private)
+            oid = self.hub.new_commit(repo, {}, "initial commit", None)
+            repo.branches["main"] = oid
+            self.hub.repos[(repo_type, repo_id)] = repo
+        self._json({"url": self.hub.repo_url(repo)})
+
+    def _list(self, repo_type: str, query: dict) -> None:
+        author = query.get("author")
+        with self.hub.lock:
+            out = [
+                self.hub.info(r, r.commits[r.branches["main"]])
+                for (t, rid), r in sorted(self.hub.repos.items())
+                if t == repo_type and (author is None or rid.split("/")[0] == author)
+            ]
+        self._json(out)
+
+    #: ``/api/{type}s/{ns}/{name}/{head}/...``: (method, head) -> handler name; ``*``: any
+    #: method (the handler checks it). Each handler takes (repo, args after head, query).
+    _REPO_ROUTES = {
+        ("GET", ""): "_repo_info",
+        ("GET", "revision"): "_revision_info",
+        ("GET", "tree"): "_tree",
+        ("GET", "refs"): "_refs",
+        ("POST", "preupload"): "_preupload",
+        ("POST", "commit"): "_commit",
+        ("*", "tag"): "_tag",
+        ("*", "branch"): "_branch",
+    }
+
+    def _repo_api(self, repo_type: str, repo_id: str, rest: list[str], query: dict) -> None:
+        head, args = (rest[0], rest[1:]) if rest else ("", [])
+        route = self._REPO_ROUTES.get((self.command, head)) or self._REPO_ROUTES.get(("*", head))
+        with self.hub.lock:
+            repo = self.hub.get_repo(repo_type, repo_id)
+            if route is None:
+                raise HubError(404, f"no route {self.command} {self.path}")
+            return getattr(self, route)(repo, args, query)
+
+    def _repo_info(self, repo: Repo, args: list[str], query: dict) -> None:
+        self._json(self.hub.info(repo, self.hub.commit_of(repo, "main")))
+
+    def _revision_info(self, repo: Repo, args: list[str], query: dict) -> None:
+        self._json(self.hub.info(repo, self.hub.commit_of(repo, "/".join(args))))
+
+    def _refs(self, repo: Repo, args: list[str], query: dict) -> None:
+        refs = {
+            "branches": [
+                {"name": b, "ref": f"refs/heads/{b}", "targetCommit": c}
+                for b, c in repo.branches.items()
+            ],
+            "converts": [],
+            "tags": [
+                {"name": t, "ref": f"refs/tags/{t}", "targetCommit": c}
+                for t, c in repo.tags.items()
+            ],
+        }
+        if "include_prs" in query:
+            refs["pullRequests"] = []
+        self._json(refs)
+
+    def _tree(self, repo: Repo, args: list[str], query: dict) -> None:
+        commit = self.hub.commit_of(repo, args[0])
+        sub = "/".join(args[1:]).strip("/")
+        recursive = query.get("recursive") == "true"
+        files = {p: d for p, d in commit.files.items() if not sub or p.startswith(sub + "/")}
+        if sub and not files:
+            raise HubError(404, f"{sub} does not exist", "EntryNotFound")
+        dirs = set()
+        for p in commit.files:
+            parts = p.split("/")
+            for i in range(1, len(parts)):
+                dirs.add("/".join(parts[:i]))
+        base_depth = len(sub.split("/")) if sub else 0
+        out = []
+        for d in sorted(dirs):
+            if (not sub or d.startswith(sub + "/")) and (recursive or d.count("/") == base_depth):
+                out.append(
+                    {
+                        "type": "directory",
+                        "path": d,
+                        "oid": hashlib.sha1(d.encode()).hexdigest(),
+                        "size": 0,
+                    }
+                )
+        for p, data in sorted(files.items()):
+            if recursive or p.count("/") == base_depth:
+                out.append({"type": "file", "path": p, "oid": blob_sha1(data), "size": len(data)})
+        self._json(out)
+
+    def _preupload(self, repo: Repo, args: list[str], query: dict) -> None:
+        commit = self.hub.commit_of(repo, "/".join(args))
+        body = json.loads(self._body() or b"{}")
+        files = [
+            {
+                "path": f["path"],
+                "uploadMode": "regular",
+                "shouldIgnore": False,
+                "oid": blob_sha1(commit.files[f["path"]]) if f["path"] in commit.files else None,
+            }
+            for f in body.get("files", [])
+        ]
+        self._json({"files": files})
+
+    def _commit(self, repo: Repo, args: list[str], query: dict) -> None:
+        rev = "/".join(args)
+        if rev not in repo.branches:
+            raise HubError(400, f"cannot commit to {rev!r}: not a branch")
+        lines = [json.loads(line) for line in self._body().splitlines() if line.strip()]
+        if not lines or lines[0].get("key") != "header":
+            raise HubError(400, "the commit must start with a header line")
+        header = lines[0]["value"]
+        head = repo.branches[rev]
+        parent = header.get("parentCommit")
+        if parent and not head.startswith(parent):
+            raise HubError(412, f"parent commit {parent} is not the head of {rev}")
+        files = dict(repo.commits[head].files)
+        for line in lines[1:]:
+            key, value = line["key"], line["value"]
+            operation = _COMMIT_OPERATIONS.get(key)
+            if operation is None:
+                raise HubError(
+                    400, f"unsupported commit operation {key!r} (LFS is not served here)"
+                )
+            files = operation(files, value)
+        oid = self.hub.new_commit(repo, files, header.get("summary", ""), head)
+        repo.branches[rev] = oid
+        self._json(
+            {
+                "success": True,
+                "commitOid": oid,
+                "commitUrl": f"{self.hub.repo_url(repo)}/commit/{oid}",
+                "pullRequestUrl": None,
+            }
+        )
+
+    def _tag(self, repo: Repo, args: list[str], query: dict) -> None:
+        arg = "/".join(args)
+        if self.command == "POST":
+            tag = json.loads(self._body() or b"{}")["tag"]
+            if tag in repo.tags:
+                raise HubError(409, f"tag {tag} exists")
+            repo.tags[tag] = self.hub.commit_of(repo, arg or "main").oid
+            return self._json({})
+        if self.command == "DELETE":
+            if repo.tags.pop(arg, None) is None:
+                raise HubError(404, f"no tag {arg}", "RevisionNotFound")
+            return self._json({})
+        raise HubError(405, "method not allowed")
+
+    def _branch(self, repo: Repo, args: list[str], query: dict) -> None:
+        branch = "/".join(args)
+        if self.command == "POST":
+            body = json.loads(self._body() or b"{}")
+            if branch in repo.branches:
+                raise HubError(409, f"branch {branch} exists")
+            repo.branches[branch] = self.hub.commit_of(
+                repo, body.get("startingPoint") or "main"
+            ).oid
+            return self._json({})
+        if self.command == "DELETE":
+            if repo.branches.pop(branch, None) is None:
+                raise HubError(404, f"no branch {branch}", "RevisionNotFound")
+            return self._json({})
+        raise HubError(405, "method not allowed")
+
+    # ------------------------------------------------------------- resolve
+    def _resolve(self, seg: list[str]) -> None:
+        repo_type = "model"
+        if seg and seg[0] in ("datasets", "spaces"):
+            repo_type = TYPES[seg.pop(0)]
+        if len(seg) < 5 or seg[2] != "resolve" or self.command not in ("GET", "HEAD"):
+            raise HubError(404, f"no route {self.command} {self.path}")
+        repo_id, rev, path = f"{seg[0]}/{seg[1]}", seg[3], "/".join(seg[4:])
+        with self.hub.lock:
+            repo = self.hub.get_repo(repo_type, repo_id)
+            commit = self.hub.commit_of(repo, rev)
+            data = commit.files.get(path)
+            if data is None:
+                raise HubError(
+                    404, f"{path} not found", "EntryNotFound", {"X-Repo-Commit": commit.oid}
+                )
+            cut = self.hub.cut_after.pop((repo_id, path), None) if self.command == "GET" else None
+        start, status = 0, 200
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes=") and rng.endswith("-"):
+            start, status = int(rng[6:-1]), 206
+            if start >= len(data):
+                return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
+        body = data[start:]
+        headers = {
+            "ETag": f'"{blob_sha1(data)}"',
+            "X-Repo-Commit": commit.oid,
+            "Accept-Ranges": "bytes",
+        }
+        if status == 206:
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        if cut is not None and cut < len(body):
+            self.hub.body_bytes[f"{repo_id}/{path}"] += (
+                cut  # counted first: the client may finish first
+            )
+            self.wfile.write(body[:cut])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        self.hub.body_bytes[f"{repo_id}/{path}"] += len(body)
+        self.wfile.write(body)
+
+
+def _put_file(files: dict[str, bytes], value: dict) -> dict[str, bytes]:
+    if value.get("encoding") != "base64":
+        raise HubError(400, "only base64 file content is supported")
+    files[value["path"]] = base64.b64decode(value["content"])
+    return files
+
+
+def _delete_file(files: dict[str, bytes], value: dict) -> dict[str, bytes]:
+    if value["path"] not in files:
+        raise HubError(
+            404, f"A file with this name doesn't exist: {value['path']}", "EntryNotFound"
+        )
+    del files[value["path"]]
+    return files
+
+
+def _delete_folder(files: dict[str, bytes], value: dict) -> dict[str, bytes]:
+    prefix = value["path"].rstrip("/") + "/"
+    return {p: d for p, d in files.items() if not p.startswith(prefix)}
+
+
+#: a commit's operation lines: key -> (files so far, the line's value) -> files after it
+_COMMIT_OPERATIONS = {
+    "file": _put_file,
+    "deletedFile": _delete_file,
+    "deletedFolder": _delete_folder,
+}
+
+
+def _make_handler(hub: HubServer) -> type[_HubHandler]:
+    return type("Handler", (_HubHandler,), {"hub": hub})
 
 
 # --------------------------------------------------------------------------- default endpoint

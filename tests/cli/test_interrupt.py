@@ -169,7 +169,8 @@ def test_info_json_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
     with TrajectoryStoreWriter(path, [ColumnSpec("obs", "float32", (2,))], metadata=notes) as w:
         w.add_episode({"obs": np.zeros((3, 2), dtype=np.float32)})
     run = subprocess.run(
-        f"{shlex.quote(sys.executable)} -m torchstore.cli info {shlex.quote(str(path))} --json | head -1",
+        f"{shlex.quote(sys.executable)} -m torchstore.cli info {shlex.quote(str(path))} --json | "
+        "head -1",
         shell=True,
         capture_output=True,
         text=True,
@@ -200,9 +201,8 @@ def test_ctrl_c_during_a_pull_is_one_line_and_the_next_pull_finishes(tmp_path):
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 130 and "Traceback" not in err, err
-        assert (
-            err.strip()
-            == "interrupted; verified files stay in the cache, run the same command again to continue"
+        assert err.strip() == (
+            "interrupted; verified files stay in the cache, run the same command again to continue"
         )
         server.drip_s.clear()
         done = _start("pull", server.url, "ds", "--cache-dir", str(cache))

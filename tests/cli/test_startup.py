@@ -1,4 +1,7 @@
-"""Start-up cost: what ``import torchstore`` and ``torchstore --help`` pull in (timing: benchmarks/startup.py)."""
+"""Start-up cost: what ``import torchstore`` and ``torchstore --help`` pull in.
+
+The timing lives in benchmarks/startup.py.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +29,10 @@ PACKAGES = (
 
 
 def _loaded_after(code: str) -> list[str]:
-    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    probe = (
+        f"{code}\nimport json, sys\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -73,5 +79,8 @@ def test_store_replay_is_public_and_unknown_names_raise_attribute_error():
 
 
 def test_submodules_stay_reachable_as_attributes():
-    code = "import torchstore\nassert torchstore.data.store.TrajectoryStore and torchstore.samplers.sumtree.SumTree"
+    code = (
+        "import torchstore\n"
+        "assert torchstore.data.store.TrajectoryStore and torchstore.samplers.sumtree.SumTree"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,4 +1,4 @@
-"""The Ray-served StoreReplay on a local cluster: collector actors, a learner, checkpoints, a kill."""
+"""The Ray-served StoreReplay on a local cluster: collectors, a learner, checkpoints, a kill."""
 
 from __future__ import annotations
 

@@ -159,7 +159,7 @@ def test_saved_policy_rolls_out_as_the_run_evaluated_it(smoke):
 
 @pytest.mark.parametrize("smoke", ["bc"], indirect=True)
 def test_saved_policy_through_fetch_policy_weights(smoke, tmp_path):
-    """Pushed to a folder location, fetched back with ``fetch_policy_weights``, rebuilt, rolled out."""
+    """Pushed to a folder location, fetched with ``fetch_policy_weights``, rebuilt, rolled out."""
     from omegaconf import OmegaConf
     from safetensors.torch import load_file
 

@@ -1,4 +1,4 @@
-"""``torchstore.load(name)``, ``torchstore datasets`` and ``torchstore list`` against loopback servers."""
+"""``torchstore.load(name)``, ``torchstore datasets``, ``torchstore list`` on loopback servers."""
 
 from __future__ import annotations
 

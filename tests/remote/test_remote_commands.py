@@ -1,4 +1,4 @@
-"""The catalog/pull/push/sync/remote-index subcommands, wired as torchstore/cli/main.py wires them."""
+"""The catalog/pull/push/sync/remote-index subcommands, wired as torchstore/cli/main.py does."""
 
 from __future__ import annotations
 

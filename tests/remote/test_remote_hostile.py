@@ -1,4 +1,4 @@
-"""A hostile index.json: every trick is refused with a clear error, and nothing escapes the cache."""
+"""A hostile index.json: every trick is refused with a clear error; nothing escapes the cache."""
 
 from __future__ import annotations
 

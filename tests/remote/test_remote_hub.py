@@ -1,4 +1,4 @@
-"""Hub locations against the loopback Hub: push, catalog, pull; revisions; foreign repos; offline."""
+"""Hub locations on the loopback Hub: push, catalog, pull; revisions; foreign repos; offline."""
 
 from __future__ import annotations
 
