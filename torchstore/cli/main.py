@@ -382,7 +382,10 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "import-d4rl",
-        help="import a D4RL-style flat HDF5 file (observations, actions, rewards, terminals, timeouts)",
+        help=(
+            "import a D4RL-style flat HDF5 file "
+            "(observations, actions, rewards, terminals, timeouts)"
+        ),
     )
     p.add_argument("source", type=types.existing_file, help="the D4RL-style .hdf5 file")
     p.add_argument("dest", type=types.output_file, help="the store file to write")
