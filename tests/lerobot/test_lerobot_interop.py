@@ -83,34 +83,50 @@ def lerobot_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def _pyav_backend_usable() -> bool:
+def _pyav_backend_problem() -> str | None:
+    """Why lerobot's "pyav" backend cannot run here (with how to get it), or None."""
     if lerobot_version() >= (0, 6):
         # lerobot 0.6.x decodes "pyav" with PyAV itself
-        return importlib.util.find_spec("av") is not None
+        if importlib.util.find_spec("av") is None:
+            return "PyAV is not installed: pip install av"
+        return None
     # lerobot 0.4.x decodes "pyav" through torchvision.io.VideoReader, gone in torchvision 0.26
     try:
         import torchvision.io
-    except Exception:
-        return False
-    return hasattr(torchvision.io, "VideoReader")
+    except Exception as exc:
+        return f"torchvision does not import ({exc})"
+    if not hasattr(torchvision.io, "VideoReader"):
+        return (
+            f"lerobot {_dist_version('lerobot')} decodes 'pyav' with torchvision.io.VideoReader, "
+            f"which torchvision {_dist_version('torchvision')} no longer has (gone in 0.26); "
+            "a venv with torchvision<0.26 runs it"
+        )
+    return None
 
 
-def _torchcodec_usable() -> bool:
+def _torchcodec_problem() -> str | None:
+    """Why lerobot's "torchcodec" backend cannot run here (with how to get it), or None."""
     if importlib.util.find_spec("torchcodec") is None:
-        return False
+        return "torchcodec is not installed: pip install torchcodec (the one lerobot pins)"
     try:
         from torchcodec.decoders import VideoDecoder  # noqa: F401
-    except Exception:  # e.g. no FFmpeg shared libraries, or built for another torch
-        return False
-    return True
+    except Exception as exc:  # no FFmpeg shared libraries, or built for another torch
+        reason = str(exc).strip().splitlines()[0][:160]
+        return (
+            f"torchcodec does not load ({reason}): it needs FFmpeg's shared libraries "
+            "(libavutil, libavcodec, libavformat, libavfilter, libavdevice, libswscale, "
+            "libswresample) of a major version its build supports, e.g. Debian's "
+            "`apt-get install ffmpeg`; install them and rerun"
+        )
+    return None
 
 
 @pytest.fixture(params=["pyav", "torchcodec"])
 def backend(request) -> str:
     """lerobot's two video decoders; each is skipped when this environment cannot run it."""
-    usable = {"pyav": _pyav_backend_usable, "torchcodec": _torchcodec_usable}[request.param]
-    if not usable():
-        pytest.skip(f"lerobot's {request.param!r} video backend does not work here")
+    problem = {"pyav": _pyav_backend_problem, "torchcodec": _torchcodec_problem}[request.param]()
+    if problem is not None:
+        pytest.skip(f"lerobot's {request.param!r} video backend cannot run here: {problem}")
     return request.param
 
 
@@ -507,17 +523,55 @@ def test_episode_stats_are_lerobots(n):
         k: {"dtype": d, "shape": list(s), "names": None} for k, (d, s) in STATS_CASES.items()
     }
     theirs = compute_episode_stats(rows, features)
+    # lerobot 0.6 casts bools to float32 before its stats; 0.4 kept them: bool min/max, and
+    # float64 histogram edges (quantiles a float32 rounding apart). torchstore writes 0.6's.
+    before_06 = lerobot_version() < (0, 6)
     for key, values in rows.items():
         ours = numeric_stats(values)
         for stat, want in theirs[key].items():
-            got = ours[stat]
-            assert got.shape == np.asarray(want).shape, (key, stat)
+            got, want = ours[stat], np.asarray(want)
+            where = f"{key} {stat}"
+            assert got.shape == want.shape, where
+            assert want.dtype != np.bool_ or (before_06 and stat in ("min", "max")), where
+            assert got.dtype == (np.int64 if stat == "count" else np.float64), where
             if stat in ("mean", "std"):
-                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{key} {stat}")
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=where)
+            elif before_06 and values.dtype == np.bool_:
+                np.testing.assert_allclose(got, want.astype(float), rtol=1e-6, atol=1e-9)
             else:
-                # bool min/max stay booleans (ints become doubles in the episodes table anyway)
-                assert (got.dtype == np.bool_) == (np.asarray(want).dtype == np.bool_), (key, stat)
-                np.testing.assert_array_equal(got, want, err_msg=f"{key} {stat}")
+                np.testing.assert_array_equal(got, want, err_msg=where)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float16", "int32", "bool"])
+def test_episode_stats_of_every_promoted_dtype_are_lerobot_06s(dtype):
+    """lerobot 0.6 computes stats in result_type(dtype, float32): float32 for the narrow
+    types (histogram edges too), float64 for int32. The same numbers, to the last bit."""
+    if lerobot_version() < (0, 6):
+        pytest.skip(
+            f"lerobot {_dist_version('lerobot')} keeps the raw dtype (its uint8/int16 std "
+            "overflows); this checks lerobot 0.6's promotion: run it in the 0.6.1 venv "
+            "(bash tests/lerobot/lerobot_venv.sh 0.6.1)"
+        )
+    from lerobot.datasets.compute_stats import compute_episode_stats
+
+    from torchstore.lerobot.stats import numeric_stats
+
+    rng = np.random.default_rng(7)
+    for n in (2, 9, 300):
+        if dtype == "bool":
+            values = rng.random((n, 3)) < 0.4
+        elif dtype == "float16":
+            values = (rng.standard_normal((n, 3)) * 4).astype(np.float16)
+        else:
+            values = rng.integers(0, 120, (n, 3)).astype(dtype)
+        feature = {"x": {"dtype": dtype, "shape": [3], "names": None}}
+        theirs = compute_episode_stats({"x": values}, feature)["x"]
+        ours = numeric_stats(values)
+        for stat, want in theirs.items():
+            if stat in ("mean", "std"):  # lerobot's running float32 sums
+                np.testing.assert_allclose(ours[stat], want, rtol=1e-5, atol=1e-6)
+            else:
+                np.testing.assert_array_equal(ours[stat], want, err_msg=f"{n} {stat}")
 
 
 def test_lerobot_aggregates_a_torchstore_datasets_episode_stats(tmp_path):
@@ -556,4 +610,86 @@ def test_lerobot_aggregates_a_torchstore_datasets_episode_stats(tmp_path):
                 atol=1e-12,
                 err_msg=f"{key} {stat}",
             )
-    assert ours["grip"]["min"] == [bool(v) for v in theirs["grip"]["min"]]
+    assert all(type(v) is float for v in ours["grip"]["min"] + ours["grip"]["max"])
+
+
+def _stats_json(root: Path) -> dict:
+    import json
+
+    return json.loads((root / "meta/stats.json").read_text())
+
+
+def assert_same_stats(got: dict, want: dict) -> None:
+    """The same features and stats, the numbers equal to float32 rounding (lerobot keeps
+    float32 running sums), and a bool feature's min/max as 0.0/1.0 floats (lerobot 0.6)."""
+    assert set(got) == set(want)
+    for key in want:
+        assert set(got[key]) == set(want[key]), key
+        for stat, value in want[key].items():
+            np.testing.assert_allclose(
+                np.asarray(got[key][stat], dtype=float),
+                np.asarray(value, dtype=float),
+                rtol=1e-5,
+                atol=1e-6,
+                err_msg=f"{key} {stat}",
+            )
+    for key in ("grip", "contacts"):
+        assert all(type(v) is float for v in got[key]["min"] + got[key]["max"]), key
+
+
+STATS_FEATURES = {
+    k: {"dtype": d, "shape": list(s), "names": None} for k, (d, s) in STATS_CASES.items()
+}
+STATS_LENGTHS = (6, 9, 5, 7)
+
+
+def test_a_lerobot_dataset_extended_by_torchstore_aggregates_as_lerobot_does(tmp_path):
+    """lerobot records two episodes, torchstore resumes and adds two: stats.json is what
+    lerobot writes for all four (whichever lerobot wrote the first two)."""
+    both = tmp_path / "lerobot-all"
+    record_with_lerobot(
+        both, STATS_FEATURES, stats_rows, lambda e, n: ["t"] * n, STATS_LENGTHS, use_videos=False
+    )
+    root = tmp_path / "extended"
+    record_with_lerobot(
+        root,
+        STATS_FEATURES,
+        stats_rows,
+        lambda e, n: ["t"] * n,
+        STATS_LENGTHS[:2],
+        use_videos=False,
+    )
+    with LeRobotWriter.resume(root) as w:
+        for e, n in enumerate(STATS_LENGTHS[2:], start=2):
+            w.add_episode(stats_rows(e, n), task="t")
+    assert_same_stats(_stats_json(root), _stats_json(both))
+    ds = lerobot.LeRobotDataset("local/rec", root=root)
+    assert ds.num_episodes == 4 and len(ds) == sum(STATS_LENGTHS)
+
+
+def test_a_torchstore_dataset_extended_by_lerobot_aggregates_as_torchstore_does(tmp_path):
+    """torchstore records two episodes, lerobot 0.6 resumes and adds two: stats.json is
+    what torchstore writes for all four."""
+    if not hasattr(lerobot.LeRobotDataset, "resume"):
+        pytest.skip(
+            f"lerobot {_dist_version('lerobot')} has no LeRobotDataset.resume; "
+            "run it in the 0.6.1 venv (bash tests/lerobot/lerobot_venv.sh 0.6.1)"
+        )
+    both, root = tmp_path / "torchstore-all", tmp_path / "extended"
+    for path, lengths in ((both, STATS_LENGTHS), (root, STATS_LENGTHS[:2])):
+        with LeRobotWriter(path, fps=FPS, features=STATS_FEATURES) as w:
+            for e, n in enumerate(lengths):
+                w.add_episode(stats_rows(e, n), task="t")
+    ds = lerobot.LeRobotDataset.resume("local/rec", root=root)
+    try:
+        for e, n in enumerate(STATS_LENGTHS[2:], start=2):
+            rows = stats_rows(e, n)
+            for k in range(n):
+                ds.add_frame({**{name: value[k] for name, value in rows.items()}, "task": "t"})
+            ds.save_episode()
+    finally:
+        ds.finalize()
+    assert_same_stats(_stats_json(root), _stats_json(both))
+    import_lerobot(root, tmp_path / "out.h5", progress=False)
+    with TrajectoryStore(tmp_path / "out.h5") as store:
+        assert store.num_episodes == 4 and store.num_rows == sum(STATS_LENGTHS)
