@@ -95,9 +95,13 @@ class EpisodeIndex:
         rows = torch.as_tensor(rows, dtype=torch.int64, device=self.device)
         if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= self.num_rows):
             raise EpisodeError(
-                f"rows must lie in [0, {self.num_rows}), got min {int(rows.min())}, max {int(rows.max())}"
+                f"rows must lie in [0, {self.num_rows}), got min {int(rows.min())}, "
+                f"max {int(rows.max())}"
             )
         return torch.searchsorted(self.offsets, rows, right=True) - 1
 
     def __repr__(self) -> str:
-        return f"EpisodeIndex(episodes={self.num_episodes}, rows={self.num_rows}, device={self.device})"
+        return (
+            f"EpisodeIndex(episodes={self.num_episodes}, rows={self.num_rows}, "
+            f"device={self.device})"
+        )

@@ -149,7 +149,8 @@ def read_manifest(f: h5py.File, source: str) -> Manifest:
         attrs = f.attrs
         if MANIFEST_ATTR not in attrs:
             raise StoreFormatError(
-                f"{source} is an HDF5 file but not a torchstore store (no '{MANIFEST_ATTR}' attribute)"
+                f"{source} is an HDF5 file but not a torchstore store "
+                f"(no '{MANIFEST_ATTR}' attribute)"
             )
         expected = attrs[MANIFEST_HASH_ATTR] if MANIFEST_HASH_ATTR in attrs else None
         if expected is None:  # format 1: the manifest is a string in the global heap
@@ -181,7 +182,8 @@ def read_manifest(f: h5py.File, source: str) -> Manifest:
     manifest = Manifest.from_json(raw, source=source)
     if expected is None and manifest.format_version > UNCHECKED_FORMAT_VERSION:
         raise IntegrityError(
-            f"{source}: store format {manifest.format_version} keeps a manifest checksum, but it is missing"
+            f"{source}: store format {manifest.format_version} keeps a manifest checksum, "
+            "but it is missing"
         )
     return manifest
 
@@ -250,7 +252,8 @@ class StoreDatasets:
             time.sleep(0.001)
         else:
             raise IntegrityError(
-                f"the commit record ({rows}, {episodes}, {meta}) fails its checksum; the file is damaged"
+                f"the commit record ({rows}, {episodes}, {meta}) fails its checksum; "
+                "the file is damaged"
             )
         self._check_counts(rows, episodes, meta)
         return rows, episodes, meta

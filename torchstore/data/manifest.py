@@ -110,8 +110,9 @@ class Manifest:
                 f"{source}: the manifest is not valid JSON ({str(exc)[:200]})"
             ) from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+            found = data.get("format") if isinstance(data, dict) else None
             raise StoreFormatError(
-                f"{source}: not a torchstore trajectory store (format {data.get('format') if isinstance(data, dict) else None!r})"
+                f"{source}: not a torchstore trajectory store (format {found!r})"
             )
         version = data.get("format_version")
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
@@ -121,8 +122,8 @@ class Manifest:
         if version > FORMAT_VERSION:
             raise StoreFormatError(
                 f"{source} uses store format version {version}, written by torchstore "
-                f"{data.get('torchstore_version', '?')}; this torchstore ({__version__}) reads up to "
-                f"version {FORMAT_VERSION}: upgrade torchstore"
+                f"{data.get('torchstore_version', '?')}; this torchstore ({__version__}) reads "
+                f"up to version {FORMAT_VERSION}: upgrade torchstore"
             )
         env_id, seed, metadata = data.get("env_id"), data.get("seed"), data.get("metadata") or {}
         if env_id is not None and not isinstance(env_id, str):

@@ -55,7 +55,8 @@ class Quantize:
             raise ColumnError(f"Quantize high ({high}) must be greater than low ({low})")
         if not np.isfinite(high - low):
             raise ColumnError(
-                f"Quantize range [{low}, {high}] is wider than a float64 can hold (high - low overflows)"
+                f"Quantize range [{low}, {high}] is wider than a float64 can hold "
+                "(high - low overflows)"
             )
         if not isinstance(self.clip, bool):
             raise ColumnError(f"Quantize clip must be True or False, got {self.clip!r}")
@@ -110,9 +111,9 @@ class Quantize:
         if not self.clip and (lo < 0 or hi > _LEVELS):
             worst = self.low + (lo if lo < 0 else hi) * self.step
             raise ColumnError(
-                f"{what} holds {worst:g}, outside its quantisation range [{self.low:g}, {self.high:g}] "
-                f"by more than half a step; widen the range, or pass Quantize(..., clip=True) to "
-                "store out-of-range values as the nearest end"
+                f"{what} holds {worst:g}, outside its quantisation range "
+                f"[{self.low:g}, {self.high:g}] by more than half a step; widen the range, or "
+                "pass Quantize(..., clip=True) to store out-of-range values as the nearest end"
             )
         if isinstance(scaled, np.ndarray):
             return np.clip(scaled, 0, _LEVELS).astype(np.uint8)

@@ -168,7 +168,10 @@ class StoreReader:
         *,
         raw: bool = False,
     ) -> TensorDict:
-        """Contiguous rows ``[start, stop)`` as a TensorDict (quantised columns dequantised unless ``raw``)."""
+        """Contiguous rows ``[start, stop)`` as a TensorDict.
+
+        Quantised columns are dequantised unless ``raw`` (then they are their uint8 codes).
+        """
         try:
             start, stop = operator.index(start), operator.index(stop)
         except TypeError as exc:
@@ -189,7 +192,7 @@ class StoreReader:
     def iter_slabs(
         self, rows: int = 65536, columns: Iterable[str] | None = None, *, raw: bool = False
     ) -> Iterator[TensorDict]:
-        """Stream the whole store as consecutive slabs of ``rows`` rows (the last may be shorter)."""
+        """The whole store as consecutive slabs of ``rows`` rows (the last may be shorter)."""
         if rows < 1:
             raise RowIndexError(f"rows ({rows}) must be >= 1")
         names = [s.name for s in self.select_columns(columns)]

@@ -23,7 +23,7 @@ __all__ = ["ResidentStorage"]
 
 
 class ResidentStorage(StoreReplay):
-    """A :class:`ResidentStore` as a read-only torchrl ``Storage`` (a full ring that refuses writes).
+    """A :class:`ResidentStore` as a read-only torchrl ``Storage``: a full ring refusing writes.
 
     Built by :meth:`TrajectoryStore.resident() <torchstore.data.store.TrajectoryStore.resident>`;
     ``gather``, ``episodes``, ``source`` and ``num_rows`` are the resident store's, and

@@ -93,7 +93,8 @@ class TrajectoryStore(StoreReader):
             rows = torch.nonzero(rows).flatten()
         if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.ndim != 1:
             raise RowIndexError(
-                f"row indices must be a 1-D integer sequence, got {rows.dtype} of shape {list(rows.shape)}"
+                f"row indices must be a 1-D integer sequence, got {rows.dtype} of shape "
+                f"{list(rows.shape)}"
             )
         return self._read_rows(rows)
 
@@ -143,7 +144,8 @@ class TrajectoryStore(StoreReader):
         env_id = self._manifest.env_id
         if not env_id:
             raise EnvUnavailableError(
-                f"{self.path} records no env id; pass env_id= to TrajectoryStoreWriter when writing it"
+                f"{self.path} records no env id; pass env_id= to TrajectoryStoreWriter when "
+                "writing it"
             )
         try:
             import gymnasium

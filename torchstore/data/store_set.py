@@ -180,7 +180,7 @@ class StoreSet(TrajectoryStore):
 
     # ----------------------------------------------------------------- reading
     def read_column(self, name: str, start: int, stop: int) -> np.ndarray:
-        """One column's rows ``[start, stop)`` across shard edges, in its storage dtype (verified)."""
+        """One column's rows ``[start, stop)`` across shard edges, storage dtype (verified)."""
         spec = self.column(name)
         if not 0 <= start <= stop <= self._rows:
             raise RowIndexError(

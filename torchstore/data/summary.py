@@ -94,7 +94,8 @@ def format_summary(info: dict) -> str:
         # opening checks the manifest, commit record and episode index; column bytes are
         # checked only when read, so a summary says nothing about their health
         lines.append(
-            f"checksums  not verified (data is checked when read; run: torchstore verify {info['path']})"
+            "checksums  not verified (data is checked when read; run: torchstore verify "
+            f"{info['path']})"
         )
     lines.append("")
     header = ("column", "dtype", "shape", "quantisation")

@@ -223,7 +223,8 @@ class TrajectoryStoreWriter:
             if code is not None:
                 raise StorageFullError(
                     code,
-                    f"{path}: no room to create the store ({os.strerror(code)}); nothing was written",
+                    f"{path}: no room to create the store ({os.strerror(code)}); "
+                    "nothing was written",
                     str(path),
                 ) from exc
             raise
@@ -392,7 +393,8 @@ class TrajectoryStoreWriter:
         self._check_open()
         if self._pending:
             raise EpisodeError(
-                f"add_episode() with {self._pending} rows already appended; call end_episode() first"
+                f"add_episode() with {self._pending} rows already appended; "
+                "call end_episode() first"
             )
         self.append(rows, raw=raw)
         return self.end_episode(metadata)
@@ -415,7 +417,8 @@ class TrajectoryStoreWriter:
         self._check_open()
         if self._pending:
             raise EpisodeError(
-                f"add_episodes() with {self._pending} rows already appended; call end_episode() first"
+                f"add_episodes() with {self._pending} rows already appended; "
+                "call end_episode() first"
             )
         lengths = [int(n) for n in lengths]
         if not lengths or any(n <= 0 for n in lengths):
@@ -476,7 +479,8 @@ class TrajectoryStoreWriter:
             if extra:
                 parts.append(f"unknown {extra}")
             raise ColumnError(
-                f"rows do not match the store's columns: {', '.join(parts)}; declared {list(self._specs)}"
+                f"rows do not match the store's columns: {', '.join(parts)}; "
+                f"declared {list(self._specs)}"
             )
         n: int | None = None
         out: dict[str, np.ndarray] = {}
@@ -521,7 +525,8 @@ class TrajectoryStoreWriter:
             raise StorageFullError(
                 code,
                 f"{self.path}: no room for {nbytes} more bytes ({os.strerror(code)}); nothing was "
-                f"written, the {self._episodes} committed episodes ({self._rows} rows) are intact and "
+                f"written, the {self._episodes} committed episodes ({self._rows} rows) are "
+                "intact and "
                 f"the {self._pending} rows appended since are still pending. Free space and "
                 "commit again, or close() (pending rows are then dropped)",
                 str(self.path),
@@ -599,4 +604,7 @@ class TrajectoryStoreWriter:
         self._finish(replace=exc_type is None)
 
     def __repr__(self) -> str:
-        return f"TrajectoryStoreWriter({str(self.path)!r}, rows={self._rows}, episodes={self._episodes})"
+        return (
+            f"TrajectoryStoreWriter({str(self.path)!r}, rows={self._rows}, "
+            f"episodes={self._episodes})"
+        )
