@@ -221,6 +221,17 @@ def check_in_lerobot(ds, episodes, tasks, *, videos=(), images=(), decoded=None)
 
 
 def load(root, backend=None):
+    """A new LeRobotDataset of ``root``, as a new reader process would open it.
+
+    lerobot keeps one process-wide cache of torchcodec decoders keyed by file path, so in
+    this process a file read before a merge replaced it would decode through its old
+    decoder (its old frame count); it is cleared first.
+    """
+    from lerobot.datasets import video_utils
+
+    cache = getattr(video_utils, "_default_decoder_cache", None)
+    if cache is not None:
+        cache.clear()
     return lerobot.LeRobotDataset(repo_id="local/test", root=root, video_backend=backend)
 
 
