@@ -284,7 +284,9 @@ class OfflineDataModule(StoreDataModule):
     def _draw_train(self) -> TensorDict | dict:
         if self.window is not None:
             if self.window_length is None:
-                packed, row, _, weight = self.window.draw_rows(self.philox, self.batch_size)
+                packed, row, _, weight = self.window.draw_rows(
+                    self.philox, self.batch_size, segments=False
+                )
                 return self._assemble(row, weight, at=packed)
             packed, rows, episode = self.window.draw_windows(self.philox, self.batch_size)
             return self._assemble(rows, None, episode=episode, at=packed)

@@ -20,6 +20,7 @@ import torch
 
 from torchstore.data.packed import PackedColumns
 from torchstore.errors import ResidencyError, RowIndexError
+from torchstore.samplers.block_read import MAX_READ_BYTES, ChunkReader
 from torchstore.samplers.draws import importance_weight
 from torchstore.samplers.refill import RefillSchedule, cut_blocks, parse_budget
 from torchstore.samplers.sumtree import SumTree
@@ -29,6 +30,28 @@ if TYPE_CHECKING:
     from torchstore.data.store import TrajectoryStore
 
 __all__ = ["BlockWindow"]
+
+
+def _buffer_bytes(kind: str, amount: int, row_bytes: int, k: int, chunk_bytes: int) -> int:
+    """The refill read buffer a budget affords: about an eighth of a slot, at most
+    ``MAX_READ_BYTES``; 0 (reads through the store) when that is less than one chunk."""
+    size = min(MAX_READ_BYTES, (amount * row_bytes if kind == "rows" else amount) // (8 * (k + 1)))
+    return size if chunk_bytes and size >= chunk_bytes else 0
+
+
+def _budget_rows(kind: str, amount: int, row_bytes: int, buffer: int, tree_item: int | None) -> int:
+    """Slot rows of a budget. A budget in bytes holds every resident byte the window adds:
+    its ``K + 1`` slots, the read ``buffer`` and, prioritized, the window's two trees (two
+    nodes per leaf each, a power of two of leaves); a budget in rows counts slot rows."""
+    if kind == "rows":
+        return amount
+    room = amount - buffer
+    tree = 0 if tree_item is None else 4 * tree_item
+    rows = room // (row_bytes + tree)
+    leaves = lambda n: 1 << max(n - 1, 0).bit_length()  # noqa: E731
+    while rows > 0 and rows * row_bytes + tree * leaves(rows) > room:
+        rows = max(0, (room - tree * leaves(rows)) // row_bytes)
+    return rows
 
 
 class _DiskColumns:
@@ -117,7 +140,13 @@ class BlockWindow:
         if k < 1:
             raise ResidencyError(f"resident_blocks ({resident_blocks}) must be >= 1")
         row_bytes = PackedColumns(specs, 1, "cpu").row_bytes
-        budget_rows = amount if kind == "rows" else amount // row_bytes
+        #: refills, rows and bytes read, seconds spent reading, waits and seconds waited,
+        #: chunks read straight from the file and reads through the store (block_read)
+        self.stats = {"refills": 0, "rows": 0, "bytes": 0, "read_s": 0.0, "waits": 0, "wait_s": 0.0}
+        self._reader = ChunkReader(store, [s.name for s in specs], lock=self.lock, stats=self.stats)
+        self._reader.set_buffer(_buffer_bytes(kind, amount, row_bytes, k, self._reader.chunk_bytes))
+        tree_item = None if priorities is None else priorities.dtype.itemsize
+        budget_rows = _budget_rows(kind, amount, row_bytes, self._reader.buffer_bytes, tree_item)
         block_rows = budget_rows // (k + 1)
         if block_rows < 1:
             raise ResidencyError(
@@ -163,8 +192,6 @@ class BlockWindow:
         self.tree = None
         if priorities is not None:
             self.tree = SumTree(self.packed.capacity, dtype=priorities.dtype, device=self.device)
-        #: refills, rows and bytes read, seconds spent reading, waits and seconds waited
-        self.stats = {"refills": 0, "rows": 0, "bytes": 0, "read_s": 0.0, "waits": 0, "wait_s": 0.0}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchstore-refill")
         self._pending: Future | None = None
         self._opened = False
@@ -189,13 +216,16 @@ class BlockWindow:
         base = slot * self.block_rows
         t0 = time.perf_counter()
         for spec in self.packed.columns:
-            with self.lock:
-                value = self.store.read_column(spec.name, lo, hi)
             if self.device.type == "cpu":
-                # numpy's strided copy into the interleaved rows: one thread, GIL released
-                self.packed.view(spec.name).numpy()[base : base + hi - lo] = value
+                # straight into the slot's strided rows, GIL released (see block_read)
+                out = self.packed.view(spec.name).numpy()[base : base + hi - lo]
+                self._reader.read(spec.name, lo, hi, out)
             else:
-                self.packed.write(slice(base, base + hi - lo), {spec.name: torch.from_numpy(value)})
+                view = self.packed.view(spec.name)
+                dtype = torch.empty((), dtype=view.dtype).numpy().dtype
+                out = np.empty((hi - lo, *view.shape[1:]), dtype=dtype)
+                self._reader.read(spec.name, lo, hi, out)
+                self.packed.write(slice(base, base + hi - lo), {spec.name: torch.from_numpy(out)})
         self.stats["read_s"] += time.perf_counter() - t0
         self.stats["refills"] += 1
         self.stats["rows"] += hi - lo
@@ -281,10 +311,29 @@ class BlockWindow:
         cat = lambda xs: torch.as_tensor(np.concatenate(xs), device=self.device)  # noqa: E731
         self.rows = RowSet(cat(starts), cat(lengths), cat(episodes))
         self._delta = cat(deltas)
+        self._runs(np.concatenate(starts), np.concatenate(lengths), np.concatenate(deltas))
+        slot_delta = np.zeros(self.k + 1, dtype=np.int64)
+        for slot in self._slots:
+            slot_delta[slot] = int(self.blocks.lo[self._slot_block[slot]]) - slot * self.block_rows
+        self._slot_delta = torch.as_tensor(slot_delta, device=self.device)
         if self.tree is not None:
             self.tree.clear()
             for slot in self._slots:
                 self._mirror(slot)
+
+    def _runs(self, start: np.ndarray, length: np.ndarray, delta: np.ndarray) -> None:
+        """The active segments merged into runs contiguous in packed and store rows, for
+        uniform draws without a segment lookup: draw ``g`` lies in run ``q`` (the first
+        whose cumulative length exceeds it) at packed ``g + off[0, q]``, store row
+        ``g + off[1, q]``; the same rows as :meth:`RowSet.locate` numbers them."""
+        new = np.ones(len(start), dtype=bool)
+        new[1:] = (start[1:] != start[:-1] + length[:-1]) | (delta[1:] != delta[:-1])
+        first = np.flatnonzero(new)
+        run_length = np.add.reduceat(length, first)
+        cum = np.cumsum(run_length)
+        off = start[first] - (cum - run_length)
+        self._run_cum = torch.as_tensor(cum, device=self.device)
+        self._run_off = torch.as_tensor(np.stack([off, off + delta[first]]), device=self.device)
 
     def _mirror(self, slot: int, rows: torch.Tensor | None = None) -> None:
         """Copy whole-store priorities of (some of) ``slot``'s rows into the window tree."""
@@ -335,22 +384,37 @@ class BlockWindow:
 
     # ------------------------------------------------------------ draws
     def draw_rows(
-        self, stream: Any, n: int
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        self, stream: Any, n: int, *, segments: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``n`` rows of the current phase: ``(packed, store_row, segment, weight or None)``.
 
         ``segment`` indexes :attr:`rows` (``rows.start[segment]``/``rows.length[segment]``
-        are the row's episode in packed positions).
+        are the row's episode in packed positions); ``None`` with ``segments=False``, which
+        draws the same rows with fewer steps.
         """
         self._ready()
         if self.tree is None:
-            packed, seg = self.rows.locate(stream.randint(n, len(self.rows)))
+            g = stream.randint(n, len(self.rows))
+            if not segments:
+                if self._run_off.shape[1] == 1:
+                    both = self._run_off + g
+                else:
+                    q = torch.searchsorted(self._run_cum, g, right=True)
+                    both = torch.index_select(self._run_off, 1, q) + g
+                return both[0], both[1], None, None
+            packed, seg = self.rows.locate(g)
             weight = None
         else:
             u = stream.uniform(n, dtype=self.tree.dtype)
             packed, value, _ = self.tree.sample_whole(u)
-            seg = self.rows.segment_of(packed)
             weight = importance_weight(value, self.priorities.min_whole(), self.beta)
+            if not segments:
+                store = (
+                    packed
+                    + self._slot_delta[torch.div(packed, self.block_rows, rounding_mode="floor")]
+                )
+                return packed, store, None, weight
+            seg = self.rows.segment_of(packed)
         return packed, packed + self._delta[seg], seg, weight
 
     def draw_windows(self, stream: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -446,6 +510,7 @@ class BlockWindow:
     def close(self) -> None:
         self.close_reads()
         self._pool.shutdown(wait=True)
+        self._reader.close()
 
     def __repr__(self) -> str:
         return (

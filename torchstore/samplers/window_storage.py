@@ -183,7 +183,7 @@ class WindowSampler(Sampler):
         self.philox = PhiloxStream(seed, stream, storage.window.device, block=_STREAM_BLOCK)
 
     def sample(self, storage: Any, batch_size: int) -> tuple[torch.Tensor, dict]:
-        _, rows, _, weight = self.storage.window.draw_rows(self.philox, batch_size)
+        _, rows, _, weight = self.storage.window.draw_rows(self.philox, batch_size, segments=False)
         info: dict[str, Any] = {}
         if weight is not None:
             info["priority_weight"] = weight

@@ -1,0 +1,145 @@
+"""Refill reads straight from a store's chunks: same rows as the store's read, checksums kept,
+and every resident byte inside a budget in bytes."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from torchstore.data.columns import ColumnSpec
+from torchstore.data.store import TrajectoryStore
+from torchstore.data.writer import TrajectoryStoreWriter
+from torchstore.errors import IntegrityError
+from torchstore.samplers.block_read import ChunkReader
+from torchstore.samplers.block_window import BlockWindow
+from torchstore.samplers.philox import PhiloxStream
+from torchstore.samplers.sumtree import SumTree
+
+COLUMNS = [
+    ColumnSpec("img", torch.uint8, (40, 25)),  # 1000 bytes a row: 131 rows a chunk
+    ColumnSpec("obs", torch.float32, (3,)),
+    ColumnSpec("step", torch.int64),
+    ColumnSpec("done", torch.bool),
+]
+ROWS = 6000
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    """Episodes of 100 rows; ``step`` holds the row number, ``img`` bytes derived from it."""
+    path = tmp_path_factory.mktemp("block_read") / "wide.h5"
+    rng = np.random.default_rng(0)
+    with TrajectoryStoreWriter(path, COLUMNS) as w:
+        for start in range(0, ROWS, 100):
+            rows = np.arange(start, start + 100)
+            done = np.zeros(100, dtype=bool)
+            done[-1] = True
+            w.add_episode(
+                {
+                    "img": rng.integers(0, 256, (100, 40, 25), dtype=np.uint8),
+                    "obs": rng.standard_normal((100, 3), dtype=np.float32),
+                    "step": rows,
+                    "done": done,
+                }
+            )
+    return path
+
+
+def test_chunk_reads_match_the_store_for_any_rows_and_any_strides(store_path):
+    with TrajectoryStore(store_path) as store:
+        stats: dict = {}
+        reader = ChunkReader(
+            store,
+            [c.name for c in COLUMNS],
+            buffer_bytes=300_000,
+            lock=threading.Lock(),
+            stats=stats,
+        )
+        rng = np.random.default_rng(1)
+        spans = [(0, ROWS), (0, 1), (ROWS - 1, ROWS), (130, 132), (131, 262)]
+        spans += [tuple(sorted(rng.integers(0, ROWS + 1, 2))) for _ in range(20)]
+        for lo, hi in spans:
+            for spec in COLUMNS:
+                expected = store.read_column(spec.name, lo, hi)
+                # a strided destination, as a window slot's column is
+                wide = np.zeros((hi - lo, 2, *expected.shape[1:]), dtype=expected.dtype)
+                reader.read(spec.name, lo, hi, wide[:, 1])
+                np.testing.assert_array_equal(wide[:, 1], expected)
+                assert not wide[:, 0].any()
+        reader.close()
+    assert stats["direct_chunks"] > 100 and stats["store_reads"] == 0
+
+
+def test_a_window_reads_its_blocks_from_the_chunks_and_gathers_the_store_rows(store_path):
+    with TrajectoryStore(store_path) as store:
+        ep = store.episodes
+        w = BlockWindow(
+            store,
+            None,
+            segments=(ep.offsets, ep.lengths, torch.arange(len(ep.lengths))),
+            budget="4MB",  # a read buffer of a sixth of a slot: more than a chunk
+            resident_blocks=2,
+            batch_size=32,
+        )
+        stream = PhiloxStream(3, block=4096)
+        for _ in range(400):
+            packed, row, seg, _ = w.draw_rows(stream, 32, segments=False)
+            assert seg is None
+            batch = w.packed.gather(packed)
+            assert torch.equal(batch["step"], row)
+            expected = torch.from_numpy(store.read_column("img", 0, ROWS))[row]
+            assert torch.equal(batch["img"], expected)
+        w.close()
+    assert w.stats["refills"] > 8 and w.stats["direct_chunks"] > 0
+    assert w.stats["store_reads"] == 0
+
+
+def test_a_chunk_damaged_on_disk_still_fails_its_checksum(store_path, tmp_path):
+    bad = tmp_path / "bad.h5"
+    shutil.copyfile(store_path, bad)
+    with TrajectoryStore(bad) as store:
+        offset = store._ds.columns["img"].data.id.get_chunk_info(3).byte_offset
+    with open(bad, "r+b") as f:
+        f.seek(offset + 17)
+        byte = f.read(1)[0]
+        f.seek(offset + 17)
+        f.write(bytes([byte ^ 0x10]))
+    with TrajectoryStore(bad) as store:
+        reader = ChunkReader(store, ["img"], buffer_bytes=1 << 16, lock=threading.Lock())
+        out = np.empty((ROWS, 40, 25), dtype=np.uint8)
+        reader.read("img", 0, 300, out[:300])  # chunks 0-2 are intact
+        with pytest.raises(IntegrityError, match="column 'img'.*checksum"):
+            reader.read("img", 0, ROWS, out)
+        reader.close()
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_budget_in_bytes_holds_the_slots_the_read_buffer_and_the_trees(store_path, prioritized):
+    budget = 2_400_000  # K = 1: a read buffer of a sixteenth, more than a chunk
+    with TrajectoryStore(store_path) as store:
+        ep = store.episodes
+        priorities = None
+        if prioritized:
+            priorities = SumTree(store.num_rows)
+            priorities.update(torch.arange(store.num_rows), torch.ones(store.num_rows))
+        w = BlockWindow(
+            store,
+            None,
+            segments=(ep.offsets, ep.lengths, torch.arange(len(ep.lengths))),
+            budget=f"{budget}B",
+            resident_blocks=1,
+            batch_size=8,
+            priorities=priorities,
+        )
+        w.draw_rows(PhiloxStream(0, block=256), 8)  # the reader's buffer exists now
+        assert w._reader.buffer_bytes > 0
+        held = w.packed.nbytes + w._reader.buffer_bytes
+        if prioritized:
+            held += sum(t.numel() * t.element_size() for t in (w.tree._sum, w.tree._min))
+        w.close()
+    assert held <= budget
+    assert held > 0.7 * budget
