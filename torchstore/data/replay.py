@@ -182,6 +182,10 @@ class StoreReplay(TensorStorage):
             raise ValueError(f"StoreReplay capacity ({capacity!r}) must be a positive int")
         self._episodes = RingEpisodes(int(capacity))
         self._streams = [self._episodes]
+        # shared with spawned processes: int64 [rows, cursor, revision] (see _share)
+        self._shared: torch.Tensor | None = None
+        self._shared_np: np.ndarray | None = None
+        self._seen_revision = 0
         self._width = 1
         super().__init__(
             storage=None, max_size=int(capacity), device=device, ndim=ndim, compilable=compilable
@@ -214,6 +218,8 @@ class StoreReplay(TensorStorage):
     @property
     def cursor(self) -> int:
         """Physical (flat) row the next ring write goes to (``time row * n_envs`` when ndim=2)."""
+        if self._shared is not None:
+            self._follow_shared()
         return self._episodes.cursor * self._width
 
     @property
@@ -263,6 +269,8 @@ class StoreReplay(TensorStorage):
         return self._segment_table()[2]
 
     def _segment_table(self) -> tuple[Any, ...]:
+        if self._shared is not None:
+            self._follow_shared()
         version = tuple(s.version for s in self._streams)
         cached = self._segments_cache
         if cached is None or cached[0] != version:
@@ -404,10 +412,14 @@ class StoreReplay(TensorStorage):
     # ----------------------------------------------------------------- torchrl sizes
     @_compile_disable()
     def __len__(self) -> int:
+        if self._shared is not None:
+            self._follow_shared()
         return self._episodes.rows * self._width
 
     @property
     def _len(self) -> int:
+        if self._shared is not None:
+            self._follow_shared()
         return self._episodes.rows * self._width
 
     @_len.setter
@@ -501,6 +513,8 @@ class StoreReplay(TensorStorage):
         and the index is rebuilt. ``set_cursor=False`` (``rb[idx] = v``) rewrites rows in
         place and rebuilds the index only if an episode-end flag of a valid row changed.
         """
+        if self._shared is not None:
+            self._follow_shared()
         if self.ndim > 1:
             self._set_nd(cursor, data, set_cursor)
             self._sync_scalars()
@@ -809,6 +823,11 @@ class StoreReplay(TensorStorage):
         The packed blocks are reallocated (the old rows copied over), so buffers made for
         the old layout (``packed.gather_blocks(out=...)``) must be remade.
         """
+        if self._shared is not None:
+            raise UnsupportedError(
+                f"a StoreReplay shared with other processes cannot grow columns (got "
+                f"{[s.name for s in specs]}): write every key before sharing, or declare columns="
+            )
         old = self._packed
         ends_before = self._end_names
         self._packed = None
@@ -890,8 +909,50 @@ class StoreReplay(TensorStorage):
         self._episodes.rebuild(ends, rows=rows, cursor=cursor)
 
     def _sync_scalars(self) -> None:
+        """After every change of the ring: the device scalars, and the shared position."""
         self.fill_level.fill_(len(self))
         self.cursor_tensor.fill_(self.cursor)
+        if self._shared is not None:
+            shared = self._shared_np
+            shared[0], shared[1] = self._episodes.rows, self._episodes.cursor
+            shared[2] += 1
+            self._seen_revision = int(shared[2])
+
+    # ----------------------------------------------------------------- sharing
+    def _share(self) -> None:
+        """Put the rows and the ring position in shared memory (pickled for a spawned process).
+
+        The episode index stays per process: one that sees another's write (the shared
+        revision moved) rebuilds it from the end flags, giving the episodes fresh ids.
+        """
+        if self._shared is not None:
+            return
+        if not self.initialized or self._packed is None:
+            raise UnsupportedError(
+                "StoreReplay is shared with spawned processes once it holds columns: write "
+                "rows (or declare columns=) before sharing (torchrl's shared_init, a lazy "
+                "first write by a child, is not supported)"
+            )
+        if self._packed.device.type == "cpu":
+            for block in self._packed.blocks:
+                block.share_memory_()
+        self._shared = torch.zeros(3, dtype=torch.int64).share_memory_()
+        self._shared_np = self._shared.numpy()
+        self._sync_scalars()
+
+    def _follow_shared(self) -> None:
+        """Adopt another process's writes: its position, then a rebuilt episode index."""
+        shared = self._shared_np
+        if int(shared[2]) == self._seen_revision:
+            return
+        self._seen_revision = int(shared[2])
+        rows, cursor = int(shared[0]), int(shared[1])
+        self._rebuild(rows=rows, cursor=cursor)
+        self._segments_cache = None
+        self.fill_level.fill_(rows * self._width)
+        self.cursor_tensor.fill_(cursor * self._width)
+        last = (cursor - 1) % self.time_capacity if rows else -1
+        self._set_last_cursor(last)
 
     def _empty(self) -> None:
         for stream in self._streams:
@@ -909,6 +970,8 @@ class StoreReplay(TensorStorage):
         with one ``index_select`` of the packed rows and dequantised on the storage device.
         Indices must lie in ``[-len, len)``.
         """
+        if self._shared is not None:
+            self._follow_shared()
         if self._packed is None:
             raise RuntimeError("Cannot get elements out of a non-initialized storage.")
         if _is_key(index):
@@ -1258,14 +1321,15 @@ class StoreReplay(TensorStorage):
     # ----------------------------------------------------------------- pickling
     def __getstate__(self) -> dict[str, Any]:
         if get_spawning_popen() is not None:
-            raise RuntimeError(
-                "StoreReplay cannot be shared with spawned processes: its ring position and "
-                "episode index are process-local; write from one process"
-            )
-        return Storage.__getstate__(self)
+            self._share()  # the blocks and the position go to shared memory, then pickle
+        state = Storage.__getstate__(self)
+        state.pop("_shared_np", None)
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         Storage.__setstate__(self, state)
+        shared = state.get("_shared")
+        self._shared_np = None if shared is None else shared.numpy()
 
     def __repr__(self) -> str:
         cols = (
