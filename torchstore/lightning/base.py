@@ -145,29 +145,9 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
     ):
         super().__init__()
         self.sampler = choice(SamplerKind, sampler, "sampler")
-        #: ``"all"``, or the budget of a store larger than memory (rows, or a size string)
-        self.resident = resident
-        self._budget = parse_budget(resident)
-        self.windowed = self._budget[0] != "all"
-        self.resident_blocks = check_int("resident_blocks", resident_blocks, 1)
-        if (
-            isinstance(resident_reuse, bool)
-            or not isinstance(resident_reuse, (int, float))
-            or not 0 < resident_reuse < float("inf")
-        ):
-            raise ResidencyError(f"resident_reuse ({resident_reuse!r}) must be a finite number > 0")
-        self.resident_reuse = float(resident_reuse)
-        if self.windowed and ere is not None:
-            raise ValueError(
-                f"ere draws from the newest rows of the whole store; with resident={resident!r} "
-                "only resident blocks can be drawn: use resident='all' with ere"
-            )
-        if self.windowed and shard_episodes:
-            raise ValueError(
-                f"with resident={resident!r} DDP ranks already read disjoint blocks of the "
-                "store; drop shard_episodes"
-            )
-        #: the :class:`~torchstore.samplers.block_window.BlockWindow` sampled with a budget, else None
+        self._set_residency(resident, resident_blocks, resident_reuse, ere, shard_episodes)
+        #: the :class:`~torchstore.samplers.block_window.BlockWindow` sampled with a budget
+        #: (else None)
         self.window: BlockWindow | None = None
         for name, value in (
             ("prioritized_alpha", prioritized_alpha),
@@ -218,6 +198,38 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         self._ready = False
         self._pending_state: dict[str, Any] | None = None
         self.rank, self.world_size = 0, 1
+
+    def _set_residency(
+        self,
+        resident: int | str,
+        resident_blocks: int,
+        resident_reuse: float,
+        ere: ERE | None,
+        shard_episodes: bool,
+    ) -> None:
+        """Check and keep ``resident=``, ``resident_blocks=``, ``resident_reuse=``."""
+        #: ``"all"``, or the budget of a store larger than memory (rows, or a size string)
+        self.resident = resident
+        self._budget = parse_budget(resident)
+        self.windowed = self._budget[0] != "all"
+        self.resident_blocks = check_int("resident_blocks", resident_blocks, 1)
+        if (
+            isinstance(resident_reuse, bool)
+            or not isinstance(resident_reuse, (int, float))
+            or not 0 < resident_reuse < float("inf")
+        ):
+            raise ResidencyError(f"resident_reuse ({resident_reuse!r}) must be a finite number > 0")
+        self.resident_reuse = float(resident_reuse)
+        if self.windowed and ere is not None:
+            raise ValueError(
+                f"ere draws from the newest rows of the whole store; with resident={resident!r} "
+                "only resident blocks can be drawn: use resident='all' with ere"
+            )
+        if self.windowed and shard_episodes:
+            raise ValueError(
+                f"with resident={resident!r} DDP ranks already read disjoint blocks of the "
+                "store; drop shard_episodes"
+            )
 
     # ------------------------------------------------------------ subclass hooks
     @abc.abstractmethod

@@ -418,7 +418,10 @@ class BlockWindow:
         return packed, packed + self._delta[seg], seg, weight
 
     def draw_windows(self, stream: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``n`` windows of ``window`` rows of the current phase: ``(packed, store_rows, episode)``."""
+        """``n`` windows of ``window`` rows of the current phase.
+
+        Returns ``(packed, store_rows, episode)``.
+        """
         self._ready()
         rows = self.rows
         total = int(window_counts(rows.length, self.window).sum())
@@ -489,7 +492,8 @@ class BlockWindow:
         ):
             raise ResidencyError(
                 f"the checkpoint's window cut the rows into {state['blocks']} blocks and held "
-                f"{len(slots)} resident, this one {len(self.blocks)} and {self.k}; resume with the same resident budget and resident_blocks"
+                f"{len(slots)} resident, this one {len(self.blocks)} and {self.k}; resume with the "
+                "same resident budget and resident_blocks"
             )
         self.close_reads()
         self.schedule.load_state_dict(state)

@@ -164,9 +164,9 @@ def cut_blocks(start: np.ndarray, length: np.ndarray, block_rows: int, *, align:
         longest = int(length.max()) if len(length) else 0
         if longest > block_rows:
             raise ResidencyError(
-                f"the longest training episode has {longest} rows, more than a block of the resident budget "
-                f"holds ({block_rows} rows); windows need whole episodes resident: raise the "
-                "budget or lower the number of resident blocks"
+                f"the longest training episode has {longest} rows, more than a block of the "
+                f"resident budget holds ({block_rows} rows); windows need whole episodes "
+                "resident: raise the budget or lower the number of resident blocks"
             )
         cur = -1
         for i in idx:
@@ -272,7 +272,10 @@ class RefillSchedule:
         return order
 
     def block_at(self, i: int) -> int:
-        """Block ``i mod N`` of this rank's order for epoch ``i // N`` (``N`` = :attr:`per_epoch`)."""
+        """Block ``i mod N`` of this rank's order for epoch ``i // N``.
+
+        ``N`` is :attr:`per_epoch`.
+        """
         epoch, j = divmod(i, self.per_epoch)
         return int(self.epoch_order(epoch)[j])
 
