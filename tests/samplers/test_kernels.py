@@ -20,6 +20,7 @@ from torchstore.samplers.philox import (
     counters_from_offset,
     philox4x32,
     randint_below,
+    uniform_from_words,
 )
 
 
@@ -117,6 +118,11 @@ def test_randint_is_identical(seed, offset, n, high):
         want = randint_below(words, high)
     assert torch.equal(got, want) and torch.equal(on_device_scalar, want)
     assert bool((want >= 0).all()) and bool((want < max(high, 1)).all())
+    for dtype in (torch.float64, torch.float32):
+        u = uniform_from_words(words, dtype)
+        with tensors_only():
+            assert torch.equal(u, uniform_from_words(words, dtype))
+        assert u.dtype == dtype and bool((u >= 0).all()) and bool((u < 1).all())
 
 
 @settings(max_examples=30, deadline=None)

@@ -35,7 +35,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["philox_words", "randint_words", "descend_whole", "update_tree", "scan_priorities"]
+__all__ = [
+    "philox_words",
+    "randint_words",
+    "uniform_words",
+    "descend_whole",
+    "update_tree",
+    "scan_priorities",
+]
 
 _M0 = np.uint64(0xD2511F53)
 _M1 = np.uint64(0xCD9E8D57)
@@ -110,6 +117,34 @@ def randint_words(words: Tensor, n: int) -> Tensor:
     """:func:`~torchstore.samplers.philox.randint_below` of ``[k, >= 2]`` words, one bound."""
     out = np.empty(words.shape[0], dtype=np.int64)
     _randint(words.numpy(), n, out)
+    return torch.from_numpy(out)
+
+
+@numba.njit(cache=True, nogil=True)
+def _uniform64(words, out):  # pragma: no cover - compiled
+    # uniform_from_words, float64: a 53-bit integer (exact in a double) times 2**-53
+    for i in range(out.shape[0]):
+        hi = (np.uint64(words[i, 0]) & _MASK32) >> np.uint64(6)
+        lo = (np.uint64(words[i, 1]) & _MASK32) >> np.uint64(5)
+        out[i] = np.float64((hi << np.uint64(27)) + lo) * 1.1102230246251565e-16
+
+
+@numba.njit(cache=True, nogil=True)
+def _uniform32(words, out):  # pragma: no cover - compiled
+    # uniform_from_words, float32: a 24-bit integer (exact in a float) times 2**-24
+    for i in range(out.shape[0]):
+        top = (np.uint64(words[i, 0]) & _MASK32) >> np.uint64(8)
+        out[i] = np.float32(top) * np.float32(5.960464477539063e-08)
+
+
+def uniform_words(words: Tensor, dtype: torch.dtype) -> Tensor:
+    """:func:`~torchstore.samplers.philox.uniform_from_words` of ``[k, >= 2]`` words."""
+    if dtype == torch.float64:
+        out = np.empty(words.shape[0], dtype=np.float64)
+        _uniform64(words.numpy(), out)
+    else:
+        out = np.empty(words.shape[0], dtype=np.float32)
+        _uniform32(words.numpy(), out)
     return torch.from_numpy(out)
 
 

@@ -178,6 +178,10 @@ def uniform_from_words(words: Tensor, dtype: torch.dtype = torch.float64) -> Ten
     Raises:
         ValueError: for any other dtype.
     """
+    if dtype in (torch.float64, torch.float32) and words.ndim == 2:
+        kernels = cpu_kernels(words)
+        if kernels is not None:
+            return kernels.uniform_words(words, dtype)
     if dtype == torch.float64:
         hi = (words[..., 0] & _MASK32) >> 6
         lo = (words[..., 1] & _MASK32) >> 5
