@@ -125,3 +125,46 @@ def test_gather_out_of_range_names_the_index_and_the_row_count(walker_store):
         view.gather(torch.tensor([3, 1], dtype=torch.int32))["qpos"].numpy(), flat["qpos"][[3, 1]]
     )
     assert view.gather(torch.tensor([], dtype=torch.int64))["qpos"].shape == (0, 9)
+
+
+def test_resident_storage_is_a_face_over_the_resident_store(walker_store):
+    """The torchrl storage shares the resident store's blocks; the store itself is torchrl-free."""
+    from torchstore import ResidentStorage, ResidentStore, StoreReplay
+
+    path, flat = walker_store
+    with TrajectoryStore(path) as store:
+        view = store.resident(columns=["qpos", "done"])
+        plain = ResidentStore.load(store, columns=["qpos", "done"])
+    assert isinstance(view, ResidentStorage) and isinstance(view, StoreReplay)
+    assert isinstance(view.resident, ResidentStore) and not isinstance(plain, StoreReplay)
+    assert view.packed is view.resident.packed  # rows held once, not copied
+    assert view.episodes is view.resident.episodes and view.source == path
+    index = torch.tensor([0, 399, 400, 2249])
+    assert torch.equal(plain.gather(index)["qpos"], view.gather(index)["qpos"])
+    assert np.array_equal(plain.gather(index)["qpos"].numpy(), flat["qpos"][index.numpy()])
+    for got, want in zip(plain.episode_segments(), view.episode_segments(), strict=True):
+        assert torch.equal(got, want)
+    assert (len(plain), plain.num_rows, plain.columns) == (2250, 2250, view.columns)
+    assert "ResidentStore(" in repr(plain) and "rows=2250, episodes=4" in repr(view)
+
+
+def test_ring_state_round_trips_into_a_ring_over_the_same_rows(walker_store):
+    from torchstore import StoreReplay
+    from torchstore.errors import UnsupportedError
+
+    path, _ = walker_store
+    ring = StoreReplay.from_store(path, 1000, columns=["qpos", "done"])
+    state = ring.ring_state()
+    assert (state["rows"], state["cursor"], state["open"]) == (1000, 0, False)
+    assert state["episode_ids"] == [1, 2, 3]  # the newest 1000 rows: part of 1, then 2 and 3
+    copy = StoreReplay(1000, device="cpu")
+    copy.adopt_columns(ring.packed)  # the same blocks, no copy
+    copy.restore_ring(ring.episode_segments()[1], state)
+    assert copy.packed is ring.packed and len(copy) == 1000
+    for got, want in zip(copy.episode_segments(), ring.episode_segments(), strict=True):
+        assert torch.equal(got, want)
+    assert int(copy.fill_level) == 1000 and copy.next_episode_id == ring.next_episode_id
+    with pytest.raises(ValueError, match="packed columns of 1000 rows cannot become"):
+        StoreReplay(999).adopt_columns(ring.packed)
+    with pytest.raises(UnsupportedError, match="ndim=2"):
+        StoreReplay(8, ndim=2).ring_state()
