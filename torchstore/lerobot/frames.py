@@ -1,4 +1,5 @@
-"""What a recorder is given, checked and shaped: feature specs, camera frames, numbers.
+"""What a recorder is given, checked and shaped: feature specs, camera frames, numbers, and
+an episode's rows as the Arrow table of its data file.
 
 LeRobot's ``add_frame`` rules: every user feature,
 exact dtype family and shape; camera frames as HWC or CHW, uint8 or floats in ``[0, 1]``.
@@ -6,16 +7,17 @@ exact dtype family and shape; camera frames as HWC or CHW, uint8 or floats in ``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from torchstore.errors import LeRobotFormatError
-from torchstore.lerobot.features import DEFAULT_FEATURES, Feature
+from torchstore.io.parquet import require_pyarrow
+from torchstore.lerobot.features import DEFAULT_FEATURES, Feature, hf_features_metadata
 
-__all__ = ["features_from_user", "camera_frames", "numeric_values"]
+__all__ = ["features_from_user", "camera_frames", "numeric_values", "data_table"]
 
 
 def features_from_user(features: Mapping[str, Any]) -> dict[str, Feature]:
@@ -104,3 +106,37 @@ def numeric_values(feature: Feature, value: Any, *, rows: int | None) -> np.ndar
         if rows is not None
         else arr.reshape(feature.value_shape)
     )
+
+
+def data_table(
+    features: Mapping[str, Feature],
+    columns: Mapping[str, Any],
+    images: Mapping[str, Sequence[bytes]],
+):
+    """One episode's rows as LeRobot's data file holds them: every user feature but the
+    video cameras, then the default features, with the Hugging Face features metadata.
+
+    ``columns``: ``{name: [n, ...] array or n strings}`` for the numeric and string
+    features (the default ones included); ``images``: each image camera's PNG bytes.
+    """
+    pa = require_pyarrow()
+    all_features = {**features, **DEFAULT_FEATURES}
+    fields, arrays = [], []
+    for name, feature in all_features.items():
+        if feature.is_video:
+            continue
+        fields.append(feature.arrow_field())
+        if feature.dtype == "image":
+            files = [f"frame-{k:06d}.png" for k in range(len(images[name]))]
+            arrays.append(
+                pa.StructArray.from_arrays(
+                    [pa.array(images[name], pa.binary()), pa.array(files)],
+                    names=["bytes", "path"],
+                )
+            )
+        elif feature.dtype == "string":
+            arrays.append(pa.array(columns[name], pa.string()))
+        else:
+            arrays.append(feature.to_arrow(columns[name]))
+    schema = pa.schema(fields, metadata={b"huggingface": hf_features_metadata(all_features)})
+    return pa.Table.from_arrays(arrays, schema=schema)

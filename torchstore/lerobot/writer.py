@@ -37,8 +37,13 @@ from torchstore.lerobot.bulk import BulkMixin
 from torchstore.lerobot.cameras import CameraFile, CamerasMixin, encoder_settings
 from torchstore.lerobot.compaction import SavedEpisode, compact_session
 from torchstore.lerobot.episodes_table import EpisodeRow, episodes_table
-from torchstore.lerobot.features import DEFAULT_FEATURES, encode_png, hf_features_metadata
-from torchstore.lerobot.frames import camera_frames, features_from_user, numeric_values
+from torchstore.lerobot.features import DEFAULT_FEATURES, encode_png
+from torchstore.lerobot.frames import (
+    camera_frames,
+    data_table,
+    features_from_user,
+    numeric_values,
+)
 from torchstore.lerobot.info import info_features, new_info, read_info, write_json_atomically
 from torchstore.lerobot.layout import (
     CODEBASE_VERSION,
@@ -418,27 +423,8 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
         return columns
 
     def _data_table(self, columns: dict[str, Any]):
-        pa = require_pyarrow()
-        all_features = {**self.features, **DEFAULT_FEATURES}
-        fields, arrays = [], []
-        for name, feature in all_features.items():
-            if feature.is_video:
-                continue
-            fields.append(feature.arrow_field())
-            if feature.dtype == "image":
-                files = [f"frame-{k:06d}.png" for k in range(len(self._buffer[name]))]
-                arrays.append(
-                    pa.StructArray.from_arrays(
-                        [pa.array(self._buffer[name], pa.binary()), pa.array(files)],
-                        names=["bytes", "path"],
-                    )
-                )
-            elif feature.dtype == "string":
-                arrays.append(pa.array(columns[name], pa.string()))
-            else:
-                arrays.append(feature.to_arrow(columns[name]))
-        schema = pa.schema(fields, metadata={b"huggingface": hf_features_metadata(all_features)})
-        return pa.Table.from_arrays(arrays, schema=schema)
+        images = {n: self._buffer[n] for n, f in self.features.items() if f.dtype == "image"}
+        return data_table(self.features, columns, images)
 
     def _stats(self, columns: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
         stats = {}
