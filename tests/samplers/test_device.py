@@ -94,6 +94,29 @@ def test_sample_into_fills_a_preallocated_batch_in_place():
         sample_into(storage, object(), out)
 
 
+@pytest.mark.parametrize("raw", [False, True])
+def test_a_packed_batch_is_gathered_in_place_with_the_same_rows(raw):
+    storage = _replay()
+    plain, packed = (
+        empty_batch(storage, 32, raw=raw),
+        empty_batch(storage, 32, raw=raw, packed=True),
+    )
+    # the stored columns share one row block (quantised ones read as float are their own)
+    shared = {k for k in ("obs", "action", "reward", "done", "pix") if k != "pix" or raw}
+    ptrs = {k: packed[k].untyped_storage().data_ptr() for k in shared}
+    assert len(set(ptrs.values())) == 1
+    before = {k: packed[k].data_ptr() for k in packed.keys()}
+    for _ in range(3):
+        a = sample_into(storage, PhiloxSampler(seed=4), plain)
+        b = sample_into(storage, PhiloxSampler(seed=4), packed)
+        assert b is packed and {k: packed[k].data_ptr() for k in packed.keys()} == before
+        for key in a.keys():
+            assert torch.equal(a[key], b[key]), key
+    assert packed["pix"].dtype == (torch.uint8 if raw else torch.float32)
+    if not raw:
+        _check_rows(packed)
+
+
 def test_resident_store_takes_the_device_path(tmp_path):
     with TrajectoryStoreWriter(tmp_path / "s.h5", COLUMNS) as w:
         w.add_episode(_rows(0, 25).to_dict())
@@ -202,7 +225,7 @@ def test_cuda_graph_replays_draw_like_eager_calls_and_see_new_rows(prioritized):
         return PhiloxSampler(seed=7, device="cuda")
 
     eager_sampler, graph_sampler = make(), make()
-    eager_out, graph_out = empty_batch(storage, 64), empty_batch(storage, 64)
+    eager_out, graph_out = empty_batch(storage, 64), empty_batch(storage, 64, packed=prioritized)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up outside the graph, then re-align the streams

@@ -118,18 +118,41 @@ def update_priority_(sampler: PrioritizedSampler, index: Tensor, priority: Tenso
     sampler.write_priorities(index.reshape(-1), priority.reshape(-1))
 
 
-def empty_batch(storage: Any, batch_size: int, *, raw: bool = False) -> TensorDict:
+def empty_batch(
+    storage: Any, batch_size: int, *, raw: bool = False, packed: bool = False
+) -> TensorDict:
     """A preallocated batch for :func:`sample_into`, on the storage's device.
 
-    One contiguous leaf per column (quantised columns as float, or as uint8 codes with
-    ``raw=True``), plus ``index`` (int64) and ``priority_weight`` (float32).
+    One leaf per column (quantised columns as float, or as uint8 codes with ``raw=True``),
+    plus ``index`` (int64) and ``priority_weight`` (float32). By default each leaf is its
+    own contiguous tensor. With ``packed=True`` the columns' leaves are views into one row
+    block laid out as the storage's (every column of a row side by side), and eager
+    :func:`sample_into` (CUDA-graph capture included) gathers the rows straight into it:
+    one ``index_select`` for the whole batch, no per-column copy. Not for
+    ``torch.compile``, which cannot write views of one buffer that differ in dtype; keep
+    the default there. Quantised columns read as float stay their own tensors, decoded
+    from the block's codes.
     """
-    packed: PackedColumns = storage.packed
-    rows = torch.zeros(batch_size, dtype=torch.int64, device=packed.device)
-    batch = packed.gather(rows, raw=raw).apply(torch.empty_like)
-    batch.set("index", torch.zeros(batch_size, dtype=torch.int64, device=packed.device))
-    batch.set("priority_weight", torch.ones(batch_size, dtype=torch.float32, device=packed.device))
+    store: PackedColumns = storage.packed
+    if not packed:
+        rows = torch.zeros(batch_size, dtype=torch.int64, device=store.device)
+        batch = store.gather(rows, raw=raw).apply(torch.empty_like)
+    else:
+        blocks = [
+            torch.zeros((batch_size, *block.shape[1:]), dtype=block.dtype, device=block.device)
+            for block in store.blocks
+        ]
+        batch = store.batch_from_blocks(blocks, raw=raw).apply(
+            lambda leaf: leaf if _shares(leaf, blocks) else leaf.clone()
+        )
+    batch.set("index", torch.zeros(batch_size, dtype=torch.int64, device=store.device))
+    batch.set("priority_weight", torch.ones(batch_size, dtype=torch.float32, device=store.device))
     return batch
+
+
+def _shares(leaf: Tensor, blocks: list[Tensor]) -> bool:
+    ptr = leaf.untyped_storage().data_ptr()
+    return any(ptr == block.untyped_storage().data_ptr() for block in blocks)
 
 
 def sample_into(storage: Any, sampler: Sampler, out: TensorDictBase) -> TensorDictBase:
@@ -167,10 +190,52 @@ def sample_into(storage: Any, sampler: Sampler, out: TensorDictBase) -> TensorDi
 
 
 def _gather_into(packed: PackedColumns, index: Tensor, out: TensorDictBase) -> None:
-    # One gather per dtype block, then one copy per column into the caller's leaves. (The
-    # caller's buffers cannot be found from its leaves under tracing, so no gather goes
-    # straight into them.)
+    # Eagerly, when ``out``'s leaves are views into row blocks laid out as the storage's
+    # (``empty_batch``), the rows are gathered straight into those blocks. Otherwise (a
+    # caller's own TensorDict, or under tracing, where a leaf's buffer cannot be looked
+    # up): one gather per dtype block, then one copy per column into the caller's leaves.
+    dest = None if torch.compiler.is_compiling() else _destination_blocks(packed, out)
+    if dest is not None:
+        packed.gather_blocks(index, out=dest)
+        for spec in packed.columns:
+            leaf = out.get(spec.key)
+            if spec.quantize is not None and leaf.dtype != torch.uint8:
+                leaf.copy_(packed.leaf(dest, spec.name))
+        return
     blocks = packed.gather_blocks(index)
     for spec in packed.columns:
         leaf = out.get(spec.key)
         leaf.copy_(packed.leaf(blocks, spec.name, raw=leaf.dtype == torch.uint8))
+
+
+def _destination_blocks(packed: PackedColumns, out: TensorDictBase) -> list[Tensor] | None:
+    """``out``'s row blocks when every stored column's leaf is exactly its view into one
+    (as :func:`empty_batch` makes them), else ``None``."""
+    n = out.batch_size[0]
+    blocks: list[Tensor | None] = [None] * len(packed.blocks)
+    for spec in packed.columns:
+        leaf = out.get(spec.key)
+        if spec.quantize is not None and leaf.dtype != torch.uint8:
+            continue  # decoded from the block's codes
+        b = packed._slots[spec.name].block  # noqa: SLF001 - the column's block number
+        block = blocks[b]
+        if block is None:
+            source = packed.blocks[b]
+            storage = leaf.untyped_storage()
+            nbytes = n * source.shape[1] * source.element_size()
+            if leaf.device != source.device or storage.nbytes() != nbytes:
+                return None
+            block = blocks[b] = torch.empty(0, dtype=source.dtype, device=source.device).set_(
+                storage, 0, (n, source.shape[1])
+            )
+        want = packed.leaf(blocks, spec.name, raw=True)
+        if (
+            leaf.data_ptr() != want.data_ptr()
+            or leaf.stride() != want.stride()
+            or leaf.shape != want.shape
+            or leaf.dtype != want.dtype
+        ):
+            return None
+    if any(block is None for block in blocks):
+        return None
+    return blocks
