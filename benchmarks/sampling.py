@@ -14,8 +14,14 @@ Prints medians and ratios:
   generator, and ``UniformSampler(seed=)`` drawing from the core's Philox stream) and the raw
   ``StoreReplay.get(idx)`` vs ``TensorDictReplayBuffer(LazyTensorStorage, RandomSampler)``;
 - prioritized ``sample`` + ``update_priority`` of 4096 rows (compiled CPU kernels, and the
-  tensor code with the kernels off) vs torchrl's ``PrioritizedSampler`` (its C++ extension
-  may not load: then "unavailable", and the figures it gave when rebuilt are printed);
+  tensor code with the kernels off) vs torchrl's ``PrioritizedSampler``. Its wheel's C++
+  extension may not load with this torch: then it is "unavailable" and the figure it gave
+  when rebuilt is printed, unless ``--build-torchrl-tree`` builds torchrl's own
+  ``torchrl/csrc`` for this torch (``benchmarks/_torchrl_tree.py``: minutes the first time,
+  cached under ``~/.cache/torchstore-benchmarks``, seconds after) and times it side by side;
+- gather order (batch order is free for i.i.d. draws): ``index_select`` of random rows vs the
+  same rows in sorted order (sorted by ``torch.sort``, or by the core's counting sort), for
+  the walker row and an 84x84x3 uint8 image row;
 - windows, 64 x 64 steps, on a ring written between samples (1000 rows each time):
   ``SequenceWindowSampler(64)`` vs torchrl's ``SliceSampler(num_slices=64)`` uncached;
 - ``extend`` of 1000-row chunks, rows/s;
@@ -29,6 +35,7 @@ Prints medians and ratios:
 by chunk, and each section frees what it built.
 
 Usage: python benchmarks/sampling.py [--rows 1000000] [--big] [--repeats 101] [--multi-env-only]
+       [--build-torchrl-tree] [--thread-clock] [--image-rows 20000]
 """
 
 from __future__ import annotations
@@ -39,17 +46,29 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, RandomSampler, SliceSampler, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler as TorchrlPrioritizedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import median_per_call_interleaved, print_table  # noqa: E402
+from _timing import (  # noqa: E402
+    add_clock_flag,
+    median_per_call_interleaved,
+    print_table,
+    use_thread_clock,
+)
+from _torchrl_tree import load_torchrl_tree  # noqa: E402
 
 from torchstore.data import ColumnSpec  # noqa: E402
 from torchstore.data.replay import StoreReplay  # noqa: E402
-from torchstore.samplers import PrioritizedSampler, SequenceWindowSampler, UniformSampler  # noqa: E402
+from torchstore.samplers import (  # noqa: E402
+    PrioritizedSampler,
+    SequenceWindowSampler,
+    UniformSampler,
+    kernels,  # noqa: E402
+)
 from torchstore.samplers import philox as philox_module  # noqa: E402
 
 WALKER = (
@@ -73,7 +92,7 @@ WINDOW, NUM_WINDOWS = 64, 64
 TORCHRL_PRIORITIZED_REPORTED_MS = (4.2, 4.6)
 #: the same step with torchrl's own C++ tree rebuilt from the wheel's torchrl/csrc for torch
 #: 2.13 (torch.utils.cpp_extension.load, about 6 minutes on 2 cores), timed side by side with
-#: this benchmark at 1 M rows, one thread: NOT rebuilt in this run.
+#: this benchmark at 1 M rows, one thread; printed when --build-torchrl-tree is not given.
 TORCHRL_PRIORITIZED_REBUILT_MS = 5.53
 #: targets: prioritized sample + update_priority at most this (>= 3x torchrl's tree)
 PRIORITIZED_TARGET_MS = 1.8
@@ -452,7 +471,7 @@ def prioritized_section(ring: Ring) -> list[tuple]:
 
         trl_p, ours_p = median_per_call_interleaved([trl_step, ours_step], repeats=reps, warmup=5)
     lo, hi = TORCHRL_PRIORITIZED_REPORTED_MS
-    rebuilt = TORCHRL_PRIORITIZED_REBUILT_MS
+    rebuilt = TORCHRL_PRIORITIZED_REBUILT_MS if trl_p is None else trl_p * 1e3
 
     def vs_rebuilt(t: float) -> str:
         return f"{rebuilt / (t * 1e3):.2f}x"
@@ -485,17 +504,25 @@ def prioritized_section(ring: Ring) -> list[tuple]:
             "",
             "",
         ),
-        (
-            "torchrl C++ tree rebuilt for this torch, REPORTED (1 M), not run here",
-            f"{rebuilt}",
-            "",
-            "1.00x",
-        ),
-        ("torchrl, REPORTED for its design at 1 M, not measured here", f"{lo}-{hi}", "", ""),
     ]
+    if trl_p is None:
+        rows += [
+            (
+                "torchrl C++ tree rebuilt for this torch, REPORTED (1 M), not run here",
+                f"{rebuilt}",
+                "",
+                "1.00x",
+            ),
+            ("torchrl, REPORTED for its design at 1 M, not measured here", f"{lo}-{hi}", "", ""),
+        ]
     print_table(
         f"prioritized, {BATCH} rows of {n:,}, alpha 0.6 beta 0.4 (ms, median of {reps})",
-        ("case", "ms", "vs torchrl measured", "vs torchrl rebuilt (reported)"),
+        (
+            "case",
+            "ms",
+            "vs torchrl measured",
+            "vs torchrl rebuilt (" + ("measured" if trl_p is not None else "reported") + ")",
+        ),
         rows,
     )
     if why:
@@ -520,14 +547,67 @@ def prioritized_section(ring: Ring) -> list[tuple]:
             ours_p * 1e3 <= PRIORITIZED_TARGET_MS,
         )
     )
-    summary.append(
-        (
-            f"prioritized >= 3x torchrl's rebuilt tree (REPORTED {rebuilt} ms, 1 M)",
-            vs_rebuilt(ours_p),
-            rebuilt >= 3 * ours_p * 1e3,
+    if trl_p is None:
+        summary.append(
+            (
+                f"prioritized >= 3x torchrl's rebuilt tree (REPORTED {rebuilt} ms, 1 M)",
+                vs_rebuilt(ours_p),
+                rebuilt >= 3 * ours_p * 1e3,
+            )
         )
-    )
     return summary
+
+
+IMAGE_ROW = 84 * 84 * 3  # bytes of one uint8 84x84x3 frame
+IMAGE_BATCH = 256
+
+
+def gather_order_section(ring: Ring, image_rows: int) -> list[tuple]:
+    """Random-order gather vs sorted-order gather of the same rows (batch order is free)."""
+    n, reps, gen = ring.n, ring.reps, ring.gen
+    walker = ring.storage.packed.blocks[0]
+    images = torch.from_numpy(np.zeros((image_rows, IMAGE_ROW // 8), dtype=np.int64))
+    images.view(torch.uint8).random_(generator=gen)
+    results = []
+    for name, block, rows, batch in (
+        (f"walker row ({walker.shape[1] * walker.element_size()} B)", walker, n, BATCH),
+        ("84x84x3 uint8 image row", images, image_rows, IMAGE_BATCH),
+    ):
+        pool = [torch.randint(rows, (batch,), generator=gen) for _ in range(POOL)]
+        idx, pre = Cycle(pool), Cycle([torch.sort(i).values for i in pool])
+        floor, torch_sorted, bucketed, presorted = median_per_call_interleaved(
+            [
+                lambda: torch.index_select(block, 0, idx()),
+                lambda: torch.index_select(block, 0, torch.sort(idx()).values),
+                lambda: torch.index_select(block, 0, kernels.bucket_sorted(idx(), rows)),
+                lambda: torch.index_select(block, 0, pre()),
+            ],
+            repeats=reps,
+            warmup=5,
+        )
+        best = min(torch_sorted, bucketed)
+        results.append((name, rows, batch, floor, torch_sorted, bucketed, presorted, best))
+    table = []
+    for name, rows, batch, floor, torch_sorted, bucketed, presorted, _ in results:
+        table += [
+            (f"{name}: {batch} of {rows:,}, random order (floor)", ms(floor), "1.00x"),
+            ("  torch.sort, then index_select", ms(torch_sorted), ratio(torch_sorted, floor)),
+            ("  counting sort (kernel), then index_select", ms(bucketed), ratio(bucketed, floor)),
+            ("  already sorted (sort not timed)", ms(presorted), ratio(presorted, floor)),
+        ]
+    print_table(
+        f"gather order, same rows (ms, median of {reps}, cases timed in turn)",
+        ("case", "ms", "vs random order"),
+        table,
+    )
+    return [
+        (
+            f"{name}: sorted gather (sort included) <= 0.7x index_select (moonshot)",
+            f"{best / floor:.2f}x",
+            best <= 0.7 * floor,
+        )
+        for name, _, _, floor, _, _, _, best in results
+    ]
 
 
 def main() -> None:
@@ -544,7 +624,21 @@ def main() -> None:
         default=1,
         help="torch threads (default 1: stable medians on shared cores; 0: leave as is)",
     )
+    parser.add_argument(
+        "--build-torchrl-tree",
+        action="store_true",
+        help="build torchrl's own C++ segment trees for this torch (cached) and time its "
+        "PrioritizedSampler side by side",
+    )
+    parser.add_argument(
+        "--image-rows", type=int, default=20_000, help="rows of the image store in gather order"
+    )
+    add_clock_flag(parser)
     args = parser.parse_args()
+    if args.thread_clock:
+        use_thread_clock()
+    if args.build_torchrl_tree:
+        load_torchrl_tree()
     n = 10_000_000 if args.big else args.rows
     if n % EPISODE or n < 4 * EPISODE:
         parser.error(f"--rows ({n}) must be a multiple of {EPISODE} and at least {4 * EPISODE}")
@@ -590,6 +684,8 @@ def main() -> None:
     summary += window_section(ring)
     gc.collect()
     summary += prioritized_section(ring)
+    gc.collect()
+    summary += gather_order_section(ring, args.image_rows)
     del ring, rb, storage
     gc.collect()
     summary += multi_env_section(n, source, args.repeats)

@@ -354,6 +354,7 @@ class OfflineDataModule(StoreDataModule):
     def __repr__(self) -> str:
         return (
             f"OfflineDataModule({str(self.store_path)!r}, batch_size={self.batch_size}, "
-            f"sampler={self.sampler.value!r}, layout={self.layout.value!r}, window={self.window_length}, resident={self.resident!r}, "
+            f"sampler={self.sampler.value!r}, layout={self.layout.value!r}, "
+            f"window={self.window_length}, resident={self.resident!r}, "
             f"train_episodes={len(self.split.train)}, val_episodes={len(self.split.val)})"
         )

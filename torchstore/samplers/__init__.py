@@ -3,8 +3,8 @@
 The index math lives in modules with no torchrl import (:mod:`~torchstore.samplers.draws`,
 :mod:`~torchstore.samplers.sumtree`, :mod:`~torchstore.samplers.ere`,
 :mod:`~torchstore.samplers.windows`, :mod:`~torchstore.samplers.philox`, and the refill
-schedule of a window over a store larger than memory, :mod:`~torchstore.samplers.refill`): pure tensor
-functions, testable and compilable alone, with compiled CPU twins in
+schedule of a window over a store larger than memory, :mod:`~torchstore.samplers.refill`):
+pure tensor functions, testable and compilable alone, with compiled CPU twins in
 :mod:`~torchstore.samplers.kernels`. The torchrl ``Sampler`` subclasses
 (:class:`UniformSampler`, :class:`PrioritizedSampler`, :class:`SequenceWindowSampler`),
 :func:`sample_into` and the Lightning DataModules are faces over them.

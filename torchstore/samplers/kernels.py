@@ -39,6 +39,7 @@ __all__ = [
     "philox_words",
     "randint_words",
     "uniform_words",
+    "bucket_sorted",
     "descend_whole",
     "update_tree",
     "scan_priorities",
@@ -164,6 +165,18 @@ def _bucket_order(key, buckets):  # pragma: no cover - compiled
         order[start[k]] = i
         start[k] += 1
     return order
+
+
+def bucket_sorted(index: Tensor, capacity: int) -> Tensor:
+    """``index`` (int64 in ``[0, capacity)``) in non-decreasing order up to buckets of about
+    ``capacity / len(index)`` rows: a counting sort, O(n), for address-ordered gathers."""
+    idx = index.contiguous().numpy()
+    n = idx.shape[0]
+    shift = 0
+    while (capacity >> shift) > 2 * max(n, 1):
+        shift += 1
+    order = _bucket_order(idx >> shift, (capacity >> shift) + 1)
+    return torch.from_numpy(idx[order])
 
 
 @numba.njit(cache=True, nogil=True)

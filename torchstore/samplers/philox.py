@@ -357,7 +357,8 @@ class PhiloxStream:
         return uniform_from_words(self.words(n), dtype)
 
     def randint(self, n: int, high: Tensor | int) -> Tensor:
-        """``n`` integers in ``[0, high)``; ``high`` may be a device tensor (see :func:`randint_below`)."""
+        """``n`` integers in ``[0, high)``; ``high`` may be a device tensor (see
+        :func:`randint_below`)."""
         if self.block and isinstance(high, int):
             span = self._span(n)
             key = ("int", high)

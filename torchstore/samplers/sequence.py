@@ -185,8 +185,8 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
         Returns:
             ``(index, info)``: ``index`` ``[n, T]`` int64 physical rows on the storage's
             device (flat rows ``time * n_envs + env`` with ``ndim=2``: every window stays in
-            one env stream); ``info`` with ``"episode_id"`` ``[n]``, ``"start_step"`` ``[n]`` (offset of
-            the window in the surviving part of its episode) and ``"mask"`` ``[n, T]``.
+            one env stream); ``info`` with ``"episode_id"`` ``[n]``, ``"start_step"`` ``[n]``
+            (offset of the window in the surviving part of its episode) and ``"mask"`` ``[n, T]``.
 
         Raises:
             EmptyStorageError: if the storage is empty, or no episode (within the ERE range)
