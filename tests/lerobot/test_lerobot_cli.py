@@ -13,14 +13,15 @@ from torchstore.data import TrajectoryStore
 def test_import_then_export_from_the_shell(tmp_path):
     record(tmp_path / "ds", (5, 7))
     run = subprocess.run(
-        [sys.executable, "-m", "torchstore.cli", "import-lerobot", str(tmp_path / "ds"), str(tmp_path / "a.h5")],
+        [sys.executable, "-m", "torchstore.cli", "import-lerobot",
+         str(tmp_path / "ds"), str(tmp_path / "a.h5")],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert run.stdout.startswith("imported 2 episodes, 12 frames from ")
     assert len(run.stdout.strip().splitlines()) == 1
     run = subprocess.run(
-        [sys.executable, "-m", "torchstore.cli", "export-lerobot", str(tmp_path / "a.h5"), str(tmp_path / "out"),
-         "--codec", "h264", "--no-progress"],
+        [sys.executable, "-m", "torchstore.cli", "export-lerobot",
+         str(tmp_path / "a.h5"), str(tmp_path / "out"), "--codec", "h264", "--no-progress"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert run.stdout.startswith("exported 2 episodes, 12 frames to ")

@@ -436,7 +436,8 @@ def test_lerobot_dataset_imports_into_torchstore(lerobot_recorded, tmp_path):
 
 
 def test_lerobot_and_torchstore_decode_the_recording_alike(lerobot_recorded, backend, tmp_path):
-    """The same recording through lerobot's own reader: equal to what we imported, frame by frame."""
+    """The same recording through lerobot's own reader: equal to what we imported, frame by
+    frame."""
     root, episodes, tasks, _ = lerobot_recorded
     fixed = root
     import_lerobot(fixed, tmp_path / "out.h5", progress=False)
