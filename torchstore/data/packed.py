@@ -149,6 +149,37 @@ class PackedColumns:
             else:
                 view.index_copy_(0, rows, value)
 
+    def pack_rows(self, values: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Every column's ``[n, *shape]`` values laid out as the blocks' rows (new tensors).
+
+        The bytes of each row are concatenated in slot order (padding zeroed) and read as
+        the block's word: made of bit casts of fresh tensors only, so a compiled write can
+        ``index_copy_`` it into a block in the block's own dtype (aot_autograd refuses
+        mutating an input through a view of another dtype). ``values`` must hold every
+        column in its storage dtype.
+        """
+        n = next(iter(values.values())).shape[0]
+        pieces: list[list[torch.Tensor]] = [[] for _ in self.blocks]
+        ends = [0] * len(self.blocks)
+        order = sorted(self._slots.items(), key=lambda item: (item[1].block, item[1].offset))
+        for name, slot in order:
+            itemsize = _itemsize(self._specs[name].storage_dtype)
+            start = slot.offset * itemsize
+            if start > ends[slot.block]:
+                pieces[slot.block].append(self._zero_bytes(n, start - ends[slot.block]))
+            raw = values[name].reshape(n, slot.width).contiguous().view(torch.uint8)
+            pieces[slot.block].append(raw)
+            ends[slot.block] = start + slot.width * itemsize
+        rows = []
+        for b, block in enumerate(self.blocks):
+            if ends[b] < self.row_bytes:
+                pieces[b].append(self._zero_bytes(n, self.row_bytes - ends[b]))
+            rows.append(torch.cat(pieces[b], 1).view(block.dtype))
+        return rows
+
+    def _zero_bytes(self, n: int, width: int) -> torch.Tensor:
+        return torch.zeros(n, width, dtype=torch.uint8, device=self.device)
+
     def gather_blocks(
         self, index: torch.Tensor, out: list[torch.Tensor] | None = None
     ) -> list[torch.Tensor]:

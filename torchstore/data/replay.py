@@ -69,6 +69,8 @@ from tensordict import (
     is_tensor_collection,
     is_tensorclass,
 )
+from torch.compiler import disable as _compile_disable
+from torch.compiler import is_compiling
 from torchrl.data.replay_buffers.checkpointers import StorageCheckpointerBase
 from torchrl.data.replay_buffers.storages import Storage, TensorStorage
 
@@ -87,11 +89,6 @@ from torchstore.data.replay_torchrl import (
 )
 from torchstore.data.ring_episodes import RingEpisodes, age_rows
 from torchstore.errors import ColumnError, UnsupportedError
-
-try:
-    from torch.compiler import disable as _compile_disable
-except ImportError:  # pragma: no cover
-    from torch._dynamo import disable as _compile_disable
 
 __all__ = ["StoreReplay", "StoreReplayCheckpointer", "REPLAY_FILE", "END_COLUMNS"]
 
@@ -186,6 +183,8 @@ class StoreReplay(TensorStorage):
         self._shared: torch.Tensor | None = None
         self._shared_np: np.ndarray | None = None
         self._seen_revision = 0
+        # rows were written inside torch.compile: the episode index is behind (see _follow)
+        self._traced_writes = False
         self._width = 1
         super().__init__(
             storage=None, max_size=int(capacity), device=device, ndim=ndim, compilable=compilable
@@ -218,8 +217,8 @@ class StoreReplay(TensorStorage):
     @property
     def cursor(self) -> int:
         """Physical (flat) row the next ring write goes to (``time row * n_envs`` when ndim=2)."""
-        if self._shared is not None:
-            self._follow_shared()
+        if self._shared is not None or self._traced_writes:
+            self._follow()
         return self._episodes.cursor * self._width
 
     @property
@@ -269,8 +268,8 @@ class StoreReplay(TensorStorage):
         return self._segment_table()[2]
 
     def _segment_table(self) -> tuple[Any, ...]:
-        if self._shared is not None:
-            self._follow_shared()
+        if self._shared is not None or self._traced_writes:
+            self._follow()
         version = tuple(s.version for s in self._streams)
         cached = self._segments_cache
         if cached is None or cached[0] != version:
@@ -412,14 +411,14 @@ class StoreReplay(TensorStorage):
     # ----------------------------------------------------------------- torchrl sizes
     @_compile_disable()
     def __len__(self) -> int:
-        if self._shared is not None:
-            self._follow_shared()
+        if self._shared is not None or self._traced_writes:
+            self._follow()
         return self._episodes.rows * self._width
 
     @property
     def _len(self) -> int:
-        if self._shared is not None:
-            self._follow_shared()
+        if self._shared is not None or self._traced_writes:
+            self._follow()
         return self._episodes.rows * self._width
 
     @_len.setter
@@ -504,7 +503,6 @@ class StoreReplay(TensorStorage):
         self._allocate(specs)
 
     # ----------------------------------------------------------------- writes
-    @_compile_disable()
     def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
         """Write rows at ``cursor`` (int, int64 tensor, slice, range, numpy array or list).
 
@@ -512,9 +510,64 @@ class StoreReplay(TensorStorage):
         and the episode index is updated incrementally; any other target rows are written
         and the index is rebuilt. ``set_cursor=False`` (``rb[idx] = v``) rewrites rows in
         place and rebuilds the index only if an episode-end flag of a valid row changed.
+
+        Under ``torch.compile`` (``fullgraph=True`` included) a ``compilable=True`` ring
+        takes writes of TensorDicts whose leaves match its eager writes (see
+        :meth:`_set_traced`).
         """
-        if self._shared is not None:
-            self._follow_shared()
+        if is_compiling():
+            self._set_traced(cursor, data, set_cursor)
+        else:
+            self._set_eager(cursor, data, set_cursor)
+
+    def _set_traced(self, cursor: Any, data: Any, set_cursor: bool) -> None:
+        """A write inside ``torch.compile``: graph-safe tensor ops only.
+
+        The rows go in with one ``index_copy_`` per column and the length and cursor are
+        kept in the device scalars (``fill_level``, ``cursor_tensor``); the episode index,
+        host-side bookkeeping, is rebuilt from the end flags by the next eager call that
+        reads it (``O(capacity)`` once, fresh episode ids). Needs ``compilable=True``,
+        ``ndim=1``, an int64 tensor cursor, and every column, with the leaf names, dtypes
+        and per-row shapes of the ring's eager writes (the first write, which sets the
+        columns, is eager).
+        """
+        signature = None
+        if isinstance(data, TensorDictBase) and self._packed is not None:
+            leaves = _named_leaves(data)
+            signature = (1, tuple((k, v.dtype, v.shape[1:], v.device) for k, v in leaves.items()))
+        if (
+            not self._compilable
+            or self.ndim != 1
+            or not set_cursor
+            or not isinstance(cursor, torch.Tensor)
+            or cursor.ndim != 1
+            or signature is None
+            or signature != self._trusted_signature
+            or set(self._trusted_names) != set(self._packed._specs)
+        ):
+            raise UnsupportedError(
+                "StoreReplay.set under torch.compile takes writes at the cursor of a "
+                "StoreReplay(compilable=True, ndim=1) with an int64 tensor cursor and a "
+                "TensorDict whose leaves match the ring's eager writes (names, dtypes, "
+                "per-row shapes; the first write is eager); write this one eagerly"
+            )
+        cap = self.max_size
+        index = cursor.to(self.device) % cap
+        packed = self._packed
+        rows = packed.pack_rows({name: leaves[name].to(self.device) for name in packed._specs})
+        for block, words in zip(packed.blocks, rows, strict=True):
+            block.index_copy_(0, index, words)
+        last = index[-1]
+        self.fill_level.copy_((self.fill_level + cursor.shape[0]).clamp_max(cap))
+        self.cursor_tensor.copy_((last + 1) % cap)
+        self._set_last_cursor(last)
+        self._traced_writes = True
+        self._bump_mutation_revision()
+
+    @_compile_disable()
+    def _set_eager(self, cursor: Any, data: Any, set_cursor: bool) -> None:
+        if self._shared is not None or self._traced_writes:
+            self._follow()
         if self.ndim > 1:
             self._set_nd(cursor, data, set_cursor)
             self._sync_scalars()
@@ -927,6 +980,11 @@ class StoreReplay(TensorStorage):
         """
         if self._shared is not None:
             return
+        if self._compilable:
+            raise UnsupportedError(
+                "a StoreReplay(compilable=True) cannot be shared between processes (as "
+                "torchrl's compilable storages); build it with compilable=False to share it"
+            )
         if not self.initialized or self._packed is None:
             raise UnsupportedError(
                 "StoreReplay is shared with spawned processes once it holds columns: write "
@@ -939,6 +997,18 @@ class StoreReplay(TensorStorage):
         self._shared = torch.zeros(3, dtype=torch.int64).share_memory_()
         self._shared_np = self._shared.numpy()
         self._sync_scalars()
+
+    def _follow(self) -> None:
+        """Catch the host-side index up with writes made inside ``torch.compile`` (their
+        position is in the device scalars) and by other processes (a shared ring)."""
+        if self._traced_writes:
+            self._traced_writes = False
+            rows = int(self.fill_level) // self._width
+            cursor = int(self.cursor_tensor) // self._width
+            self._rebuild(rows=rows, cursor=cursor)
+            self._segments_cache = None
+        if self._shared is not None:
+            self._follow_shared()
 
     def _follow_shared(self) -> None:
         """Adopt another process's writes: its position, then a rebuilt episode index."""
@@ -970,8 +1040,8 @@ class StoreReplay(TensorStorage):
         with one ``index_select`` of the packed rows and dequantised on the storage device.
         Indices must lie in ``[-len, len)``.
         """
-        if self._shared is not None:
-            self._follow_shared()
+        if self._shared is not None or self._traced_writes:
+            self._follow()
         if self._packed is None:
             raise RuntimeError("Cannot get elements out of a non-initialized storage.")
         if _is_key(index):
