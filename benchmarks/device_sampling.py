@@ -21,8 +21,12 @@ Device timings synchronise before starting and before stopping the clock, and di
 loop of calls by its length. The CPU is timed with one torch thread by default (a second
 intra-op thread on shared cores makes medians bimodal); ``--threads 0`` leaves it as is.
 
+Eager cases write a batch from ``empty_batch(storage, B, packed=True)`` (one gather straight
+into its row block); compiled cases one of contiguous leaves (``torch.compile`` cannot write
+differently-typed views of one buffer).
+
 Usage: python benchmarks/device_sampling.py [--rows 1000000] [--repeats 51] [--no-compile]
-       [--compile-train-step] [--cpu-only]
+       [--compile-train-step] [--cpu-only] [--build-torchrl-tree] [--thread-clock]
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -40,7 +45,13 @@ from torchrl.data import LazyTensorStorage, RandomSampler, ReplayBuffer, TensorD
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler as TorchrlPrioritizedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import median_per_call_interleaved, print_table  # noqa: E402
+from _timing import (  # noqa: E402
+    add_clock_flag,
+    median_per_call_interleaved,
+    print_table,
+    use_thread_clock,
+)
+from _torchrl_tree import load_torchrl_tree  # noqa: E402
 
 from torchstore.data import ColumnSpec  # noqa: E402
 from torchstore.data.replay import StoreReplay  # noqa: E402
@@ -146,26 +157,54 @@ def ms(seconds: float | None) -> str:
     return "unavailable" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
-def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace) -> list[tuple]:
-    """Print this device's tables; return its lines for the target summary."""
-    n = source.shape[0]
-    cuda = device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else None
-    reps = args.repeats
-    inner = 50 if cuda else 1
-    gen = torch.Generator().manual_seed(1)
+@dataclass
+class Bench:
+    """What one device's cases share: its rings, samplers, timing and collected rows."""
+
+    device: torch.device
+    args: argparse.Namespace
+    ours: StoreReplay
+    theirs: TensorDictReplayBuffer
+    sync: Callable[[], object] | None
+    inner: int
+    rows: list[tuple] = field(default_factory=list)
+    best: dict[str, tuple[float, float]] = field(default_factory=dict)
+    trl_all: list[float] = field(default_factory=list)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
 
     def versus(
-        fn: Callable[[], object], other: Callable[[], object] | None = None, k: int = inner
+        self,
+        fn: Callable[[], object],
+        other: Callable[[], object] | None = None,
+        k: int | None = None,
     ) -> tuple[float, float]:
         """``fn`` and ``other`` (torchrl's eager ``sample()``) timed in turn: two medians."""
         first, second = median_per_call_interleaved(
-            [fn, other or theirs.sample], inner=k, repeats=reps, warmup=3, sync=sync
+            [fn, other or self.theirs.sample],
+            inner=self.inner if k is None else k,
+            repeats=self.args.repeats,
+            warmup=3,
+            sync=self.sync,
         )
         return first, second
 
-    ours, theirs = build(source, device)
-    out = empty_batch(ours, BATCH)
+    def add(self, label: str, name: str, fn: Callable[[], object]) -> float:
+        ours_s, trl_s = self.versus(fn)
+        self.trl_all.append(trl_s)
+        self.rows.append((label, ms(ours_s), ms(trl_s), f"{trl_s / ours_s:.2f}x"))
+        self.best[name] = min(self.best.get(name, (float("inf"), 0.0)), (ours_s, trl_s))
+        return ours_s
+
+
+def step_cases(bench: Bench, n: int) -> list[tuple[str, Callable, Callable, bool]]:
+    """``(name, eager step, traceable step, compile it)``: the eager steps write a packed
+    batch (one gather straight into it), the traceable ones a batch of contiguous leaves."""
+    device, ours = bench.device, bench.ours
+    gen = torch.Generator().manual_seed(1)
+    packed, out = empty_batch(ours, BATCH, packed=True), empty_batch(ours, BATCH)
     uniform = PhiloxSampler(seed=0, device=device)
     prio = PrioritizedSampler(
         n, alpha=0.6, beta=0.4, device=device, philox=PhiloxStream(1, device=device)
@@ -175,89 +214,84 @@ def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace
     )
     td_error = (torch.rand(BATCH, generator=gen) + 0.01).to(device)
 
-    def uniform_step() -> None:
-        sample_into(ours, uniform, out)
+    def steps(batch: TensorDict) -> tuple[Callable, Callable, Callable]:
+        def train_step() -> None:
+            sample_into(ours, prio, batch)
+            update_priority_(prio, batch["index"], td_error)
 
-    def prio_step() -> None:
-        sample_into(ours, prio, out)
+        return (
+            lambda: sample_into(ours, uniform, batch),
+            lambda: sample_into(ours, prio, batch),
+            train_step,
+        )
 
-    def prio_train_step() -> None:
-        sample_into(ours, prio, out)
-        update_priority_(prio, out["index"], td_error)
-
-    cases = (
-        ("uniform: sample_into, PhiloxSampler", uniform_step, True),
-        ("prioritized: sample_into, PrioritizedSampler(philox=)", prio_step, True),
-        ("prioritized: sample_into + update_priority_", prio_train_step, args.compile_train_step),
+    eager, traced = steps(packed), steps(out)
+    names = (
+        "uniform: sample_into, PhiloxSampler",
+        "prioritized: sample_into, PrioritizedSampler(philox=)",
+        "prioritized: sample_into + update_priority_",
     )
-    rows, best, eager, trl_all = [], {}, {}, []
+    compile_it = (True, True, bench.args.compile_train_step)
+    return list(zip(names, eager, traced, compile_it))
 
-    def add(label: str, name: str, fn: Callable[[], object]) -> float:
-        ours_s, trl_s = versus(fn)
-        trl_all.append(trl_s)
-        rows.append((label, ms(ours_s), ms(trl_s), f"{trl_s / ours_s:.2f}x"))
-        best[name] = min(best.get(name, (float("inf"), 0.0)), (ours_s, trl_s))
-        return ours_s
 
-    for name, fn, compile_it in cases:
-        eager[name] = add(f"ours eager, {name}", name, fn)
-        if cuda:
-            try:
-                graph = capture(fn)
-            except Exception as exc:  # report, keep the rest of the run
-                rows.append(
-                    (f"ours CUDA graph, {name}", f"capture failed: {type(exc).__name__}", "", "")
-                )
-                continue
-            add(f"ours CUDA-graph replay, {name}", name, graph.replay)
-            del graph
-        elif compile_it and not args.no_compile:
-            try:
-                step, compile_s = compiled(fn)
-            except Exception as exc:  # report, keep the rest of the run
-                rows.append(
-                    (f"ours torch.compile, {name}", f"failed: {type(exc).__name__}", "", "")
-                )
-                continue
-            add(f"ours torch.compile(fullgraph) [compile {compile_s:.0f} s], {name}", name, step)
-    trl = statistics.median(trl_all)
-    rows.append(
+def accelerated(bench: Bench, name: str, traced: Callable, compile_it: bool) -> None:
+    """The captured CUDA graph (on a GPU) or the ``torch.compile`` build (on CPU) of a case."""
+    if bench.cuda:
+        try:
+            graph = capture(traced)
+        except Exception as exc:  # report, keep the rest of the run
+            bench.rows.append(
+                (f"ours CUDA graph, {name}", f"capture failed: {type(exc).__name__}", "", "")
+            )
+            return
+        bench.add(f"ours CUDA-graph replay, {name}", name, graph.replay)
+        return
+    if not compile_it or bench.args.no_compile:
+        return
+    try:
+        step, compile_s = compiled(traced)
+    except Exception as exc:  # report, keep the rest of the run
+        bench.rows.append((f"ours torch.compile, {name}", f"failed: {type(exc).__name__}", "", ""))
+        return
+    bench.add(f"ours torch.compile(fullgraph) [compile {compile_s:.0f} s], {name}", name, step)
+
+
+def torchrl_rows(bench: Bench, source: torch.Tensor) -> str:
+    """torchrl's uniform and prioritized rows; the reason its prioritized one did not load."""
+    n = source.shape[0]
+    trl = statistics.median(bench.trl_all)
+    bench.rows.append(
         ("torchrl eager rb.sample(), LazyTensorStorage + RandomSampler", ms(trl), ms(trl), "1.00x")
     )
-    trl_prb, why = torchrl_prioritized(n, source, device)
+    trl_prb, why = torchrl_prioritized(n, source, bench.device)
     if trl_prb is None:
-        rows.append(("torchrl eager rb.sample(), PrioritizedSampler", "unavailable", "", ""))
-    else:
-        trl_prio, trl_s = versus(trl_prb.sample)
-        rows.append(
-            (
-                "torchrl eager rb.sample(), PrioritizedSampler",
-                ms(trl_prio),
-                ms(trl_s),
-                f"{trl_s / trl_prio:.2f}x",
-            )
+        bench.rows.append(("torchrl eager rb.sample(), PrioritizedSampler", "unavailable", "", ""))
+        return why
+    trl_prio, trl_s = bench.versus(trl_prb.sample)
+    bench.rows.append(
+        (
+            "torchrl eager rb.sample(), PrioritizedSampler",
+            ms(trl_prio),
+            ms(trl_s),
+            f"{trl_s / trl_prio:.2f}x",
         )
-    del trl_prb
-    print_table(
-        f"{device.type}: one {BATCH}-row batch of {n:,} (ms, median of {reps}"
-        f"{f' x {inner} calls' if inner > 1 else ''}; each case timed in turn with "
-        "torchrl's uniform sample)",
-        ("case", "ms", "torchrl uniform, same turns", "speed-up"),
-        rows,
     )
-    if why:
-        print(f"  torchrl's PrioritizedSampler did not load: {why}")
+    return ""
 
-    # ------------------------------------------------------------------ Philox throughput
+
+def philox_table(bench: Bench) -> None:
+    """Random 32-bit words per second: the Philox stream vs ``torch.randint``."""
+    device, args = bench.device, bench.args
     counters = args.philox_counters
     stream = PhiloxStream(2, device=device)
     nbytes = counters * 4 * WORD_BYTES
-    k = 5 if cuda else 1
+    k = 5 if bench.cuda else 1
 
     def randint() -> torch.Tensor:
         return torch.randint(0, 2**32, (4 * counters,), dtype=torch.int64, device=device)
 
-    philox_s, randint_s = versus(lambda: stream.words(counters), randint, k=k)
+    philox_s, randint_s = bench.versus(lambda: stream.words(counters), randint, k=k)
     rows = [
         (
             "PhiloxStream.words (eager)",
@@ -270,10 +304,10 @@ def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace
             "1.00x",
         ),
     ]
-    if not cuda and not args.no_compile:
+    if not bench.cuda and not args.no_compile:
         try:
             words, compile_s = compiled(lambda: stream.words(counters))
-            fast, randint_s = versus(words, randint, k=k)
+            fast, randint_s = bench.versus(words, randint, k=k)
             rows.insert(
                 1,
                 (
@@ -288,34 +322,60 @@ def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace
             )
     print_table(
         f"{device.type}: random 32-bit words, {4 * counters:,} a call "
-        f"(GB/s of random bits, median of {reps})",
+        f"(GB/s of random bits, median of {args.repeats})",
         ("case", "GB/s", "vs randint"),
         rows,
     )
 
-    ours_s, trl_s = best[cases[0][0]]
-    target = (
-        f"{device.type}: fastest uniform 4096-row sample vs torchrl eager sample()",
-        f"{trl_s / ours_s:.1f}x",
-        "n/a on CPU",
+
+def section(device: torch.device, source: torch.Tensor, args: argparse.Namespace) -> list[tuple]:
+    """Print this device's tables; return its lines for the target summary."""
+    n = source.shape[0]
+    cuda = device.type == "cuda"
+    ours, theirs = build(source, device)
+    bench = Bench(
+        device, args, ours, theirs, torch.cuda.synchronize if cuda else None, 50 if cuda else 1
     )
+    cases = step_cases(bench, n)
+    eager = {}
+    for name, fn, traced, compile_it in cases:
+        eager[name] = bench.add(f"ours eager, {name}", name, fn)
+        accelerated(bench, name, traced, compile_it)
+    why = torchrl_rows(bench, source)
+    print_table(
+        f"{device.type}: one {BATCH}-row batch of {n:,} (ms, median of {args.repeats}"
+        f"{f' x {bench.inner} calls' if bench.inner > 1 else ''}; each case timed in turn "
+        "with torchrl's uniform sample; eager cases write a packed batch)",
+        ("case", "ms", "torchrl uniform, same turns", "speed-up"),
+        bench.rows,
+    )
+    if why:
+        print(f"  torchrl's PrioritizedSampler did not load: {why}")
+    philox_table(bench)
+    ours_s, trl_s = bench.best[cases[0][0]]
     if cuda:
-        target = (
-            f"{device.type}: graph-replayed uniform sample >= 10x torchrl eager sample()",
-            f"{trl_s / ours_s:.1f}x",
-            "yes" if trl_s >= 10 * ours_s else "NO",
-        )
-    targets = [target]
-    if not cuda:
+        targets = [
+            (
+                f"{device.type}: graph-replayed uniform sample >= 10x torchrl eager sample()",
+                f"{trl_s / ours_s:.1f}x",
+                "yes" if trl_s >= 10 * ours_s else "NO",
+            )
+        ]
+    else:
         step = eager[cases[2][0]]
-        targets.append(
+        targets = [
+            (
+                f"{device.type}: fastest uniform 4096-row sample vs torchrl eager sample()",
+                f"{trl_s / ours_s:.1f}x",
+                "n/a on CPU",
+            ),
             (
                 f"cpu: eager prioritized sample_into + update_priority_ <= "
                 f"{PRIORITIZED_STEP_TARGET_MS} ms ({n:,} rows)",
                 f"{step * 1e3:.2f} ms",
                 "yes" if step * 1e3 <= PRIORITIZED_STEP_TARGET_MS else "NO",
-            )
-        )
+            ),
+        ]
     return targets
 
 
@@ -337,6 +397,13 @@ def main() -> None:
     )
     parser.add_argument("--cpu-only", action="store_true", help="skip CUDA even if available")
     parser.add_argument(
+        "--build-torchrl-tree",
+        action="store_true",
+        help="build torchrl's own C++ segment trees for this torch (cached) and time its "
+        "PrioritizedSampler (CPU)",
+    )
+    add_clock_flag(parser)
+    parser.add_argument(
         "--threads",
         type=int,
         default=1,
@@ -347,9 +414,15 @@ def main() -> None:
         parser.error(f"--rows ({args.rows}) must be at least the batch size {BATCH}")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.build_torchrl_tree:
+        load_torchrl_tree()
     devices = [torch.device("cpu")]
     if torch.cuda.is_available() and not args.cpu_only:
         devices.append(torch.device("cuda"))
+    if args.thread_clock:
+        if len(devices) > 1:
+            parser.error("--thread-clock times CPU work only: add --cpu-only")
+        use_thread_clock()
     print(
         f"walker-shaped ring: {args.rows:,} rows, batches of {BATCH}, devices "
         f"{', '.join(d.type for d in devices)}"
