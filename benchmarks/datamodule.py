@@ -11,12 +11,15 @@ the median time per batch and batches per second of:
   normalised) next to a DataLoader over a map-style Dataset that cuts the same padded
   windows and masks per row (not normalised, which favours the baseline).
 
-Every path runs in this process with ``--threads`` intra-op threads (1 by default: on a
+The paths are timed in turn (A B C A B C ...: a slow spell on a shared machine hits each
+alike), each sample a run of ``--batches`` batches; medians per batch are printed, and the
+target is read from that side-by-side run. Every path runs in this process with
+``--threads`` intra-op threads (1 by default: on a
 shared machine more threads make medians erratic, and the DataLoader with
 ``num_workers=0`` uses one core for its Python work anyway).
 
 Usage: python benchmarks/datamodule.py [--rows 100000] [--episode-rows 200] [--device cpu]
-       [--threads 1]
+       [--threads 1] [--thread-clock]
 """
 
 from __future__ import annotations
@@ -31,7 +34,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import median_time, print_table  # noqa: E402
+from _timing import (  # noqa: E402
+    add_clock_flag,
+    median_per_call_interleaved,
+    print_table,
+    use_thread_clock,
+)
 
 from torchstore.data import TrajectoryStore, TrajectoryStoreWriter  # noqa: E402
 from torchstore.demo import DEMO_COLUMNS  # noqa: E402
@@ -100,14 +108,19 @@ class WindowDataset(Dataset):
         }
 
 
-def per_batch(iterate, batches: int, repeats: int) -> float:
-    """Median seconds per batch of ``iterate()``, which yields ``batches`` batches."""
+def per_batch(iterates: list, batches: int, repeats: int) -> list[float]:
+    """Median seconds per batch of each ``iterate()`` (each yields ``batches`` batches),
+    the runs of the different paths timed in turn."""
 
-    def run() -> None:
-        for _ in iterate():
-            pass
+    def run(iterate):
+        def go() -> None:
+            for _ in iterate():
+                pass
 
-    return median_time(run, repeats=repeats, warmup=1) / batches
+        return go
+
+    runs = median_per_call_interleaved([run(it) for it in iterates], repeats=repeats, warmup=1)
+    return [t / batches for t in runs]
 
 
 def take(loader: DataLoader, n: int):
@@ -130,7 +143,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--dir", default=None)
+    add_clock_flag(parser)
     args = parser.parse_args()
+    if args.thread_clock:
+        if args.device != "cpu":
+            parser.error("--thread-clock times CPU work only: use --device cpu")
+        use_thread_clock()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     k = args.batches
@@ -179,18 +197,17 @@ def main() -> None:
                 )
 
         r = args.repeats
-        t_offline = per_batch(offline.train_dataloader, k, r)
-        t_rows = per_batch(lambda: take(row_loader, k), k, r)
-        t_floor = per_batch(floor, k, r)
-        t_demo = per_batch(demo.train_dataloader, k, r)
-        t_windows = per_batch(lambda: take(window_loader, k), k, r)
+        t_offline, t_floor, t_rows = per_batch(
+            [offline.train_dataloader, floor, lambda: take(row_loader, k)], k, r
+        )
+        t_demo, t_windows = per_batch([demo.train_dataloader, lambda: take(window_loader, k)], k, r)
 
     def row(name: str, t: float, base: float) -> tuple:
         return (name, f"{t * 1e3:.3f}", f"{1 / t:,.0f}", f"{base / t:.1f}x")
 
     print(
         f"{args.rows} rows, episodes of {args.episode_rows}, batch {BATCH}, device {args.device}; "
-        f"{args.threads} thread(s); medians of {r} runs of {k} batches"
+        f"{args.threads} thread(s); medians of {r} runs of {k} batches, paths timed in turn"
     )
     header = ("path", "ms/batch", "batches/s", "vs DataLoader")
     print_table(
