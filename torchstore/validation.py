@@ -56,10 +56,14 @@ def _fail(
 
 
 def _is_int(value: Any) -> bool:
+    if type(value) is int:  # the common case, without the slower ABC check
+        return True
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
+    if type(value) is float or type(value) is int:
+        return True
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
