@@ -1,7 +1,8 @@
 """``K`` resident blocks of a store larger than memory, moved by the refill schedule.
 
 :class:`BlockWindow` is the runtime of :mod:`torchstore.samplers.refill`: it reads blocks
-of the store (one contiguous read per column) on a background thread into
+of the store (the chunks of each column, read by :mod:`~torchstore.samplers.block_read`
+with the GIL released and verified chunk by chunk) on a background thread into
 :class:`~torchstore.data.packed.PackedColumns` slots and draws rows or windows from the
 active ones. What the DataModules' ``resident=`` budgets and
 :class:`~torchstore.samplers.window_storage.WindowStorage` sample.
@@ -85,11 +86,16 @@ class BlockWindow:
     The runtime of the refill schedule (:mod:`torchstore.samplers.refill`, which explains
     the blocks, their Philox order and why every row is drawn as often as under uniform
     sampling over the whole store). The window holds ``K + 1`` slots of ``block_rows`` rows
-    in one :class:`~torchstore.data.packed.PackedColumns` (budget = ``(K + 1) * block_rows``
-    rows); ``K`` are sampled from while a thread reads the next block into the spare one
-    with one contiguous read per column (checksums verified as every read is). Going to
-    the next phase waits only when that read has not finished; waits are counted in
-    :attr:`stats`.
+    in one :class:`~torchstore.data.packed.PackedColumns`; ``K`` are sampled from while a
+    thread reads the next block into the spare one, column by column from the file's chunks
+    (:class:`~torchstore.samplers.block_read.ChunkReader`: ``preadv`` into a small buffer,
+    each chunk checked against its checksum, one copy into the slot; the GIL is released
+    while it reads, hashes and copies, so sampling goes on). A budget in rows is the slots'
+    rows, ``(K + 1) * block_rows``; a budget in bytes holds every byte the window keeps: the
+    slots, the read buffer (about an eighth of a slot, at most 1 MiB; none when that is
+    less than a chunk, and blocks are then read through the store) and, prioritized, the
+    window's two trees. Going to the next phase waits only when that read has not
+    finished; waits are counted in :attr:`stats`.
 
     Draws return *packed* positions (what to gather) and *store* rows (what a batch
     reports as ``"index"``). The segments are the sampled episodes (or one run of rows);
