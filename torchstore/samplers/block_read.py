@@ -148,9 +148,7 @@ class ChunkReader:
             return
         committed = int(self.store._rows)
         first, last = lo // col.rows, (hi - 1) // col.rows
-        if last >= len(col.offsets):
-            with self.lock:
-                col.load_offsets(-(-committed // col.rows))
+        self._offsets(col, last)
         with self.lock:
             sums = col.table._sum_rows(first, last, committed)
         c = first
@@ -162,6 +160,31 @@ class ChunkReader:
             end = self._run_end(col, c, last)
             self._read_run(col, name, c, end, lo, hi, committed, sums[c - first :], out)
             c = end
+
+    def _offsets(self, col: _Column, last: int) -> None:
+        """Make sure the chunk offsets reach chunk ``last`` (the store may have grown)."""
+        if last >= len(col.offsets):
+            with self.lock:
+                col.load_offsets(-(-int(self.store._rows) // col.rows))
+
+    def advise(self, names: list[str], lo: int, hi: int) -> None:
+        """Ask the kernel to start reading the chunks of rows ``[lo, hi)`` of ``names`` now
+        (``POSIX_FADV_WILLNEED``): a block not in the page cache then has all its reads in
+        flight at once instead of one after the other."""
+        if self._fd < 0 or hi <= lo or not hasattr(os, "posix_fadvise"):
+            return
+        for name in names:
+            col = self._columns.get(name)
+            if col is None:
+                continue
+            c, last = lo // col.rows, (hi - 1) // col.rows
+            self._offsets(col, last)
+            while c <= min(last, len(col.offsets) - 1):
+                end = self._run_end(col, c, last)
+                if col.offsets[c] >= 0:
+                    size = (end - c) * col.chunk_nbytes
+                    os.posix_fadvise(self._fd, int(col.offsets[c]), size, os.POSIX_FADV_WILLNEED)
+                c = end
 
     def _run_end(self, col: _Column, c: int, last: int) -> int:
         """End (exclusive) of the chunks from ``c`` that lie back to back in the file and

@@ -221,6 +221,7 @@ class BlockWindow:
         lo, hi = int(self.blocks.lo[block]), int(self.blocks.hi[block])
         base = slot * self.block_rows
         t0 = time.perf_counter()
+        self._reader.advise([spec.name for spec in self.packed.columns], lo, hi)
         for spec in self.packed.columns:
             if self.device.type == "cpu":
                 # straight into the slot's strided rows, GIL released (see block_read)
