@@ -545,12 +545,17 @@ class StoreReplay(TensorStorage):
             or signature != self._trusted_signature
             or set(self._trusted_names) != set(self._packed._specs)
         ):
-            raise UnsupportedError(
-                "StoreReplay.set under torch.compile takes writes at the cursor of a "
+            # Outside fullgraph the write runs eagerly (a graph break, as torchrl's get);
+            # under fullgraph=True this message is the error.
+            torch._dynamo.graph_break(
+                "StoreReplay.set is graph-safe only for writes at the cursor of a "
                 "StoreReplay(compilable=True, ndim=1) with an int64 tensor cursor and a "
-                "TensorDict whose leaves match the ring's eager writes (names, dtypes, "
-                "per-row shapes; the first write is eager); write this one eagerly"
+                "TensorDict holding every column with the leaves of the ring's eager writes "
+                "(names, dtypes, per-row shapes; the first write is eager); write this one "
+                "eagerly"
             )
+            self._set_eager(cursor, data, set_cursor)
+            return
         cap = self.max_size
         index = cursor.to(self.device) % cap
         packed = self._packed
