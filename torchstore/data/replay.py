@@ -42,12 +42,23 @@ write may leave columns out (those keep what their rows held; ``rb.update_if_pre
 patches columns this way). Declared columns (``columns=``) are a schema every write must
 match exactly.
 
-Not supported, each refused with a clear error: torchrl's checkpointers and their save/load
-hooks, sharing with spawned processes, and, with ``ndim=2``, checkpoint files
-(``dumps``/``loads``; ``state_dict`` works), ``flatten()`` and prioritized windows. A
-tensorclass is stored, and returned, as its TensorDict. ``set`` and ``get`` are opaque to ``torch.compile`` (a compiled
-``extend`` + ``sample`` loop does not recompile); graph-safe sampling reads ``packed``,
-``fill_level`` and ``cursor_tensor`` directly.
+Checkpoints: the default :class:`StoreReplayCheckpointer` writes a trajectory store file;
+torchrl's ``TensorStorageCheckpointer`` family (flat, nested, H5; their hooks included) runs
+on a ``LazyTensorStorage`` copy of the ring, so its folders load into either storage
+(:mod:`torchstore.data.replay_torchrl`). Sharing: pickled into a ``spawn`` child (torchrl's
+``ReplayBuffer(shared=True)``), an initialised ring moves its blocks and position to shared
+memory; a process that sees another's write rebuilds its episode index from the end flags
+(fresh ids). ``torch.compile``: ``set`` of a ``compilable=True`` ring is graph-safe after
+its first eager write (see :meth:`StoreReplay._set_traced`); other compiled writes break
+the graph (under ``fullgraph=True`` the break names what is graph-safe). ``get`` is opaque
+to the compiler, as torchrl's is; graph-safe sampling reads ``packed``, ``fill_level`` and
+``cursor_tensor`` directly.
+
+Not supported, each refused with a clear error: sharing an empty or a ``compilable`` ring,
+growing columns once shared, and, with ``ndim=2``, the trajectory store checkpoint file
+(``dumps``/``loads`` with the default checkpointer; ``state_dict`` and torchrl's
+checkpointers work), ``flatten()`` and prioritized windows. A tensorclass is stored, and
+returned, as its TensorDict.
 """
 
 from __future__ import annotations
