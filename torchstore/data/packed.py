@@ -136,13 +136,16 @@ class PackedColumns:
         With a slice, a value may have more leading dims than one (``[time, env, ...]``):
         they are laid out row-major over the sliced rows."""
         views, device = self._views, self.device
-        is_slice = isinstance(rows, slice)
+        on_cpu = device.type == "cpu"
+        if isinstance(rows, slice):
+            start, stop, _ = rows.indices(self.capacity)
+            count = max(stop - start, 0)
         for name, value in values.items():
             view = views[name]
-            if value.device != device:
+            if not (on_cpu and value.is_cpu) and value.device != device:
                 value = value.to(device, non_blocking=True)
-            if is_slice:
-                dest = view[rows]
+            if isinstance(rows, slice):
+                dest = view.narrow(0, start, count)
                 if value.ndim > dest.ndim:  # rows given as [time, env]: one strided copy
                     dest = dest.unflatten(0, value.shape[: value.ndim - dest.ndim + 1])
                 dest.copy_(value)

@@ -1532,11 +1532,31 @@ def _rows_from(values: dict[str, torch.Tensor], first: int) -> dict[str, torch.T
 
 
 def _named_leaves(batch: TensorDictBase) -> dict[str, Any]:
-    """The leaves of a written TensorDict by column name (``("next", "obs")``: ``next/obs``)."""
+    """The leaves of a written TensorDict by column name (``("next", "obs")``: ``next/obs``).
+
+    A plain ``TensorDict`` (what writers hand ``set``) is walked through its own mapping,
+    several times cheaper than ``items(include_nested=True, leaves_only=True)``.
+    """
+    if type(batch) is TensorDict and not is_compiling():
+        leaves: dict[str, Any] = {}
+        _walk_leaves(batch, "", leaves)
+        return leaves
     return {
         key if type(key) is str else "/".join(key): value
         for key, value in batch.items(include_nested=True, leaves_only=True)
     }
+
+
+def _walk_leaves(td: TensorDict, prefix: str, out: dict[str, Any]) -> None:
+    for key, value in td._tensordict.items():
+        if type(value) is TensorDict:
+            _walk_leaves(value, prefix + key + "/", out)
+        elif is_tensor_collection(value):  # another kind of node: tensordict's own walk
+            for sub, leaf in value.items(include_nested=True, leaves_only=True):
+                sub = sub if type(sub) is str else "/".join(sub)
+                out[prefix + key + "/" + sub] = leaf
+        else:
+            out[prefix + key] = value
 
 
 def _is_key(index: Any) -> bool:
