@@ -232,24 +232,18 @@ def descend_whole(
 
 @numba.njit(cache=True, nogil=True)
 def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma: no cover
-    # One pass writes the leaves (and the raw priorities when ``raw`` is not empty) in the
-    # caller's order, so the last write of a leaf wins. Then, level by level as the tensor
-    # code does, every touched parent is recomputed from its final children. The nodes are
-    # walked in bucketed address order (cache and prefetcher friendly); at every level
-    # above the bucket width that order is sorted, so a shared ancestor is recomputed once
-    # a level. Below it a parent may be recomputed twice: from the same final children,
-    # to the same value.
+    # The leaves (and the raw priorities when ``raw`` is not empty) are written in bucketed
+    # address order (cache and prefetcher friendly). The counting sort is stable, so the
+    # duplicates of a leaf, which share a bucket, keep the caller's order: the last write
+    # wins. Then, level by level as the tensor code does, every touched parent is
+    # recomputed from its final children, in the same order; at every level above the
+    # bucket width that order is sorted, so a shared ancestor is recomputed once a level.
+    # Below it a parent may be recomputed twice: from the same final children, to the same
+    # value.
     num_leaves = 1 << depth
     n = index.shape[0]
     inf = np.inf
     with_raw = raw.shape[0] > 0
-    for i in range(n):
-        k = index[i]
-        v = value[i]
-        sum_tree[k + num_leaves] = v
-        min_tree[k + num_leaves] = v if v > 0 else inf
-        if with_raw:
-            raw[k] = raw_value[i]
     shift = 0
     while (num_leaves >> shift) > 2 * n:
         shift += 1
@@ -260,7 +254,14 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
     order = _bucket_order(key, buckets)
     nodes = np.empty(n, dtype=np.int64)
     for j in range(n):
-        nodes[j] = index[order[j]] + num_leaves
+        i = order[j]
+        k = index[i]
+        v = value[i]
+        sum_tree[k + num_leaves] = v
+        min_tree[k + num_leaves] = v if v > 0 else inf
+        if with_raw:
+            raw[k] = raw_value[i]
+        nodes[j] = k + num_leaves
     for level in range(1, depth + 1):
         prev = -1
         for j in range(n):
