@@ -18,12 +18,18 @@ from torchstore.samplers.philox import (
 
 # fmt: off
 KAT = [
-    (10, "00000000 00000000 00000000 00000000", "00000000 00000000", "6627e8d5 e169c58d bc57ac4c 9b00dbd8"),
-    (10, "ffffffff ffffffff ffffffff ffffffff", "ffffffff ffffffff", "408f276d 41c83b0e a20bc7c6 6d5451fd"),
-    (10, "243f6a88 85a308d3 13198a2e 03707344", "a4093822 299f31d0", "d16cfe09 94fdcceb 5001e420 24126ea1"),
-    (7, "00000000 00000000 00000000 00000000", "00000000 00000000", "5f6fb709 0d893f64 4f121f81 4f730a48"),
-    (7, "ffffffff ffffffff ffffffff ffffffff", "ffffffff ffffffff", "5207ddc2 45165e59 4d8ee751 8c52f662"),
-    (7, "243f6a88 85a308d3 13198a2e 03707344", "a4093822 299f31d0", "4dfccaba 190a87f0 c47362ba b6b5242a"),
+    (10, "00000000 00000000 00000000 00000000", "00000000 00000000",
+     "6627e8d5 e169c58d bc57ac4c 9b00dbd8"),
+    (10, "ffffffff ffffffff ffffffff ffffffff", "ffffffff ffffffff",
+     "408f276d 41c83b0e a20bc7c6 6d5451fd"),
+    (10, "243f6a88 85a308d3 13198a2e 03707344", "a4093822 299f31d0",
+     "d16cfe09 94fdcceb 5001e420 24126ea1"),
+    (7, "00000000 00000000 00000000 00000000", "00000000 00000000",
+     "5f6fb709 0d893f64 4f121f81 4f730a48"),
+    (7, "ffffffff ffffffff ffffffff ffffffff", "ffffffff ffffffff",
+     "5207ddc2 45165e59 4d8ee751 8c52f662"),
+    (7, "243f6a88 85a308d3 13198a2e 03707344", "a4093822 299f31d0",
+     "4dfccaba 190a87f0 c47362ba b6b5242a"),
 ]
 # fmt: on
 U32 = st.integers(0, 2**32 - 1)

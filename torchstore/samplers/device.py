@@ -164,8 +164,9 @@ def sample_into(storage: Any, sampler: Sampler, out: TensorDictBase) -> TensorDi
     ``seed=`` or ``philox=``; with an ERE schedule the draws come from the ring's newest
     ``c_k`` rows. The rows are those eager ``rb.sample`` draws from the same stream state.
     ``out`` is a TensorDict with batch size ``[B]`` holding the storage's columns (from
-    :func:`empty_batch`, or any TensorDict of the right shapes; quantised columns are dequantised into float leaves or
-    copied as codes into uint8 leaves), and optionally ``index`` and ``priority_weight``.
+    :func:`empty_batch`, or any TensorDict of the right shapes; quantised columns are
+    dequantised into float leaves or copied as codes into uint8 leaves), and optionally
+    ``index`` and ``priority_weight``.
 
     Graph-safe: no host synchronisation, fixed shapes. Nothing is validated here (an empty
     storage draws row 0); check ``len(storage)`` before the first call.
