@@ -124,6 +124,11 @@ def test_resident_store_takes_the_device_path(tmp_path):
     out = sample_into(view, PhiloxSampler(seed=2), empty_batch(view, 64))
     assert int(out["index"].max()) < 25
     _check_rows(out)
+    # the bare ResidentStore (rows and episodes, no torchrl face) is not a storage: the
+    # message names what is
+    bare = view.resident
+    with pytest.raises(TypeError, match=r"ResidentStorage that TrajectoryStore.resident\(\)"):
+        sample_into(bare, PhiloxSampler(seed=2), empty_batch(view, 8))
 
 
 def _compiled(fn):

@@ -33,7 +33,8 @@ def _fill_level(storage: Any) -> Tensor:
     if level is None:
         raise TypeError(
             f"{type(storage).__name__} has no device fill level; the device path needs a "
-            "StoreReplay or a ResidentStore"
+            "StoreReplay or the ResidentStorage that TrajectoryStore.resident() returns "
+            "(ResidentStorage(resident_store) wraps a ResidentStore)"
         )
     return level
 
@@ -159,10 +160,11 @@ def sample_into(storage: Any, sampler: Sampler, out: TensorDictBase) -> TensorDi
     """Draw ``len(out)`` rows with ``sampler`` and write them into ``out`` in place.
 
     ``storage`` is a :class:`~torchstore.data.replay.StoreReplay` or a
-    :class:`~torchstore.data.resident.ResidentStore`; ``sampler`` a :class:`PhiloxSampler`
-    (or any ``UniformSampler(seed=...)``) or a :class:`PrioritizedSampler` built with
-    ``seed=`` or ``philox=``; with an ERE schedule the draws come from the ring's newest
-    ``c_k`` rows. The rows are those eager ``rb.sample`` draws from the same stream state.
+    :class:`~torchstore.data.resident_storage.ResidentStorage` (``store.resident()``);
+    ``sampler`` a :class:`PhiloxSampler` (or any ``UniformSampler(seed=...)``) or a
+    :class:`PrioritizedSampler` built with ``seed=`` or ``philox=``; with an ERE schedule
+    the draws come from the ring's newest ``c_k`` rows. The rows are those eager
+    ``rb.sample`` draws from the same stream state.
     ``out`` is a TensorDict with batch size ``[B]`` holding the storage's columns (from
     :func:`empty_batch`, or any TensorDict of the right shapes; quantised columns are
     dequantised into float leaves or copied as codes into uint8 leaves), and optionally
