@@ -1,7 +1,8 @@
 """Uniform index policy as a torchrl ``Sampler``, and the pieces every torchstore sampler shares.
 
 What the samplers read from a storage (the ``StoreReplay`` ring and the read-only
-``ResidentStore`` provide it; plain torchrl storages provide the first part):
+``ResidentStorage`` of ``store.resident()`` provide it; plain torchrl storages provide the
+first part):
 
 - ``len(storage)``: valid rows, which are physical rows ``0 .. len - 1``;
 - ``storage.capacity`` (falls back to torchrl's ``max_size``) and ``storage.cursor``, the
