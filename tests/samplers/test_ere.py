@@ -81,7 +81,7 @@ def test_bad_schedules_are_rejected():
         ERE(eta=1.5)
     with pytest.raises(ValueError, match=r"anneal_to must be in \(0, 1\], got 2"):
         ERE(anneal_to=2)
-    with pytest.raises(ValueError, match="c_min must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"c_min \(0\) must be an int >= 1"):
         ERE(c_min=0)
     ere = ERE()
     with pytest.raises(ValueError, match="K must be >= 1, got 0"):

@@ -259,7 +259,7 @@ def test_bad_priorities_are_rejected():
 
 
 def test_bad_constructor_arguments_are_rejected():
-    with pytest.raises(ValueError, match="capacity must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"capacity \(0\) must be an int >= 1"):
         PrioritizedSampler(0)
     with pytest.raises(ValueError, match="alpha must be a finite number >= 0, got -1"):
         PrioritizedSampler(4, alpha=-1)
@@ -407,9 +407,9 @@ def test_window_needs_an_episode_index():
 
 
 def test_bad_window_arguments_are_rejected():
-    with pytest.raises(ValueError, match="window length must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"length \(0\) must be an int >= 1 \(the window length\)"):
         SequenceWindowSampler(0)
-    with pytest.raises(ValueError, match="num_windows must be an int >= 1 or None, got 0"):
+    with pytest.raises(ValueError, match=r"num_windows \(0\) must be an int >= 1 or None"):
         SequenceWindowSampler(2, num_windows=0)
 
 

@@ -178,7 +178,7 @@ def test_compiled_inductor_matches_eager():
 
 
 def test_bad_arguments_are_rejected():
-    with pytest.raises(ValueError, match="capacity must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"capacity \(0\) must be an int >= 1"):
         SumTree(0)
     with pytest.raises(ValueError, match="dtype must be a floating dtype, got torch.int64"):
         SumTree(4, dtype=torch.int64)

@@ -144,9 +144,9 @@ def test_window_longer_than_every_episode_is_an_error():
 
 def test_bad_arguments_are_rejected():
     s = torch.tensor([0])
-    with pytest.raises(ValueError, match="window length T must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"T \(0\) must be an int >= 1 \(the window length\)"):
         sample_windows(s, s + 3, s, capacity=4, T=0, n=1)
-    with pytest.raises(ValueError, match="number of windows n must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"n \(-1\) must be an int >= 0 \(the number of windows\)"):
         sample_windows(s, s + 3, s, capacity=4, T=1, n=-1)
     with pytest.raises(ValueError, match=r"must be 1-D of one shape, got \(1,\), \(2,\), \(1,\)"):
         sample_windows(s, torch.tensor([1, 2]), s, capacity=4, T=1, n=1)

@@ -69,6 +69,7 @@ from torchstore.samplers.philox import PhiloxStream
 from torchstore.samplers.prioritized import PrioritizedSampler
 from torchstore.samplers.refill import parse_budget
 from torchstore.samplers.windows import RowSet
+from torchstore.validation import int_at_least, int_in_range
 
 __all__ = ["StoreDataModule", "Output", "SamplerKind"]
 
@@ -102,9 +103,7 @@ def choice(enum: type[E], value: Any, name: str) -> E:
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} ({value!r}) must be an int >= {minimum}")
-    return value
+    return int_at_least(name, value, minimum)
 
 
 def _check_device(device: Any) -> None:
@@ -168,8 +167,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         self.batch_size = check_int("batch_size", batch_size, 1)
         if steps_per_epoch is not None:
             check_int("steps_per_epoch", steps_per_epoch, 1)
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-            raise ValueError(f"seed ({seed!r}) must be an int in [0, 2**63)")
+        seed = int_in_range("seed", seed, 0, 2**63, high_text="2**63")
         _check_device(device)
         self.seed = seed
         self.val_episodes = val_episodes

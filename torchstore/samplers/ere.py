@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from torchstore.validation import positive_int
+
 __all__ = ["ERE", "recent_range"]
 
 
@@ -62,8 +64,7 @@ class ERE:
             raise ValueError(f"eta must be in (0, 1], got {self.eta}")
         if self.anneal_to is not None and not 0.0 < self.anneal_to <= 1.0:
             raise ValueError(f"anneal_to must be in (0, 1], got {self.anneal_to}")
-        if isinstance(self.c_min, bool) or not isinstance(self.c_min, int) or self.c_min < 1:
-            raise ValueError(f"c_min must be an int >= 1, got {self.c_min!r}")
+        positive_int("c_min", self.c_min)
 
     def set_progress(self, k: int, K: int, frac: float | None = None) -> None:
         """Say which update this is: update ``k`` of ``K`` since the last episode ended.

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from torchstore.validation import int_in_range, non_negative_int
+
 __all__ = [
     "PHILOX_M0",
     "PHILOX_M1",
@@ -270,11 +272,9 @@ class PhiloxStream:
         *,
         block: int = 0,
     ):
-        for name, value in (("seed", seed), ("stream", stream)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-                raise ValueError(f"{name} must be an int in [0, 2**63), got {value!r}")
-        if isinstance(block, bool) or not isinstance(block, int) or block < 0:
-            raise ValueError(f"block must be an int >= 0, got {block!r}")
+        seed = int_in_range("seed", seed, 0, 2**63, high_text="2**63")
+        stream = int_in_range("stream", stream, 0, 2**63, high_text="2**63")
+        block = non_negative_int("block", block)
         device = torch.device(device)
         self.seed = seed
         self.stream = stream
@@ -306,8 +306,7 @@ class PhiloxStream:
 
     def seek(self, position: int) -> None:
         """Continue from draw ``position`` (``>= 0``)."""
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise ValueError(f"position must be an int >= 0, got {position!r}")
+        position = non_negative_int("position", position)
         self.position.fill_(position)
         if self.block:
             self._host_position = position

@@ -47,6 +47,7 @@ from torchstore.samplers.uniform import (
     ring_geometry,
     storage_device,
 )
+from torchstore.validation import positive_int
 
 __all__ = ["PrioritizedSampler"]
 
@@ -110,8 +111,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         stream: int = 0,
     ) -> None:
         # torchrl's __init__ is skipped on purpose: it builds the C++ trees (see module doc).
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
+        capacity = positive_int("capacity", capacity)
         for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
             if not (isinstance(value, (int, float)) and value >= 0 and value < float("inf")):
                 raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")

@@ -59,6 +59,7 @@ from torchstore.samplers.windows import (
     window_counts,
     windows_at,
 )
+from torchstore.validation import positive_int
 
 __all__ = ["SequenceWindowSampler"]
 
@@ -121,12 +122,8 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
                 "priority must be a torchstore PrioritizedSampler or None, "
                 f"got {type(priority).__name__}"
             )
-        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-            raise ValueError(f"window length must be an int >= 1, got {length!r}")
-        if num_windows is not None and (
-            isinstance(num_windows, bool) or not isinstance(num_windows, int) or num_windows < 1
-        ):
-            raise ValueError(f"num_windows must be an int >= 1 or None, got {num_windows!r}")
+        length = positive_int("length", length, hint=" (the window length)")
+        num_windows = positive_int("num_windows", num_windows, allow_none=True)
         self._init_common(generator, ere)
         self._init_stream(seed, stream)
         self.length = length

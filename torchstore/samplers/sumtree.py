@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from torchstore.samplers.philox import cpu_kernels
+from torchstore.validation import positive_int
 
 __all__ = ["SumTree", "last_write_wins"]
 
@@ -126,8 +127,7 @@ class SumTree:
         dtype: torch.dtype = torch.float64,
         device: torch.device | str = "cpu",
     ) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"capacity must be an int >= 1, got {capacity!r}")
+        capacity = positive_int("capacity", capacity)
         if not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating dtype, got {dtype}")
         self.capacity = capacity

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from torchstore.errors import EmptyStorageError
+from torchstore.validation import non_negative_int, positive_int
 
 __all__ = [
     "RowSet",
@@ -173,10 +174,8 @@ def sample_windows(
         EmptyStorageError: if the segments hold no rows, or (``pad=False``) no segment
             holds ``T`` rows.
     """
-    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-        raise ValueError(f"window length T must be an int >= 1, got {T!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"number of windows n must be an int >= 0, got {n!r}")
+    T = positive_int("T", T, hint=" (the window length)")
+    n = non_negative_int("n", n, hint=" (the number of windows)")
     if not (start.ndim == 1 and start.shape == length.shape == episode_id.shape):
         raise ValueError(
             "segment start, length and episode_id must be 1-D of one shape, got "
