@@ -33,6 +33,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 import torch
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 from torch import Tensor
 
 __all__ = [
@@ -51,6 +55,36 @@ _W0 = np.uint64(0x9E3779B9)
 _W1 = np.uint64(0xBB67AE85)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _SHIFT32 = np.uint64(32)
+#: how many draws (or nodes) ahead the tree walks ask for the cache line they will read
+_AHEAD = 16
+
+
+def _prefetcher(write: int):
+    """An intrinsic ``f(array, index)`` asking the CPU to start loading ``array[index]``'s
+    cache line, to read it (``write=0``) or write it (``write=1``): a hint, no fault, no
+    value. The tree walks are latency bound: a line requested ``_AHEAD`` iterations before
+    it is used arrives while earlier iterations run."""
+
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        data = context.make_array(array_type)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(
+            context, builder, array_type, data, [args[1]], wraparound=False
+        )
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [ptr, i32(write), i32(3), i32(1)])  # keep in all levels, data
+        return context.get_dummy_value()
+
+    def prefetch(typingctx, array, index):  # pragma: no cover - compiled
+        return types.void(array, index), codegen
+
+    return intrinsic(prefetch)
+
+
+_prefetch = _prefetcher(0)
+_prefetch_write = _prefetcher(1)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -201,6 +235,8 @@ def _descend(tree, depth, mass, total, out_index, out_value, capacity):  # pragm
     m = mass[order]
     for _ in range(depth):
         for j in range(n):
+            if j + _AHEAD < n:
+                _prefetch(tree, 2 * node[j + _AHEAD])
             left = 2 * node[j]
             r_left = tree[left]
             r_right = tree[left + 1]
@@ -254,6 +290,12 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
     order = _bucket_order(key, buckets)
     nodes = np.empty(n, dtype=np.int64)
     for j in range(n):
+        if j + _AHEAD < n:
+            ahead = index[order[j + _AHEAD]]
+            _prefetch_write(sum_tree, ahead + num_leaves)
+            _prefetch_write(min_tree, ahead + num_leaves)
+            if with_raw:
+                _prefetch_write(raw, ahead)
         i = order[j]
         k = index[i]
         v = value[i]
@@ -262,18 +304,29 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
         if with_raw:
             raw[k] = raw_value[i]
         nodes[j] = k + num_leaves
-    for level in range(1, depth + 1):
+    # each level's parents are kept (in order, adjacent repeats dropped) as the next
+    # level's nodes, so the upper levels walk the few shared ancestors, not all n draws
+    live = n
+    for _ in range(depth):
         prev = -1
-        for j in range(n):
-            node = nodes[j] >> level
+        kept = 0
+        for j in range(live):
+            if j + _AHEAD < live:
+                ahead = nodes[j + _AHEAD] >> 1
+                _prefetch_write(sum_tree, ahead)
+                _prefetch_write(min_tree, ahead)
+            node = nodes[j] >> 1
             if node == prev:
                 continue
             prev = node
+            nodes[kept] = node
+            kept += 1
             left = 2 * node
             sum_tree[node] = sum_tree[left] + sum_tree[left + 1]
             a = min_tree[left]
             b = min_tree[left + 1]
             min_tree[node] = a if a <= b else b
+        live = kept
 
 
 _NO_RAW = np.empty(0, dtype=np.float64)
