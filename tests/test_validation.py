@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -99,3 +100,31 @@ def test_fraction_bounds():
         fraction("frac", 1.5)
     with pytest.raises(ArgumentTypeError, match=r"frac \(None\)"):
         fraction("frac", None)
+
+
+@pytest.mark.parametrize("version", [0, "1", True])
+def test_a_manifest_format_version_is_checked_in_the_same_shape(version):
+    from torchstore.data.manifest import Manifest
+
+    text = json.dumps({"format": "torchstore.trajectory", "format_version": version})
+    with pytest.raises(
+        StoreFormatError, match=r"^f\.h5: manifest format_version \(.+\) must be an"
+    ):
+        Manifest.from_json(text, source="f.h5")
+
+
+def test_replay_from_an_empty_store_says_to_pass_capacity(tmp_path):
+    import torch
+
+    from torchstore import ColumnSpec, StoreReplay, TrajectoryStoreWriter
+
+    path = tmp_path / "empty.h5"
+    TrajectoryStoreWriter(path, [ColumnSpec("obs", torch.float32, (2,))]).close()
+    with pytest.raises(
+        ArgumentError, match=r"capacity \(0\) .* \(the store is empty; pass capacity\)"
+    ):
+        StoreReplay.from_store(path)
+    with pytest.raises(
+        ArgumentTypeError, match=r"^capacity \(2\.5\) must be an int >= 1 \(the store is empty"
+    ):
+        StoreReplay.from_store(path, capacity=2.5)

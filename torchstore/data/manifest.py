@@ -22,6 +22,7 @@ from typing import Any
 from torchstore._version import __version__
 from torchstore.data.columns import ColumnSpec, validate_columns
 from torchstore.errors import ColumnError, StoreFormatError
+from torchstore.validation import positive_int
 
 __all__ = ["Manifest", "FORMAT_NAME", "FORMAT_VERSION", "UNCHECKED_FORMAT_VERSION"]
 
@@ -115,10 +116,9 @@ class Manifest:
                 f"{source}: not a torchstore trajectory store (format {found!r})"
             )
         version = data.get("format_version")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise StoreFormatError(
-                f"{source}: manifest format_version ({version!r}) must be a positive int"
-            )
+        version = positive_int(
+            f"{source}: manifest format_version", version, error=StoreFormatError
+        )
         if version > FORMAT_VERSION:
             raise StoreFormatError(
                 f"{source} uses store format version {version}, written by torchstore "

@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
 from torchstore.data.columns import ColumnSpec
@@ -20,6 +19,7 @@ from torchstore.data.reader import StoreReader
 from torchstore.data.ring_episodes import age_rows
 from torchstore.data.writer import TrajectoryStoreWriter
 from torchstore.errors import DestinationError, StoreFormatError, UnsupportedError
+from torchstore.validation import positive_int
 
 __all__ = [
     "REPLAY_FILE",
@@ -166,15 +166,8 @@ def replay_from_store(
         total = store.num_rows
         if capacity is None:
             capacity = total
-        if (
-            isinstance(capacity, bool)
-            or not isinstance(capacity, (int, np.integer))
-            or capacity < 1
-        ):
-            raise ValueError(
-                f"capacity ({capacity!r}) must be a positive int"
-                + (" (the store is empty; pass capacity)" if total == 0 else "")
-            )
+        empty_hint = " (the store is empty; pass capacity)" if total == 0 else ""
+        capacity = positive_int("capacity", capacity, hint=empty_hint)
         specs = store.select_columns(columns)
         replay = cls(int(capacity), columns=specs, device=device, compilable=compilable)
         keep = min(total, replay.max_size)
