@@ -225,13 +225,13 @@ def test_unreadable_info_json(ds, tmp_path, damage, match):
         (_drop("features"), r"meta/info\.json has no 'features' key"),
         (_drop("fps"), r"meta/info\.json has no 'fps' key"),
         (_drop("codebase_version"), r"meta/info\.json has no 'codebase_version' key"),
-        (_set("fps", 0), r"meta/info\.json: fps must be a positive number, got 0"),
-        (_set("fps", -10), r"meta/info\.json: fps must be a positive number, got -10"),
-        (_set("fps", "ten"), r"meta/info\.json: fps must be a positive number, got 'ten'"),
-        (_set("fps", True), r"meta/info\.json: fps must be a positive number, got True"),
+        (_set("fps", 0), r"meta/info\.json: fps \(0\) must be a finite number > 0"),
+        (_set("fps", -10), r"meta/info\.json: fps \(-10\) must be a finite number > 0"),
+        (_set("fps", "ten"), r"meta/info\.json: fps \('ten'\) must be a finite number > 0"),
+        (_set("fps", True), r"meta/info\.json: fps \(True\) must be a finite number > 0"),
         (_set("features", {}), r"meta/info\.json: 'features' must be a non-empty object"),
         (_set("features", [1]), r"meta/info\.json: 'features' must be a non-empty object"),
-        (_set("total_episodes", -1), r"meta/info\.json: total_episodes must be a non-negative"),
+        (_set("total_episodes", -1), r"meta/info\.json: total_episodes \(-1\) must be an int >= 0"),
     ],
     ids=[
         "no-features",
@@ -788,7 +788,9 @@ def test_writer_task_not_a_string(recording, tmp_path, task):
 @pytest.mark.parametrize("fps", [10.0, 29.97, "10", 0, -1, True, None])
 def test_writer_non_int_fps(tmp_path, fps):
     root = tmp_path / "new"
-    with pytest.raises(LeRobotFormatError, match=r"fps must be a positive int"):
+    with pytest.raises(
+        LeRobotFormatError, match=r"fps \(.*\) must be an int >= 1 \(LeRobot stores an int\)"
+    ):
         LeRobotWriter(root, fps=fps, features=FEATURES)
     assert not root.exists()
 

@@ -20,6 +20,7 @@ from torchstore.lerobot.layout import (
     INFO,
     VIDEO_PATH,
 )
+from torchstore.validation import non_negative_int, positive_number
 
 __all__ = [
     "read_info",
@@ -81,8 +82,7 @@ def read_info(root: str | os.PathLike) -> dict[str, Any]:
             "(torchstore reads LeRobot v2.0, v2.1 and v3.x)"
         )
     fps = info["fps"]
-    if isinstance(fps, bool) or not isinstance(fps, int | float) or fps <= 0:
-        raise LeRobotFormatError(f"{path}: fps must be a positive number, got {fps!r}")
+    positive_number(f"{path}: fps", fps, error=LeRobotFormatError)
     if fps != int(fps):
         raise LeRobotFormatError(
             f"{path}: fps {fps!r} is not a whole number (LeRobot stores an int; "
@@ -91,11 +91,7 @@ def read_info(root: str | os.PathLike) -> dict[str, Any]:
     info["fps"] = int(fps)  # v2.1 files may say 30.0
     parse_features(info["features"], source=str(path))
     for key in ("total_episodes", "total_frames"):
-        value = info.get(key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 0
-        ):
-            raise LeRobotFormatError(f"{path}: {key} must be a non-negative int, got {value!r}")
+        non_negative_int(f"{path}: {key}", info.get(key), allow_none=True, error=LeRobotFormatError)
     return info
 
 

@@ -69,6 +69,7 @@ from torchstore.lerobot.stats import (
     numeric_stats,
     stats_to_json,
 )
+from torchstore.validation import positive_int, positive_number
 
 __all__ = ["LeRobotWriter"]
 
@@ -121,17 +122,13 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
         overwrite: bool = False,
         checkpoints: bool = True,
     ):
-        if isinstance(fps, bool) or not isinstance(fps, int) or fps <= 0:
-            raise LeRobotFormatError(
-                f"fps must be a positive int (LeRobot stores an int), got {fps!r}"
-            )
+        fps = positive_int("fps", fps, error=LeRobotFormatError, hint=" (LeRobot stores an int)")
         for name, cap in (
             ("chunks_size", chunks_size),
             ("data_files_size_in_mb", data_files_size_in_mb),
             ("video_files_size_in_mb", video_files_size_in_mb),
         ):
-            if isinstance(cap, bool) or not isinstance(cap, int | float) or cap <= 0:
-                raise LeRobotFormatError(f"{name} must be positive, got {cap!r}")
+            positive_number(name, cap, error=LeRobotFormatError)
         root = Path(root)
         user = features_from_user(features)
         video_encoder = encoder_settings(video_encoder)  # a bad name fails before any file
