@@ -75,11 +75,11 @@ def test_recent_range_wraps():
 
 
 def test_bad_schedules_are_rejected():
-    with pytest.raises(ValueError, match=r"eta must be in \(0, 1\], got 0"):
+    with pytest.raises(ValueError, match=r"eta \(0\) must be a number in \(0, 1\]"):
         ERE(eta=0)
-    with pytest.raises(ValueError, match=r"eta must be in \(0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"eta \(1.5\) must be a number in \(0, 1\]"):
         ERE(eta=1.5)
-    with pytest.raises(ValueError, match=r"anneal_to must be in \(0, 1\], got 2"):
+    with pytest.raises(ValueError, match=r"anneal_to \(2\) must be a number in \(0, 1\]"):
         ERE(anneal_to=2)
     with pytest.raises(ValueError, match=r"c_min \(0\) must be an int >= 1"):
         ERE(c_min=0)

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchstore.validation import positive_int
+from torchstore.validation import fraction, positive_int
 
 __all__ = ["ERE", "recent_range"]
 
@@ -60,10 +60,9 @@ class ERE:
     frac: float = field(default=0.0, init=False)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.eta <= 1.0:
-            raise ValueError(f"eta must be in (0, 1], got {self.eta}")
-        if self.anneal_to is not None and not 0.0 < self.anneal_to <= 1.0:
-            raise ValueError(f"anneal_to must be in (0, 1], got {self.anneal_to}")
+        fraction("eta", self.eta, low_open=True)
+        if self.anneal_to is not None:
+            fraction("anneal_to", self.anneal_to, low_open=True)
         positive_int("c_min", self.c_min)
 
     def set_progress(self, k: int, K: int, frac: float | None = None) -> None:

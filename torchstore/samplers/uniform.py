@@ -38,6 +38,7 @@ from torchstore.errors import EmptyStorageError
 from torchstore.samplers.draws import uniform_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.philox import PhiloxStream
+from torchstore.validation import int_in_range
 
 __all__ = ["UniformSampler", "ring_geometry", "storage_device", "fill_count", "unravel_rows"]
 
@@ -142,9 +143,7 @@ def _is_compiling() -> bool:
 def check_seed(seed: Any) -> int | None:
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be None or an int in [0, 2**63), got {seed!r}")
-    return seed
+    return int_in_range("seed", seed, 0, 2**63, high_text="2**63")
 
 
 class _SamplerCommon:
