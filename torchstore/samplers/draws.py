@@ -18,7 +18,7 @@ it runs under ``torch.compile(fullgraph=True)`` and in a captured CUDA graph.
 
 Examples:
     >>> import torch
-    >>> from torchstore.samplers.philox import PhiloxStream
+    >>> from torchstore.samplers.philox import PhiloxStream, cpu_kernels
     >>> uniform_rows(PhiloxStream(3), 4, torch.tensor(10)).tolist()
     [8, 2, 7, 1]
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from torchstore.samplers.philox import PhiloxStream
+from torchstore.samplers.philox import PhiloxStream, cpu_kernels
 from torchstore.samplers.sumtree import SumTree
 
 __all__ = ["importance_weight", "uniform_rows", "prioritized_rows"]
@@ -94,7 +94,34 @@ def prioritized_rows(
         unspecified).
     """
     u = stream.uniform(n, dtype=tree.dtype)
+    return weighted_rows(tree, u, beta, count=count, start=start)
+
+
+def weighted_rows(
+    tree: SumTree,
+    u: Tensor,
+    beta: float,
+    *,
+    count: Tensor | int | None = None,
+    start: Tensor | int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`prioritized_rows` of given uniforms ``u`` (of the tree's dtype, in ``[0, 1)``).
+
+    On a CPU outside tracing the whole-tree case is one compiled call that descends and
+    divides by ``p_min`` (the same bits); only the ``pow`` of :func:`importance_weight`
+    stays a tensor operation.
+    """
     if count is None:
+        kernels = cpu_kernels(tree._sum)  # noqa: SLF001 - the tree's own arrays
+        if kernels is not None:
+            index, ratio, total = kernels.descend_whole(
+                tree._sum,  # noqa: SLF001
+                tree.depth,
+                tree.capacity,
+                u,
+                min_tree=tree._min,  # noqa: SLF001
+            )
+            return index, torch.pow(ratio, -beta, out=ratio).to(torch.float32), total
         index, value, total = tree.sample_whole(u)
         p_min = tree.min_whole()
     else:

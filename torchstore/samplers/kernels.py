@@ -13,7 +13,9 @@ the wheels: no compiler needed on the user's machine):
   descent, the same comparisons and subtractions in the same order;
 - :func:`update_tree`: :meth:`~torchstore.samplers.sumtree.SumTree.update` (last write
   wins; then level by level every touched ancestor recomputed as ``left + right`` and
-  ``min(left, right)`` from its final children: the same float sums).
+  ``min(left, right)`` from its final children: the same float sums);
+  :func:`checked_update` validates a prioritized sampler's batch and writes it in the same
+  call.
 
 The tensor versions stay: they run on accelerators, under ``torch.compile`` and inside CUDA
 graphs. Both give bit-identical results for the same inputs (a property test holds them
@@ -47,6 +49,7 @@ __all__ = [
     "descend_whole",
     "update_tree",
     "scan_priorities",
+    "checked_update",
 ]
 
 _M0 = np.uint64(0xD2511F53)
@@ -55,6 +58,7 @@ _W0 = np.uint64(0x9E3779B9)
 _W1 = np.uint64(0xBB67AE85)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _SHIFT32 = np.uint64(32)
+_NO_RAW = np.empty(0, dtype=np.float64)
 #: how many draws (or nodes) ahead the tree walks ask for the cache line they will read
 _AHEAD = 16
 
@@ -214,16 +218,23 @@ def bucket_sorted(index: Tensor, capacity: int) -> Tensor:
 
 
 @numba.njit(cache=True, nogil=True)
-def _descend(tree, depth, mass, total, out_index, out_value, capacity):  # pragma: no cover
+def _descend(tree, depth, u, out_index, out_value, capacity, min_tree):  # pragma: no cover
     # Draws are independent, so the order they are walked in is free: walking them in
     # (bucketed) order of mass makes neighbouring draws share their upper path and touch
     # leaves in increasing address order (cache and prefetcher friendly), and walking all
     # draws one level at a time keeps many cache misses in flight. The step is branch-free
     # (a mispredicted branch would squash the loads in flight). Each draw still meets the
     # same comparisons and subtractions as in the tensor code (``m - r_left * go`` there
-    # too), so the answers are the same bits.
+    # too), so the answers are the same bits. The masses ``u * total`` and, when
+    # ``min_tree`` is not empty, ``out_value = leaf / p_min`` (the importance weight's
+    # ratio, ``p_min`` the min-tree's root) are the tensor code's products and quotients
+    # in the tree's dtype: the same bits again.
     num_leaves = 1 << depth
-    n = mass.shape[0]
+    n = u.shape[0]
+    total = tree[1]
+    mass = u * total
+    ratio = min_tree.shape[0] > 0
+    p_min = min_tree[1] if ratio else tree[1]
     buckets = max(n, 1)
     scale = buckets / total if total > 0 else 0.0
     key = np.empty(n, dtype=np.int64)
@@ -247,18 +258,26 @@ def _descend(tree, depth, mass, total, out_index, out_value, capacity):  # pragm
         leaf = min(max(node[j] - num_leaves, 0), capacity - 1)
         i = order[j]
         out_index[i] = leaf
-        out_value[i] = tree[leaf + num_leaves]
+        if ratio:
+            out_value[i] = tree[leaf + num_leaves] / p_min
+        else:
+            out_value[i] = tree[leaf + num_leaves]
 
 
 def descend_whole(
-    tree: Tensor, depth: int, capacity: int, u: Tensor
+    tree: Tensor, depth: int, capacity: int, u: Tensor, min_tree: Tensor | None = None
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """The whole-tree descent of :meth:`SumTree.sample_whole`: ``(index, value, total)``."""
+    """The whole-tree descent of :meth:`SumTree.sample_whole`: ``(index, value, total)``.
+
+    With ``min_tree``, ``value`` is the drawn leaf divided by the smallest positive leaf
+    (``min_tree[1]``): :func:`~torchstore.samplers.draws.importance_weight`'s ratio.
+    """
     total = tree[1]
-    mass = (u.to(tree.dtype).reshape(-1) * total).numpy()
-    index = np.empty(mass.shape[0], dtype=np.int64)
-    value = np.empty(mass.shape[0], dtype=mass.dtype)
-    _descend(tree.numpy(), depth, mass, float(total), index, value, capacity)
+    un = u.to(tree.dtype).reshape(-1).contiguous().numpy()
+    index = np.empty(un.shape[0], dtype=np.int64)
+    value = np.empty(un.shape[0], dtype=un.dtype)
+    mins = _NO_RAW.astype(un.dtype) if min_tree is None else min_tree.numpy()
+    _descend(tree.numpy(), depth, un, index, value, capacity, mins)
     return (
         torch.from_numpy(index).reshape(u.shape),
         torch.from_numpy(value).reshape(u.shape),
@@ -329,9 +348,6 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
         live = kept
 
 
-_NO_RAW = np.empty(0, dtype=np.float64)
-
-
 def update_tree(
     sum_tree: Tensor,
     min_tree: Tensor,
@@ -363,6 +379,7 @@ def _scan(index, priority, capacity):  # pragma: no cover - compiled
     bad = -1
     over = -1
     top = -1
+    high = -np.inf
     for i in range(index.shape[0]):
         k = index[i]
         if k < 0:
@@ -375,10 +392,49 @@ def _scan(index, priority, capacity):  # pragma: no cover - compiled
             over = i
         if k > top:
             top = k
-    return negative, bad, over, top
+        if p > high:
+            high = p
+    return negative, bad, over, top, high
 
 
 def scan_priorities(index: Tensor, priority: Tensor, capacity: int) -> tuple[int, int, int, int]:
     """One pass over a priority update: ``(negatives, first bad priority, first index >=
     capacity, largest index)``; positions are -1 when there is none (negatives skipped)."""
-    return _scan(index.contiguous().numpy(), priority.contiguous().numpy(), capacity)
+    return _scan(index.contiguous().numpy(), priority.contiguous().numpy(), capacity)[:4]
+
+
+@numba.njit(cache=True, nogil=True)
+def _checked_update(
+    sum_tree, min_tree, depth, index, value, raw, raw_value, capacity
+):  # pragma: no cover - compiled
+    negative, bad, over, top, high = _scan(index, raw_value, capacity)
+    if negative == 0 and bad < 0 and over < 0:
+        _update(sum_tree, min_tree, depth, index, value, raw, raw_value)
+    return negative, bad, over, top, high
+
+
+def checked_update(
+    sum_tree: Tensor,
+    min_tree: Tensor,
+    depth: int,
+    index: Tensor,
+    value: Tensor,
+    raw: Tensor,
+    raw_value: Tensor,
+    capacity: int,
+) -> tuple[bool, int, float]:
+    """:func:`scan_priorities` of ``(index, raw_value)`` and, when the batch is clean (no
+    negative index, every priority finite and ``>= 0``, every index below ``capacity``),
+    :func:`update_tree` with ``raw``, in one compiled call.
+
+    Returns:
+        ``(written, largest index, largest priority)``; nothing is written when
+        ``written`` is false (the caller then filters and validates).
+    """
+    idx = index.to(torch.int64).contiguous().numpy()
+    val = value.to(sum_tree.dtype).contiguous().numpy()
+    raw_val = raw_value.to(raw.dtype).contiguous().numpy()
+    negative, bad, over, top, high = _checked_update(
+        sum_tree.numpy(), min_tree.numpy(), depth, idx, val, raw.numpy(), raw_val, capacity
+    )
+    return negative == 0 and bad < 0 and over < 0, top, high

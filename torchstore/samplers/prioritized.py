@@ -36,7 +36,7 @@ from torch import Tensor
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler as _TorchrlPrioritizedSampler
 
 from torchstore.errors import EmptyStorageError
-from torchstore.samplers.draws import importance_weight, prioritized_rows
+from torchstore.samplers.draws import importance_weight, prioritized_rows, weighted_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.philox import PhiloxStream, cpu_kernels
 from torchstore.samplers.sumtree import SumTree, filled, last_write_wins
@@ -264,15 +264,12 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
                 f"priority must hold one value or one per index ({index.numel()}), "
                 f"got shape {tuple(priority.shape)}"
             )
-        kernels = cpu_kernels(index)
-        if kernels is not None and index.numel():
-            negatives, bad_at, over_at, top = kernels.scan_priorities(
-                index, priority, self._capacity
-            )
-            if not negatives and bad_at < 0 and over_at < 0:  # the common case: one pass
-                self.write_priorities(index, priority)
-                self._high_water = max(self._high_water, top)
-                return
+        if (
+            index.numel()
+            and cpu_kernels(self._raw) is not None
+            and self._write_checked(index, priority)
+        ):
+            return
         keep = index >= 0
         if not bool(keep.all()):
             index, priority = index[keep], priority[keep]
@@ -292,6 +289,23 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
             )
         self.write_priorities(index, priority)
         self._high_water = max(self._high_water, int(index.max()))
+
+    def _write_checked(self, index: Tensor, priority: Tensor) -> bool:
+        """The common CPU case in one compiled call: validate and, when the batch is clean,
+        write it (raw priorities and tree). False when nothing was written."""
+        stored = torch.pow(priority + self._eps, self._alpha)  # as in write_priorities
+        tree = self._tree
+        written, top, batch_max = cpu_kernels(self._raw).checked_update(
+            tree._sum, tree._min, tree.depth, index, stored, self._raw, priority, self._capacity
+        )
+        if not written:
+            return False
+        if self._max_raw is None:
+            self._max_raw = torch.tensor(batch_max, dtype=self.dtype)
+        elif batch_max > float(self._max_raw):
+            self._max_raw.fill_(batch_max)
+        self._high_water = max(self._high_water, top)
+        return True
 
     def write_priorities(self, index: Tensor, priority: Tensor) -> None:
         """Set raw priorities with no validation or host sync (graph-safe); the last
@@ -368,7 +382,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
             )
         else:
             index, weight, total = self._sample_generator(batch_size, beta, whole, start, count)
-        if not _is_compiling() and not bool(total > 0):
+        if not _is_compiling() and not float(total) > 0:
             raise EmptyStorageError(
                 f"all {count} sampleable rows have priority 0 (with eps={self._eps}); "
                 "give some row a positive priority or use eps > 0"
@@ -387,12 +401,8 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
             n, dtype=torch.float64, generator=self.generator, device=self._draw_device(device)
         ).to(device)
         if whole:
-            index, value, total = self._tree.sample_whole(u)
-            p_min = self._tree.min_whole()
-        else:
-            index, value, total = self._tree.sample(u, count, start=start)
-            p_min = self._tree.min(count, start=start)
-        return index, importance_weight(value, p_min, beta), total
+            return weighted_rows(self._tree, u, beta)
+        return weighted_rows(self._tree, u, beta, count=count, start=start)
 
     def draw(
         self,
