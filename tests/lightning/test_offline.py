@@ -283,8 +283,8 @@ def test_state_dict_round_trip_continues_the_stream(store_path):
         ({"ere": 0.99}, TypeError, r"ere \(float\) must be an ERE schedule"),
         ({"val_episodes": EPISODES}, ValueError, "leaves no training episodes"),
         ({"val_episodes": 0.99}, ValueError, "leaves no training episodes"),
-        ({"val_episodes": 1.0}, ValueError, r"must lie in \[0, 1\)"),
-        ({"val_episodes": -1}, ValueError, "must be >= 0"),
+        ({"val_episodes": 1.0}, ValueError, r"must be a number in \[0, 1\); pass an int"),
+        ({"val_episodes": -1}, ValueError, r"val_episodes \(-1\) must be an int >= 0"),
         ({"val_episodes": True}, ValueError, "fraction in"),
         (
             {"sampler": "rank"},

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
+from torchstore.validation import fraction, non_negative_int
+
 __all__ = ["EpisodeSplit", "split_episodes", "shard_episodes", "validation_count"]
+
+_COUNT_HINT = "; pass an int for a count of episodes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,18 +43,12 @@ def validation_count(val_episodes: float | int, num_episodes: int) -> int:
             f"val_episodes ({val_episodes!r}) must be a fraction in [0, 1) or an int count"
         )
     if isinstance(val_episodes, float):
-        if not 0.0 <= val_episodes < 1.0:
-            raise ValueError(
-                f"val_episodes ({val_episodes!r}) as a fraction must lie in [0, 1); "
-                "pass an int for a count of episodes"
-            )
+        fraction("val_episodes", val_episodes, high_open=True, hint=_COUNT_HINT)
         count = math.floor(val_episodes * num_episodes + 0.5)
         if val_episodes > 0:
             count = max(count, 1)
     else:
-        if val_episodes < 0:
-            raise ValueError(f"val_episodes ({val_episodes}) must be >= 0")
-        count = val_episodes
+        count = non_negative_int("val_episodes", val_episodes)
     if count >= num_episodes:
         raise ValueError(
             f"val_episodes ({val_episodes!r}) leaves no training episodes: {count} of the "
