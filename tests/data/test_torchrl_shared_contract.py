@@ -49,6 +49,7 @@ def test_a_spawned_writer_fills_the_parents_ring():
     child.start()
     child.join(120)
     assert child.exitcode == 0
+    assert int(storage.fill_level) == 10  # what samplers read, before any len()
     torchrl, ours = (seen(rb) for rb in buffers)
     assert ours == torchrl
     assert ours[:2] == (10, 4)

@@ -1008,8 +1008,9 @@ class StoreReplay(TensorStorage):
                 "first write by a child, is not supported)"
             )
         if self._packed.device.type == "cpu":
-            for block in self._packed.blocks:
-                block.share_memory_()
+            # the device scalars too: samplers read fill_level without calling len()
+            for tensor in (*self._packed.blocks, self.fill_level, self.cursor_tensor):
+                tensor.share_memory_()
         self._shared = torch.zeros(3, dtype=torch.int64).share_memory_()
         self._shared_np = self._shared.numpy()
         self._sync_scalars()
