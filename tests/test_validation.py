@@ -102,6 +102,29 @@ def test_fraction_bounds():
         fraction("frac", None)
 
 
+def test_zero_dimensional_arrays_and_tensors_count_as_their_value():
+    torch = pytest.importorskip("torch")
+    assert positive_number("dt", np.array(0.1)) == pytest.approx(0.1)
+    assert type(positive_number("fps", torch.tensor(30.0))) is float
+    assert fraction("eta", torch.tensor(0.5), low_open=True) == 0.5
+    value = positive_int("episodes", torch.tensor(4))
+    assert value == 4 and type(value) is int
+    assert positive_int("episodes", np.array(2)) == 2
+    with pytest.raises(ArgumentError, match=r"^dt \(0\.0\) must be a finite number > 0$"):
+        positive_number("dt", torch.tensor(0.0))
+    for wrong in (np.array([0.1, 0.2]), torch.tensor(True), np.array(True), torch.tensor(2.0)):
+        with pytest.raises(ArgumentTypeError):
+            positive_int("episodes", wrong)
+    with pytest.raises(ArgumentTypeError):
+        positive_number("dt", torch.tensor(True))
+
+
+def test_a_huge_int_is_a_finite_number():
+    assert positive_number("timeout", 10**400) == 10**400
+    with pytest.raises(ArgumentError, match=r"must be a finite number > 0"):
+        positive_number("timeout", -(10**400))
+
+
 @pytest.mark.parametrize("version", [0, "1", True])
 def test_a_manifest_format_version_is_checked_in_the_same_shape(version):
     from torchstore.data.manifest import Manifest

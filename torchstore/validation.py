@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from typing import Any
 
 from torchstore.errors import ArgumentError, ArgumentTypeError
@@ -67,6 +68,21 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def _scalar_of(value: Any, *, integral: bool) -> Any:
+    """The one value of a 0-d NumPy array or tensor (``np.array(0.1)``, ``torch.tensor(30.)``),
+    as a Python int or float; None for anything else, booleans included."""
+    if getattr(value, "shape", None) != () or not hasattr(value, "dtype"):
+        return None
+    kind = str(value.dtype)
+    if "bool" in kind or "complex" in kind:
+        return None
+    if integral:
+        if "int" not in kind:
+            return None
+        return operator.index(value)
+    return float(value)
+
+
 def int_in_range(
     name: str,
     value: Any,
@@ -102,7 +118,10 @@ def int_in_range(
     if allow_none:
         rule += " or None"
     if not _is_int(value):
-        raise _fail(name, value, rule, hint, error, wrong_type=True)
+        scalar = _scalar_of(value, integral=True)
+        if scalar is None:
+            raise _fail(name, value, rule, hint, error, wrong_type=True)
+        value = scalar
     if value < low or (high is not None and value >= high):
         raise _fail(name, value, rule, hint, error, wrong_type=False)
     return int(value)
@@ -158,12 +177,16 @@ def number_at_least(
     """``value``, a real number >= ``low`` (> ``low`` when ``strict``), finite unless told.
 
     Returns:
-        The value as given (an int stays an int): the check converts nothing.
+        The value as given (an int stays an int); a 0-d array or tensor as its float.
     """
     rule = f"a {'finite ' if finite else ''}number {'>' if strict else '>='} {low:g}"
     if not _is_number(value):
-        raise _fail(name, value, rule, hint, error, wrong_type=True)
-    bad = math.isnan(value) or (finite and math.isinf(value))
+        scalar = _scalar_of(value, integral=False)
+        if scalar is None:
+            raise _fail(name, value, rule, hint, error, wrong_type=True)
+        value = scalar
+    # an int is finite however large (math.isnan would overflow converting 10**400)
+    bad = not _is_int(value) and (math.isnan(value) or (finite and math.isinf(value)))
     if bad or value < low or (strict and value == low):
         raise _fail(name, value, rule, hint, error, wrong_type=False)
     return value
@@ -205,11 +228,14 @@ def fraction(
     """``value``, a real number in ``[0, 1]``; ``low_open`` / ``high_open`` exclude 0 / 1.
 
     Returns:
-        The value as given.
+        The value as given; a 0-d array or tensor as its float.
     """
     rule = f"a number in {'(' if low_open else '['}0, 1{')' if high_open else ']'}"
     if not _is_number(value):
-        raise _fail(name, value, rule, hint, error, wrong_type=True)
+        scalar = _scalar_of(value, integral=False)
+        if scalar is None:
+            raise _fail(name, value, rule, hint, error, wrong_type=True)
+        value = scalar
     above_low = value > 0 if low_open else value >= 0
     below_high = value < 1 if high_open else value <= 1
     if not (above_low and below_high):  # NaN fails both comparisons

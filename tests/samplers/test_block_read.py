@@ -144,3 +144,18 @@ def test_a_budget_in_bytes_holds_the_slots_the_read_buffer_and_the_trees(store_p
         w.close()
     assert held <= budget
     assert held > 0.7 * budget
+
+
+def test_without_preadv_every_read_goes_through_the_store(store_path, monkeypatch):
+    """Platforms without ``os.preadv`` (Windows) read through h5py: same rows, no error."""
+    monkeypatch.delattr("os.preadv")
+    with TrajectoryStore(store_path) as store:
+        stats: dict = {}
+        reader = ChunkReader(
+            store, ["obs"], buffer_bytes=300_000, lock=threading.Lock(), stats=stats
+        )
+        out = np.empty((250, 3), dtype=np.float32)
+        reader.read("obs", 100, 350, out)
+        np.testing.assert_array_equal(out, store.read_column("obs", 100, 350))
+        reader.close()
+    assert stats["store_reads"] == 1 and stats.get("direct_chunks", 0) == 0

@@ -237,8 +237,8 @@ def resample_grid(n: int, src_fps: float, dst_fps: float) -> tuple[np.ndarray, n
     """
     if n < 2:
         raise ValueError(f"need at least 2 frames to resample, got {n}")
-    for name, fps in (("src_fps", src_fps), ("dst_fps", dst_fps)):
-        positive_number(name, fps)
+    src_fps = float(positive_number("src_fps", src_fps))
+    dst_fps = float(positive_number("dst_fps", dst_fps))
     duration = (n - 1) / src_fps
     m = int(np.floor(duration * dst_fps + 1e-9)) + 1
     pos = np.arange(m, dtype=np.float64) * (src_fps / dst_fps)  # in source frames

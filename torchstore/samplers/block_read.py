@@ -111,6 +111,8 @@ class ChunkReader:
 
     def _open(self, names: list[str]) -> None:
         """Find which columns can be read from their chunks; open the file once for them."""
+        if not hasattr(os, "preadv"):  # Windows: every read goes through the store
+            return
         f = getattr(self.store, "_file", None)
         ds = getattr(self.store, "_ds", None)
         if not isinstance(f, h5py.File) or ds is None or f.userblock_size != 0:
