@@ -7,7 +7,7 @@ and a prioritized sampler's rows and importance weights for the same stream stat
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from hypothesis import given, settings
@@ -131,13 +131,14 @@ def test_randint_is_identical(seed, offset, n, high):
     st.integers(0, 2**32),
     st.lists(priority, min_size=1, max_size=60),
     st.integers(1, 64),
+    st.sampled_from([torch.float64, torch.float32]),
 )
-def test_prioritized_rows_and_weights_are_identical(capacity, seed, priorities, n):
+def test_prioritized_rows_and_weights_are_identical(capacity, seed, priorities, n, dtype):
     rows = torch.arange(len(priorities)) % capacity
     values = torch.tensor(priorities, dtype=torch.float64)
-    kernel = PrioritizedSampler(capacity, alpha=0.6, beta=0.4, seed=seed)
+    kernel = PrioritizedSampler(capacity, alpha=0.6, beta=0.4, seed=seed, dtype=dtype)
     with tensors_only():
-        tensor = PrioritizedSampler(capacity, alpha=0.6, beta=0.4, seed=seed)
+        tensor = PrioritizedSampler(capacity, alpha=0.6, beta=0.4, seed=seed, dtype=dtype)
         tensor.update_priority(rows, values)
     kernel.update_priority(rows, values)
     for _ in range(2):
@@ -149,3 +150,45 @@ def test_prioritized_rows_and_weights_are_identical(capacity, seed, priorities, 
         with tensors_only():
             tensor.write_priorities(b[0], b[1].double())
     assert torch.equal(kernel.tree._sum, tensor.tree._sum)
+    assert torch.equal(kernel.tree._min, tensor.tree._min)
+    assert torch.equal(kernel._raw, tensor._raw)
+    assert kernel.default_priority == tensor.default_priority
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.integers(2, 300),
+    st.integers(0, 2**32),
+    st.lists(priority, min_size=1, max_size=40),
+    st.integers(1, 64),
+)
+def test_generator_sampling_and_checked_updates_are_identical(capacity, seed, priorities, n):
+    # torch-generator draws and eager update_priority (validated and written in one call)
+    rows = torch.arange(len(priorities)) % capacity
+    values = torch.tensor(priorities, dtype=torch.float64)
+    kernel = PrioritizedSampler(capacity, alpha=0.7, beta=0.5, generator=seed)
+    with tensors_only():
+        tensor = PrioritizedSampler(capacity, alpha=0.7, beta=0.5, generator=seed)
+    storage = torch.zeros(capacity)
+    for sampler, ctx in ((kernel, nullcontext), (tensor, tensors_only)):
+        with ctx():
+            sampler.update_priority(rows, values)
+            for _ in range(2):
+                index, info = sampler.sample(storage, n)
+                sampler.update_priority(index, info["priority_weight"] * 3)
+            sampler.drawn = (index, info["priority_weight"])
+    assert torch.equal(kernel.drawn[0], tensor.drawn[0])
+    assert torch.equal(kernel.drawn[1], tensor.drawn[1])
+    assert torch.equal(kernel.tree._sum, tensor.tree._sum)
+    assert torch.equal(kernel.tree._min, tensor.tree._min)
+    assert torch.equal(kernel._raw, tensor._raw)
+    assert kernel.default_priority == tensor.default_priority
+
+
+def test_an_empty_graph_safe_update_keeps_the_default_priority():
+    sampler = PrioritizedSampler(8)
+    sampler.write_priorities(torch.zeros(0, dtype=torch.int64), torch.zeros(0))
+    assert sampler.default_priority == 1.0
+    sampler.update_priority(torch.tensor([1, 2]), torch.tensor([0.5, 2.5]))
+    sampler.write_priorities(torch.zeros(0, dtype=torch.int64), torch.zeros(0))
+    assert sampler.default_priority == 2.5

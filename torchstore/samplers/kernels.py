@@ -59,15 +59,16 @@ _W1 = np.uint64(0xBB67AE85)
 _MASK32 = np.uint64(0xFFFFFFFF)
 _SHIFT32 = np.uint64(32)
 _NO_RAW = np.empty(0, dtype=np.float64)
-#: how many draws (or nodes) ahead the tree walks ask for the cache line they will read
+#: how many draws ahead the descent asks for the cache line it will read
 _AHEAD = 16
 
 
-def _prefetcher(write: int):
-    """An intrinsic ``f(array, index)`` asking the CPU to start loading ``array[index]``'s
-    cache line, to read it (``write=0``) or write it (``write=1``): a hint, no fault, no
-    value. The tree walks are latency bound: a line requested ``_AHEAD`` iterations before
-    it is used arrives while earlier iterations run."""
+@intrinsic
+def _prefetch(typingctx, array, index):  # pragma: no cover - compiled
+    """Ask the CPU to start loading ``array[index]``'s cache line: a hint (no fault, no
+    value). The descent is latency bound: a line requested ``_AHEAD`` draws before it is
+    read arrives while the draws in between are walked (the descent 1.4-1.6x at 1 M
+    leaves). The update's writes gained nothing from it, so it has none."""
 
     def codegen(context, builder, signature, args):
         array_type = signature.args[0]
@@ -78,17 +79,10 @@ def _prefetcher(write: int):
         i32 = ir.IntType(32)
         fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [ptr, i32(write), i32(3), i32(1)])  # keep in all levels, data
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all levels, data
         return context.get_dummy_value()
 
-    def prefetch(typingctx, array, index):  # pragma: no cover - compiled
-        return types.void(array, index), codegen
-
-    return intrinsic(prefetch)
-
-
-_prefetch = _prefetcher(0)
-_prefetch_write = _prefetcher(1)
+    return types.void(array, index), codegen
 
 
 @numba.njit(cache=True, nogil=True)
@@ -299,6 +293,7 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
     n = index.shape[0]
     inf = np.inf
     with_raw = raw.shape[0] > 0
+    high = -np.inf  # the largest raw value written (the caller's running maximum)
     shift = 0
     while (num_leaves >> shift) > 2 * n:
         shift += 1
@@ -309,12 +304,6 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
     order = _bucket_order(key, buckets)
     nodes = np.empty(n, dtype=np.int64)
     for j in range(n):
-        if j + _AHEAD < n:
-            ahead = index[order[j + _AHEAD]]
-            _prefetch_write(sum_tree, ahead + num_leaves)
-            _prefetch_write(min_tree, ahead + num_leaves)
-            if with_raw:
-                _prefetch_write(raw, ahead)
         i = order[j]
         k = index[i]
         v = value[i]
@@ -322,6 +311,8 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
         min_tree[k + num_leaves] = v if v > 0 else inf
         if with_raw:
             raw[k] = raw_value[i]
+            if raw_value[i] > high:
+                high = raw_value[i]
         nodes[j] = k + num_leaves
     # each level's parents are kept (in order, adjacent repeats dropped) as the next
     # level's nodes, so the upper levels walk the few shared ancestors, not all n draws
@@ -330,10 +321,6 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
         prev = -1
         kept = 0
         for j in range(live):
-            if j + _AHEAD < live:
-                ahead = nodes[j + _AHEAD] >> 1
-                _prefetch_write(sum_tree, ahead)
-                _prefetch_write(min_tree, ahead)
             node = nodes[j] >> 1
             if node == prev:
                 continue
@@ -346,6 +333,7 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
             b = min_tree[left + 1]
             min_tree[node] = a if a <= b else b
         live = kept
+    return high
 
 
 def update_tree(
@@ -357,11 +345,14 @@ def update_tree(
     *,
     raw: Tensor | None = None,
     raw_value: Tensor | None = None,
-) -> None:
+) -> float:
     """:meth:`SumTree.update` in place: leaves ``index`` get ``value`` (last write wins).
 
     With ``raw``, also ``raw[index] = raw_value`` (last write wins): a prioritized
     sampler's raw priorities, written in the same call. One compiled call in all.
+
+    Returns:
+        the largest of ``raw_value`` (``-inf`` without ``raw``).
     """
     idx = index.to(torch.int64).contiguous().numpy()
     val = value.to(sum_tree.dtype).contiguous().numpy()
@@ -370,7 +361,7 @@ def update_tree(
     else:
         raw_np = raw.numpy()
         raw_val = raw_value.to(raw.dtype).contiguous().numpy()
-    _update(sum_tree.numpy(), min_tree.numpy(), depth, idx, val, raw_np, raw_val)
+    return _update(sum_tree.numpy(), min_tree.numpy(), depth, idx, val, raw_np, raw_val)
 
 
 @numba.njit(cache=True, nogil=True)

@@ -300,12 +300,19 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         )
         if not written:
             return False
+        self._note_max(batch_max)
+        self._high_water = max(self._high_water, top)
+        return True
+
+    def _note_max(self, batch_max: float) -> None:
+        """Raise the running largest raw priority to ``batch_max`` (a CPU host value;
+        ``-inf`` from an empty batch changes nothing)."""
+        if batch_max == float("-inf"):
+            return
         if self._max_raw is None:
             self._max_raw = torch.tensor(batch_max, dtype=self.dtype)
         elif batch_max > float(self._max_raw):
             self._max_raw.fill_(batch_max)
-        self._high_water = max(self._high_water, top)
-        return True
 
     def write_priorities(self, index: Tensor, priority: Tensor) -> None:
         """Set raw priorities with no validation or host sync (graph-safe); the last
@@ -320,18 +327,26 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         # the stored values are computed on the caller's order in both implementations, so
         # an element meets the same (vectorised or scalar) pow whichever path runs
         stored = torch.pow(priority + self._eps, self._alpha)
+        tree = self._tree
+        kernels = cpu_kernels(self._raw)
+        if kernels is not None:  # the kernel also returns the batch's largest priority
+            self._note_max(
+                kernels.update_tree(
+                    tree._sum,
+                    tree._min,
+                    tree.depth,
+                    index,
+                    stored,
+                    raw=self._raw,
+                    raw_value=priority,
+                )
+            )
+            return
         batch_max = priority.max()
         if self._max_raw is None:
             self._max_raw = batch_max.clone()
         else:  # in place: a captured graph keeps updating the same tensor
             self._max_raw.copy_(torch.maximum(self._max_raw, batch_max))
-        tree = self._tree
-        kernels = cpu_kernels(self._raw)
-        if kernels is not None:
-            kernels.update_tree(
-                tree._sum, tree._min, tree.depth, index, stored, raw=self._raw, raw_value=priority
-            )
-            return
         index, both = last_write_wins(index, torch.stack((priority, stored), 1))
         self._raw.index_copy_(0, index, both[:, 0])
         tree.update(index, both[:, 1], check=False, resolved=True)
