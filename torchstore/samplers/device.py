@@ -12,6 +12,7 @@ draws new indices, and rows added between replays are sampleable without recaptu
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -197,7 +198,7 @@ def _gather_into(packed: PackedColumns, index: Tensor, out: TensorDictBase) -> N
     # (``empty_batch``), the rows are gathered straight into those blocks. Otherwise (a
     # caller's own TensorDict, or under tracing, where a leaf's buffer cannot be looked
     # up): one gather per dtype block, then one copy per column into the caller's leaves.
-    dest = None if torch.compiler.is_compiling() else _destination_blocks(packed, out)
+    dest = None if torch.compiler.is_compiling() else _cached_destination(packed, out)
     if dest is not None:
         packed.gather_blocks(index, out=dest)
         for spec in packed.columns:
@@ -211,13 +212,49 @@ def _gather_into(packed: PackedColumns, index: Tensor, out: TensorDictBase) -> N
         leaf.copy_(packed.leaf(blocks, spec.name, raw=leaf.dtype == torch.uint8))
 
 
-def _destination_blocks(packed: PackedColumns, out: TensorDictBase) -> list[Tensor] | None:
-    """``out``'s row blocks when every stored column's leaf is exactly its view into one
-    (as :func:`empty_batch` makes them), else ``None``."""
+#: the last answer of :func:`_destination_blocks`: ``(packed, storage blocks, leaves, leaf
+#: addresses)`` as weak references and values, then ``out``'s row blocks (one batch's
+#: buffers stay referenced here until another batch is written)
+_last_destination: list = [None]
+
+
+def _cached_destination(packed: PackedColumns, out: TensorDictBase) -> list[Tensor] | None:
+    """:func:`_destination_blocks`, remembered for the batch written last: a training loop
+    writes the same ``out`` every step, and checking that its leaves are still the same
+    tensors at the same addresses costs a fraction of finding the blocks again."""
+    leaves = [out.get(spec.key) for spec in packed.columns]
+    memo = _last_destination[0]
+    if (
+        memo is not None
+        and memo[0]() is packed
+        and len(memo[1]) == len(packed.blocks)
+        and all(ref() is block for ref, block in zip(memo[1], packed.blocks))
+        and all(ref() is leaf for ref, leaf in zip(memo[2], leaves))
+        and memo[3] == [(leaf.data_ptr(), leaf.shape) for leaf in leaves]
+    ):
+        return memo[4]
+    dest = _destination_blocks(packed, out, leaves)
+    _last_destination[0] = None
+    if dest is not None:
+        _last_destination[0] = (
+            weakref.ref(packed),
+            [weakref.ref(block) for block in packed.blocks],
+            [weakref.ref(leaf) for leaf in leaves],
+            [(leaf.data_ptr(), leaf.shape) for leaf in leaves],
+            dest,
+        )
+    return dest
+
+
+def _destination_blocks(
+    packed: PackedColumns, out: TensorDictBase, leaves: list[Tensor]
+) -> list[Tensor] | None:
+    """``out``'s row blocks when every stored column's leaf (``leaves``, in the order of
+    ``packed.columns``) is exactly its view into one (as :func:`empty_batch` makes them),
+    else ``None``."""
     n = out.batch_size[0]
     blocks: list[Tensor | None] = [None] * len(packed.blocks)
-    for spec in packed.columns:
-        leaf = out.get(spec.key)
+    for spec, leaf in zip(packed.columns, leaves):
         if spec.quantize is not None and leaf.dtype != torch.uint8:
             continue  # decoded from the block's codes
         b = packed._slots[spec.name].block  # noqa: SLF001 - the column's block number
