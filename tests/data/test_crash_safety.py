@@ -23,6 +23,7 @@ import torch
 
 from tests.forked import run_forked
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
+from torchstore.errors import StoreFormatError
 
 COLUMNS = (
     ColumnSpec("obs", torch.float32, (26,)),
@@ -277,3 +278,71 @@ def test_a_killed_writers_stale_free_space_info_is_not_trusted(tmp_path):
     assert status == "ok", f"{status}: {text}"
     status, text = run_forked(_check, path, 7)
     assert status == "ok", f"{status}: {text}"
+
+
+# ----------------------------------------------------------------- superblock EOA behind metadata
+def _superblock_extension_continuation(data: bytes) -> int:
+    """Address of the continuation chunk of the superblock extension's object header."""
+    (ext,) = struct.unpack_from("<Q", data, 20)
+    assert data[ext : ext + 4] == b"OHDR" and data[ext + 4] == 2, "not a version-2 header"
+    flags = data[ext + 5]
+    pos = ext + 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+    width = 1 << (flags & 3)
+    end = pos + width + int.from_bytes(data[pos : pos + width], "little")
+    pos += width
+    while pos < end:
+        kind, size = data[pos], struct.unpack_from("<H", data, pos + 1)[0]
+        pos += 4 + (2 if flags & 0x04 else 0)
+        if kind == 0x10:  # continuation message: address, length
+            return struct.unpack_from("<Q", data, pos)[0]
+        pos += size
+    raise AssertionError("the superblock extension has no continuation chunk")
+
+
+def _set_superblock(path: str, *, flags: int, eoa: int) -> None:
+    from torchstore.io.reproducible import lookup3
+
+    with open(path, "r+b") as f:
+        head = bytearray(f.read(48))
+        head[11] = flags
+        struct.pack_into("<Q", head, 28, eoa)
+        struct.pack_into("<I", head, 44, lookup3(bytes(head[:44])))
+        f.seek(0)
+        f.write(head)
+
+
+def test_a_writer_killed_in_close_before_its_superblock_write_is_resumed(tmp_path):
+    """A writer killed inside ``close`` after it moved the superblock extension's
+    continuation chunk past the end-of-allocation its superblock records, but before it
+    wrote that superblock (seen after a kill inside a resume): readers open the store, and
+    the next resume must not fail with "addr overflow" reading that chunk."""
+    path = str(tmp_path / "s.h5")
+    with TrajectoryStoreWriter(path, COLUMNS) as w:
+        for i in range(3):
+            w.add_episode(episode_rows(i), metadata={"i": i})
+    assert run_forked(_resume_and_die, path, timeout=120)[0] == "crashed"
+    eoa_at_open = os.path.getsize(path)  # the EOA the next writer's superblock records
+    TrajectoryStoreWriter.resume(path).close()
+    moved_to = _superblock_extension_continuation(open(path, "rb").read())
+    assert moved_to >= eoa_at_open, "close did not move the chunk past the old end"
+    _set_superblock(path, flags=0x05, eoa=moved_to)  # "open for (SWMR) writing", old EOA
+    status, text = run_forked(_check, path, 3)
+    assert status == "ok", f"{status}: {text}"
+    status, text = run_forked(_resume_and_extend, path, 3, timeout=120)
+    assert status == "ok", f"{status}: {text}"
+    status, text = run_forked(_check, path, 5)
+    assert status == "ok", f"{status}: {text}"
+
+
+def test_resuming_a_store_with_a_damaged_superblock_names_the_file(tmp_path):
+    path = str(tmp_path / "s.h5")
+    with TrajectoryStoreWriter(path, COLUMNS) as w:
+        w.add_episode(episode_rows(0), metadata={"i": 0})
+    assert run_forked(_resume_and_die, path, timeout=120)[0] == "crashed"
+    before = open(path, "rb").read()
+    with open(path, "r+b") as f:  # one flipped bit in the recorded end-of-allocation
+        f.seek(30)
+        f.write(bytes([before[30] ^ 0x01]))
+    with pytest.raises(StoreFormatError, match=re.escape(path)):
+        TrajectoryStoreWriter.resume(path)
+    assert open(path, "rb").read()[48:] == before[48:]  # nothing else was touched

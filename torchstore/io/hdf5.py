@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from pathlib import Path
 import h5py
 
 from torchstore.errors import StoreFormatError
+from torchstore.io.reproducible import lookup3
 from torchstore.io.writer_lock import WriterLock
 
 __all__ = [
@@ -190,6 +192,44 @@ def open_for_read(path: str | os.PathLike) -> h5py.File:
         return shared
 
 
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+#: Version 2/3 superblock: signature, version, offset and length sizes, status flags, base
+#: address, extension address, end-of-allocation (EOA) address, root group address, checksum.
+_SUPERBLOCK = struct.Struct("<8sBBBBQQQQI")
+
+
+def _raise_stored_eoa_to_eof(path: Path) -> None:
+    """Make the superblock's end-of-allocation at least the file's end, before HDF5 opens it.
+
+    A writer killed inside a flush can leave metadata written past the EOA its superblock
+    records (the superblock is written last), including metadata the superblock itself
+    points to, such as a moved continuation chunk of the superblock extension. SWMR readers
+    read past the EOA, but a read-write open reads that metadata before anything can raise
+    the EOA and fails with "addr overflow". This is ``H5Fincrement_filesize(fid, 0)`` (what
+    ``h5clear --increment=0`` does) done on the raw superblock: one 48-byte write inside the
+    first page, so a kill leaves either the old superblock or the new one.
+    """
+    with open(path, "r+b") as f:
+        head = f.read(_SUPERBLOCK.size)
+        if len(head) < _SUPERBLOCK.size:
+            return  # too short for a superblock: HDF5's own open reports it
+        sig, version, offsets, lengths, flags, base, ext, eoa, root, stored = _SUPERBLOCK.unpack(
+            head
+        )
+        if sig != _HDF5_SIGNATURE or version not in (2, 3) or (offsets, lengths) != (8, 8):
+            return  # not the superblock torchstore writes: HDF5's own open reports it
+        if lookup3(head[:-4]) != stored:
+            raise StoreFormatError(
+                f"{path} cannot be recovered for appending: its superblock fails its checksum"
+            )
+        eof = os.fstat(f.fileno()).st_size
+        if base != 0 or eoa >= eof:
+            return
+        body = _SUPERBLOCK.pack(sig, version, offsets, lengths, flags, base, ext, eof, root, 0)
+        body = body[:-4] + struct.pack("<I", lookup3(body[:-4]))
+        os.pwrite(f.fileno(), body, 0)
+
+
 def _recover_after_kill(path: Path) -> None:
     """Clear the 'open for writing' flags a killed writer left and set EOA = EOF.
 
@@ -204,6 +244,7 @@ def _recover_after_kill(path: Path) -> None:
     at any point of the recovery leaves a file readers open and the next resume recovers.
     (A plain read-write open marks it "open for writing", which readers refuse.)
     """
+    _raise_stored_eoa_to_eof(path)
     lib = _lib()
     fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
     on = ctypes.c_bool(True)
@@ -255,9 +296,6 @@ class _WriterFile(h5py.File):
             lock, self._torchstore_lock = getattr(self, "_torchstore_lock", None), None
             if lock is not None:
                 lock.release()
-
-
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def _left_open_for_writing(path: Path) -> bool:
