@@ -57,7 +57,7 @@ def test_window_refills_with_contiguous_reads(walker_store):
             win.gather(torch.tensor([10]))
         with pytest.raises(IndexError, match="window start"):
             win.refill(5000)
-        with pytest.raises(ValueError, match="window rows"):
+        with pytest.raises(ValueError, match=r"rows \(0\) must be an int >= 1"):
             store.window(0)
 
 

@@ -32,6 +32,7 @@ from torchstore.errors import (
     TorchstoreError,
 )
 from torchstore.io.hdf5 import open_for_read
+from torchstore.validation import positive_int
 
 __all__ = ["StoreReader"]
 
@@ -193,8 +194,7 @@ class StoreReader:
         self, rows: int = 65536, columns: Iterable[str] | None = None, *, raw: bool = False
     ) -> Iterator[TensorDict]:
         """The whole store as consecutive slabs of ``rows`` rows (the last may be shorter)."""
-        if rows < 1:
-            raise RowIndexError(f"rows ({rows}) must be >= 1")
+        rows = positive_int("rows", rows, error=RowIndexError)
         names = [s.name for s in self.select_columns(columns)]
         for start in range(0, self._rows, rows):
             yield self.read_slab(start, min(start + rows, self._rows), names, raw=raw)

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from torchstore.validation import positive_int
+
 __all__ = ["RingEpisodes", "segments_from_ends", "age_rows"]
 
 _MIN_SLOTS = 64
@@ -92,9 +94,7 @@ class RingEpisodes:
     """
 
     def __init__(self, capacity: int):
-        if int(capacity) <= 0:
-            raise ValueError(f"capacity ({capacity}) must be a positive number of rows")
-        self.capacity = int(capacity)
+        self.capacity = positive_int("capacity", capacity)
         self.next_episode_id = 0
         self.reset()
 

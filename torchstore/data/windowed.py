@@ -17,6 +17,7 @@ from torchstore.data.columns import ColumnSpec
 from torchstore.data.packed import PackedColumns
 from torchstore.data.reader import StoreReader
 from torchstore.errors import RowIndexError
+from torchstore.validation import positive_int
 
 __all__ = ["WindowedStore"]
 
@@ -39,8 +40,7 @@ class WindowedStore:
         columns: Sequence[str] | None = None,
         device: torch.device | str = "cpu",
     ):
-        if rows < 1:
-            raise ValueError(f"window rows ({rows}) must be >= 1")
+        rows = positive_int("rows", rows)
         self.store = store
         specs = store.select_columns(columns)
         self.packed = PackedColumns(specs, rows, device)

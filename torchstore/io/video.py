@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import VideoError
+from torchstore.validation import int_at_least, positive_int
 
 __all__ = [
     "VideoInfo",
@@ -249,11 +250,7 @@ def _check_encoder(name: str) -> None:
 
 
 def _check_int(name: str, value: object, low: int, *, optional: bool = True) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        allowed = f"None or an int >= {low}" if optional else f"an int >= {low}"
-        raise VideoError(f"{name} ({value!r}) must be {allowed}")
+    int_at_least(name, value, low, allow_none=optional, error=VideoError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,9 +351,7 @@ def _check_frame_size(settings: EncoderSettings, width: int, height: int) -> Non
 
 
 def _check_fps(fps: object) -> int:
-    if isinstance(fps, bool) or not isinstance(fps, int | np.integer) or fps <= 0:
-        raise VideoError(f"fps ({fps!r}) must be a positive int")
-    return int(fps)
+    return positive_int("fps", fps, error=VideoError)
 
 
 def _as_rgb(frame: Any, height: int, width: int) -> np.ndarray:

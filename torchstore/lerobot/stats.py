@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import LeRobotFormatError
+from torchstore.validation import positive_int
 
 __all__ = [
     "STAT_NAMES",
@@ -265,9 +266,7 @@ class ImageStatsAccumulator:
     """
 
     def __init__(self, channels: int = 3):
-        if not isinstance(channels, int | np.integer) or channels < 1:
-            raise ValueError(f"channels must be a positive int, got {channels!r}")
-        self._channels = int(channels)
+        self._channels = positive_int("channels", channels)
         self._hist = np.zeros((self._channels, 256), dtype=np.int64)
         self._frames = 0
 

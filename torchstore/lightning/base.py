@@ -69,7 +69,12 @@ from torchstore.samplers.philox import PhiloxStream
 from torchstore.samplers.prioritized import PrioritizedSampler
 from torchstore.samplers.refill import parse_budget
 from torchstore.samplers.windows import RowSet
-from torchstore.validation import int_at_least, int_in_range
+from torchstore.validation import (
+    int_at_least,
+    int_in_range,
+    non_negative_number,
+    positive_number,
+)
 
 __all__ = ["StoreDataModule", "Output", "SamplerKind"]
 
@@ -148,18 +153,8 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         #: the :class:`~torchstore.samplers.block_window.BlockWindow` sampled with a budget
         #: (else None)
         self.window: BlockWindow | None = None
-        for name, value in (
-            ("prioritized_alpha", prioritized_alpha),
-            ("prioritized_beta", prioritized_beta),
-        ):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not 0 <= value < float("inf")
-            ):
-                raise ValueError(f"{name} ({value!r}) must be a finite number >= 0")
-        self.prioritized_alpha = float(prioritized_alpha)
-        self.prioritized_beta = float(prioritized_beta)
+        self.prioritized_alpha = float(non_negative_number("prioritized_alpha", prioritized_alpha))
+        self.prioritized_beta = float(non_negative_number("prioritized_beta", prioritized_beta))
         if ere is not None and not isinstance(ere, ERE):
             raise TypeError(f"ere ({type(ere).__name__}) must be an ERE schedule or None")
         #: the ERE schedule (``None``: all training rows); call ``ere.set_progress(k, K)``
@@ -211,13 +206,9 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         self._budget = parse_budget(resident)
         self.windowed = self._budget[0] != "all"
         self.resident_blocks = check_int("resident_blocks", resident_blocks, 1)
-        if (
-            isinstance(resident_reuse, bool)
-            or not isinstance(resident_reuse, (int, float))
-            or not 0 < resident_reuse < float("inf")
-        ):
-            raise ResidencyError(f"resident_reuse ({resident_reuse!r}) must be a finite number > 0")
-        self.resident_reuse = float(resident_reuse)
+        self.resident_reuse = float(
+            positive_number("resident_reuse", resident_reuse, error=ResidencyError)
+        )
         if self.windowed and ere is not None:
             raise ValueError(
                 f"ere draws from the newest rows of the whole store; with resident={resident!r} "

@@ -26,6 +26,7 @@ from torchstore.samplers.draws import importance_weight
 from torchstore.samplers.refill import RefillSchedule, cut_blocks, parse_budget
 from torchstore.samplers.sumtree import SumTree
 from torchstore.samplers.windows import RowSet, choose_windows, window_counts
+from torchstore.validation import positive_int
 
 if TYPE_CHECKING:
     from torchstore.data.store import TrajectoryStore
@@ -142,9 +143,7 @@ class BlockWindow:
         kind, amount = parse_budget(budget)
         if kind == "all":
             raise ResidencyError("a BlockWindow needs a budget in rows or bytes, not 'all'")
-        k = int(resident_blocks)
-        if k < 1:
-            raise ResidencyError(f"resident_blocks ({resident_blocks}) must be >= 1")
+        k = positive_int("resident_blocks", resident_blocks, error=ResidencyError)
         row_bytes = PackedColumns(specs, 1, "cpu").row_bytes
         #: refills, rows and bytes read, seconds spent reading, waits and seconds waited,
         #: chunks read straight from the file and reads through the store (block_read)

@@ -59,6 +59,7 @@ import torch
 
 from torchstore.errors import ResidencyError
 from torchstore.samplers.philox import PhiloxStream
+from torchstore.validation import positive_int, positive_number
 
 __all__ = [
     "BLOCK_STREAM",
@@ -152,8 +153,7 @@ def cut_blocks(start: np.ndarray, length: np.ndarray, block_rows: int, *, align:
     """
     start = np.asarray(start, dtype=np.int64)
     length = np.asarray(length, dtype=np.int64)
-    if block_rows < 1:
-        raise ResidencyError(f"block_rows ({block_rows}) must be >= 1")
+    block_rows = positive_int("block_rows", block_rows, error=ResidencyError)
     keep = length > 0
     idx = np.nonzero(keep)[0]
     lo: list[int] = []
@@ -232,15 +232,8 @@ class RefillSchedule:
         world_size: int = 1,
         reuse: float = 1.0,
     ):
-        if (
-            isinstance(reuse, bool)
-            or not isinstance(reuse, (int, float))
-            or not 0 < reuse < float("inf")
-        ):
-            raise ResidencyError(f"reuse ({reuse!r}) must be a finite number > 0")
-        self.reuse = float(reuse)
-        if resident_blocks < 1:
-            raise ResidencyError(f"resident blocks ({resident_blocks}) must be >= 1")
+        self.reuse = float(positive_number("reuse", reuse, error=ResidencyError))
+        positive_int("resident_blocks", resident_blocks, error=ResidencyError)
         if num_blocks < world_size:
             raise ResidencyError(
                 f"the store cuts into {num_blocks} blocks, fewer than the {world_size} ranks "
