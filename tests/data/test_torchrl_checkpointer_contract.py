@@ -23,6 +23,7 @@ from torchrl.data.replay_buffers.checkpointers import (
 )
 
 from torchstore.data.replay import StoreReplay
+from torchstore.data.replay_torchrl import RING_FILE
 from torchstore.errors import UnsupportedError
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)
@@ -104,6 +105,42 @@ def test_a_torchrl_folder_loads_as_a_wrapped_ring_with_episodes_from_the_done_fl
     start, length, _ = storage.episode_segments()
     assert (start.tolist(), length.tolist()) == ([0, 5], [5, 5])
     assert storage.cursor == 0 and len(storage) == 10
+
+
+def episodes_of(n: int, every: int, start: int = 0) -> TensorDict:
+    step = torch.arange(start, start + n)
+    done = (step % every == every - 1).unsqueeze(-1)
+    return TensorDict({"obs": step.float().unsqueeze(-1), "done": done}, [n])
+
+
+def test_a_ring_file_left_by_another_dump_is_not_trusted(tmp_path):
+    """torchrl dumps another storage of the same length into a folder a StoreReplay dumped
+    to: the ring file there describes other rows, so the load reads torchrl's convention
+    (episodes from the done flags, wrapped exactly) instead of the stale cursor and index."""
+    ours = StoreReplay(8)
+    ours.checkpointer = TensorStorageCheckpointer()
+    ours.set(torch.arange(8), episodes_of(8, 2))
+    ours.set(torch.arange(3), episodes_of(3, 2, start=8))  # cursor 3
+    ours.dumps(tmp_path)
+    theirs = LazyTensorStorage(8)
+    theirs.checkpointer = TensorStorageCheckpointer()
+    theirs.set(torch.arange(8), episodes_of(8, 4))
+    theirs.dumps(tmp_path)
+    assert (tmp_path / RING_FILE).exists()
+    back = StoreReplay(8)
+    back.checkpointer = TensorStorageCheckpointer()
+    back.loads(tmp_path)
+    assert back.get(torch.arange(8))["obs"].reshape(-1).tolist() == list(range(8))
+    start, length, _ = back.episode_segments()
+    assert (start.tolist(), length.tolist(), back.cursor) == ([0, 4], [4, 4], 0)
+    # the folder StoreReplay itself dumped is still restored exactly
+    ours.dumps(tmp_path / "ours")
+    again = StoreReplay(8)
+    again.checkpointer = TensorStorageCheckpointer()
+    again.loads(tmp_path / "ours")
+    assert again.cursor == 3
+    for x, y in zip(ours.episode_segments(), again.episode_segments(), strict=True):
+        assert x.tolist() == y.tolist()
 
 
 def test_multi_env_rings_checkpoint_through_torchrl_checkpointers(tmp_path):

@@ -10,26 +10,26 @@ folder it writes is exactly the folder torchrl writes for that storage: a
 ``LazyTensorStorage``. The copy costs one ring's memory while a dump or load runs.
 
 torchrl's folders hold no ring cursor and no episode index, so a dump also writes
-:data:`RING_FILE` beside them (the columns, the episode index, the cursor): a
-``StoreReplay`` that loads the folder back is restored exactly (rows, length, cursor,
-episode ids). Without that file (a folder torchrl wrote) the torchrl convention holds: a
-full ring is taken to have wrapped exactly and the episode index is rebuilt from the
-end flags.
+:data:`RING_FILE` beside them (the columns, the episode index, the cursor, and a digest of
+the valid rows it describes): a ``StoreReplay`` that loads the folder back is restored
+exactly (rows, length, cursor, episode ids). Without that file, or when the rows loaded
+are not the ones it describes (torchrl dumped another storage into the folder since), the
+torchrl convention holds: a full ring is taken to have wrapped exactly and the episode
+index is rebuilt from the end flags.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
+from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.checkpointers import TensorStorageCheckpointer
 from torchrl.data.replay_buffers.storages import LazyTensorStorage
 
 from torchstore.errors import UnsupportedError
-
-if TYPE_CHECKING:
-    from torchstore.data.replay import StoreReplay
 
 __all__ = ["RING_FILE", "dump_with_torchrl", "load_with_torchrl", "is_torchrl_checkpointer"]
 
@@ -37,6 +37,26 @@ __all__ = ["RING_FILE", "dump_with_torchrl", "load_with_torchrl", "is_torchrl_ch
 RING_FILE = "torchstore_ring.pt"
 _STATE_KEY = "torchstore_replay"
 _TORCHRL_KEYS = ("_storage", "initialized", "_len")
+_DIGEST_KEY = "rows_digest"
+
+
+class TorchrlRing(Protocol):
+    """What a dump or load through torchrl's checkpointers reads and sets of a replay ring
+    (``StoreReplay`` has it)."""
+
+    max_size: int
+    ndim: int
+    initialized: bool
+    device: Any
+    _treespec: Any
+    _last_cursor: Any
+    _last_cursor_index: Any
+
+    def __len__(self) -> int: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
 def is_torchrl_checkpointer(value: Any) -> bool:
@@ -51,12 +71,12 @@ def _ring_file(path: Path) -> Path:
     return path / RING_FILE
 
 
-def _mirror(replay: StoreReplay) -> LazyTensorStorage:
+def _mirror(replay: TorchrlRing) -> LazyTensorStorage:
     device = "cpu" if replay.device == "auto" else replay.device
     return LazyTensorStorage(replay.max_size, ndim=replay.ndim, device=device)
 
 
-def dump_with_torchrl(replay: StoreReplay, checkpointer: Any, path: str | Path) -> None:
+def dump_with_torchrl(replay: TorchrlRing, checkpointer: Any, path: str | Path) -> None:
     """Run torchrl's ``checkpointer.dumps`` on a mirror of the ring; add :data:`RING_FILE`."""
     if not replay.initialized:
         raise RuntimeError("Cannot save a non-initialized storage.")
@@ -75,14 +95,16 @@ def dump_with_torchrl(replay: StoreReplay, checkpointer: Any, path: str | Path) 
     checkpointer.dumps(mirror, path)
     own = {k: v for k, v in state[_STATE_KEY].items() if k != "blocks"}
     own["len"] = len(replay)
+    own[_DIGEST_KEY] = _rows_digest(mirror)
     torch.save(own, _ring_file(path))
 
 
-def load_with_torchrl(replay: StoreReplay, checkpointer: Any, path: str | Path) -> None:
+def load_with_torchrl(replay: TorchrlRing, checkpointer: Any, path: str | Path) -> None:
     """Run torchrl's ``checkpointer.loads`` into a mirror, then load its rows into the ring.
 
-    With the :data:`RING_FILE` a dump wrote (and the same length), the cursor and episode
-    index are restored exactly; else the folder is read as a ``LazyTensorStorage``'s.
+    With the :data:`RING_FILE` a dump wrote, describing the rows loaded (the same length
+    and the same rows digest), the cursor and episode index are restored exactly;
+    else the folder is read as a ``LazyTensorStorage``'s.
     """
     path = Path(path)
     mirror = _mirror(replay)
@@ -91,6 +113,30 @@ def load_with_torchrl(replay: StoreReplay, checkpointer: Any, path: str | Path) 
     ring = _ring_file(path)
     if ring.exists():
         own = torch.load(ring, weights_only=True)
-        if int(own.pop("len", -1)) == int(state["_len"]):
+        length, digest = int(own.pop("len", -1)), own.pop(_DIGEST_KEY, None)
+        if length == int(state["_len"]) and digest == _rows_digest(mirror):
             state[_STATE_KEY] = own
     replay.load_state_dict(state)
+
+
+def _rows_digest(storage: LazyTensorStorage) -> str:
+    """A BLAKE2b digest of a ``LazyTensorStorage``'s valid rows: every leaf's name, dtype,
+    shape and bytes (what a torchrl checkpointer writes and reads back bit for bit)."""
+    data = storage._storage
+    n = len(storage)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{n}/{storage.ndim}".encode())
+    if isinstance(data, TensorDictBase):
+        leaves = sorted(
+            (k if isinstance(k, str) else "/".join(k), v)
+            for k, v in data.items(include_nested=True, leaves_only=True)
+        )
+    else:
+        leaves = [("", data)]
+    for name, value in leaves:
+        rows = value.flatten(0, storage.ndim - 1)[:n] if storage.ndim > 1 else value[:n]
+        rows = rows.detach().to("cpu").contiguous()
+        h.update(f"{name}:{rows.dtype}:{list(rows.shape)};".encode())
+        if rows.numel():
+            h.update(rows.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
