@@ -314,25 +314,18 @@ def _update(sum_tree, min_tree, depth, index, value, raw, raw_value):  # pragma:
             if raw_value[i] > high:
                 high = raw_value[i]
         nodes[j] = k + num_leaves
-    # each level's parents are kept (in order, adjacent repeats dropped) as the next
-    # level's nodes, so the upper levels walk the few shared ancestors, not all n draws
-    live = n
-    for _ in range(depth):
+    for level in range(1, depth + 1):
         prev = -1
-        kept = 0
-        for j in range(live):
-            node = nodes[j] >> 1
+        for j in range(n):
+            node = nodes[j] >> level
             if node == prev:
                 continue
             prev = node
-            nodes[kept] = node
-            kept += 1
             left = 2 * node
             sum_tree[node] = sum_tree[left] + sum_tree[left + 1]
             a = min_tree[left]
             b = min_tree[left + 1]
             min_tree[node] = a if a <= b else b
-        live = kept
     return high
 
 
