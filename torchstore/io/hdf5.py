@@ -201,9 +201,10 @@ _SUPERBLOCK = struct.Struct("<8sBBBBQQQQI")
 def _raise_stored_eoa_to_eof(path: Path) -> None:
     """Make the superblock's end-of-allocation at least the file's end, before HDF5 opens it.
 
-    A writer killed inside a flush can leave metadata written past the EOA its superblock
-    records (the superblock is written last), including metadata the superblock itself
-    points to, such as a moved continuation chunk of the superblock extension. SWMR readers
+    A writer killed inside a flush or a close can leave metadata written past the EOA its
+    superblock records (the superblock is written last), including metadata the superblock
+    itself points to: a close moves the superblock extension's continuation chunk, and a
+    kill before the superblock write left it exactly at the recorded EOA. SWMR readers
     read past the EOA, but a read-write open reads that metadata before anything can raise
     the EOA and fails with "addr overflow". This is ``H5Fincrement_filesize(fid, 0)`` (what
     ``h5clear --increment=0`` does) done on the raw superblock: one 48-byte write inside the
