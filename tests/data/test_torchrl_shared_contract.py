@@ -59,6 +59,27 @@ def test_a_spawned_writer_fills_the_parents_ring():
     assert storage.cursor == 4
 
 
+@pytest.mark.slow  # one spawned interpreter importing torch and torchrl: several seconds
+def test_concurrent_writers_of_a_shared_ring_lose_no_write():
+    """The parent and a spawned child write one row at a time into one shared ring at the
+    same time (each its own rows): every write counts in the length, every row holds what
+    was written, and the episode index is the one the end flags give."""
+    n = 400
+    storage = StoreReplay(1 + 2 * n)
+    storage.set(torch.tensor([0]), _shared_writer.rows(0, 1))
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    child = ctx.Process(target=_shared_writer.set_rows, args=(storage, barrier, 1 + n, n))
+    child.start()
+    _shared_writer.set_rows(storage, barrier, 1, n)
+    child.join(120)
+    assert child.exitcode == 0
+    assert len(storage) == int(storage.fill_level) == 1 + 2 * n
+    assert storage.get(torch.arange(1 + 2 * n))["obs"][:, 0].tolist() == list(range(1 + 2 * n))
+    _, length, _ = storage.episode_segments()
+    assert length.tolist() == [4] * (n // 2) + [1]  # done every 4th row, the last one open
+
+
 def test_sharing_an_empty_ring_is_refused():
     storage = StoreReplay(10)
     rb = TensorDictReplayBuffer(storage=storage, shared=True)

@@ -63,6 +63,8 @@ returned, as its TensorDict.
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -190,8 +192,10 @@ class StoreReplay(TensorStorage):
             raise ValueError(f"StoreReplay capacity ({capacity!r}) must be a positive int")
         self._episodes = RingEpisodes(int(capacity))
         self._streams = [self._episodes]
-        # shared with spawned processes: int64 [rows, cursor, revision] (see _share)
+        # shared with spawned processes: int64 [rows, cursor, revision] (see _share), and
+        # the lock every process holds to change or read them with the rows
         self._shared: torch.Tensor | None = None
+        self._lock: Any = None
         self._shared_np: np.ndarray | None = None
         self._seen_revision = 0
         # rows were written inside torch.compile: the episode index is behind (see _follow)
@@ -229,7 +233,9 @@ class StoreReplay(TensorStorage):
     def cursor(self) -> int:
         """Physical (flat) row the next ring write goes to (``time row * n_envs`` when ndim=2)."""
         if self._shared is not None or self._traced_writes:
-            self._follow()
+            with self._guard():
+                self._follow()
+                return self._episodes.cursor * self._width
         return self._episodes.cursor * self._width
 
     @property
@@ -279,8 +285,13 @@ class StoreReplay(TensorStorage):
         return self._segment_table()[2]
 
     def _segment_table(self) -> tuple[Any, ...]:
-        if self._shared is not None or self._traced_writes:
+        if self._shared is None and not self._traced_writes:
+            return self._segment_columns()
+        with self._guard():
             self._follow()
+            return self._segment_columns()
+
+    def _segment_columns(self) -> tuple[Any, ...]:
         version = tuple(s.version for s in self._streams)
         cached = self._segments_cache
         if cached is None or cached[0] != version:
@@ -341,6 +352,11 @@ class StoreReplay(TensorStorage):
         what the columns give.
         """
         self._refuse_multi_env("restore_ring()")
+        with self._guard():
+            self._restore_ring(lengths, state)
+        self._bump_mutation_revision()
+
+    def _restore_ring(self, lengths: torch.Tensor, state: Mapping[str, Any]) -> None:
         self._episodes.load(
             lengths,
             torch.as_tensor(state["episode_ids"], dtype=torch.int64),
@@ -359,7 +375,6 @@ class StoreReplay(TensorStorage):
         last = state.get("last_cursor_index")
         self._set_last_cursor(-1 if last is None else int(last))
         self._sync_scalars()
-        self._bump_mutation_revision()
 
     def adopt_columns(self, columns: Sequence[ColumnSpec] | PackedColumns) -> None:
         """Allocate the rows for ``columns``, or check them against the columns held.
@@ -407,29 +422,36 @@ class StoreReplay(TensorStorage):
         self._checkpointer = value
 
     def dumps(self, path: str | os.PathLike) -> None:
-        if isinstance(self._checkpointer, StoreReplayCheckpointer):
-            self._checkpointer.dumps(self, path)
-        else:
-            dump_with_torchrl(self, self._checkpointer, path)
+        with self._guard():  # a shared ring: no process writes while the dump reads
+            if isinstance(self._checkpointer, StoreReplayCheckpointer):
+                self._checkpointer.dumps(self, path)
+            else:
+                dump_with_torchrl(self, self._checkpointer, path)
 
     def loads(self, path: str | os.PathLike) -> None:
-        if isinstance(self._checkpointer, StoreReplayCheckpointer):
-            self._checkpointer.loads(self, path)
-        else:
-            load_with_torchrl(self, self._checkpointer, path)
+        with self._guard():
+            if isinstance(self._checkpointer, StoreReplayCheckpointer):
+                self._checkpointer.loads(self, path)
+            else:
+                load_with_torchrl(self, self._checkpointer, path)
+            self._sync_scalars()
         self._bump_mutation_revision()
 
     # ----------------------------------------------------------------- torchrl sizes
     @_compile_disable()
     def __len__(self) -> int:
         if self._shared is not None or self._traced_writes:
-            self._follow()
+            with self._guard():
+                self._follow()
+                return self._episodes.rows * self._width
         return self._episodes.rows * self._width
 
     @property
     def _len(self) -> int:
         if self._shared is not None or self._traced_writes:
-            self._follow()
+            with self._guard():
+                self._follow()
+                return self._episodes.rows * self._width
         return self._episodes.rows * self._width
 
     @_len.setter
@@ -444,8 +466,9 @@ class StoreReplay(TensorStorage):
                 f"length ({value}) must be in [0, {self.max_size}] and a multiple of "
                 f"n_envs ({self._width})"
             )
-        self._rebuild(rows=value // self._width, cursor=index.cursor)
-        self._sync_scalars()
+        with self._guard():
+            self._rebuild(rows=value // self._width, cursor=index.cursor)
+            self._sync_scalars()
 
     @property
     def _total_shape(self) -> torch.Size | None:
@@ -582,6 +605,14 @@ class StoreReplay(TensorStorage):
 
     @_compile_disable()
     def _set_eager(self, cursor: Any, data: Any, set_cursor: bool) -> None:
+        lock = self._lock
+        if lock is None:
+            self._write(cursor, data, set_cursor)
+            return
+        with lock:  # a shared ring: catch up, write and publish as one step
+            self._write(cursor, data, set_cursor)
+
+    def _write(self, cursor: Any, data: Any, set_cursor: bool) -> None:
         if self._shared is not None or self._traced_writes:
             self._follow()
         if self.ndim > 1:
@@ -882,9 +913,13 @@ class StoreReplay(TensorStorage):
         return view
 
     def _apply_conditional_patch(self, index: torch.Tensor, patch: Mapping[Any, Any]) -> None:
-        super()._apply_conditional_patch(index, patch)
-        if any(name_from_key(key) in self._end_names for key in patch):
-            self._rebuild(rows=self._episodes.rows, cursor=self._episodes.cursor)
+        with self._guard():
+            if self._shared is not None:
+                self._follow()
+            super()._apply_conditional_patch(index, patch)
+            if any(name_from_key(key) in self._end_names for key in patch):
+                self._rebuild(rows=self._episodes.rows, cursor=self._episodes.cursor)
+                self._sync_scalars()  # other processes rebuild their index too
 
     def _add_columns(self, specs: Sequence[ColumnSpec]) -> None:
         """Grow the row layout by ``specs``; every existing row holds their fill value.
@@ -978,9 +1013,14 @@ class StoreReplay(TensorStorage):
         self._episodes.rebuild(ends, rows=rows, cursor=cursor)
 
     def _sync_scalars(self) -> None:
-        """After every change of the ring: the device scalars, and the shared position."""
-        self.fill_level.fill_(len(self))
-        self.cursor_tensor.fill_(self.cursor)
+        """After every change of the ring: the device scalars, and the shared position.
+
+        A shared ring calls it holding the lock. The cursor moves before the fill level:
+        a sampler that reads the two scalars while a write lands (outside a lock) sees at
+        worst the new cursor with the old fill level, a window of written rows only.
+        """
+        self.cursor_tensor.fill_(self._episodes.cursor * self._width)
+        self.fill_level.fill_(self._episodes.rows * self._width)
         if self._shared is not None:
             shared = self._shared_np
             shared[0], shared[1] = self._episodes.rows, self._episodes.cursor
@@ -1013,7 +1053,13 @@ class StoreReplay(TensorStorage):
                 tensor.share_memory_()
         self._shared = torch.zeros(3, dtype=torch.int64).share_memory_()
         self._shared_np = self._shared.numpy()
+        # spawn's context: a lock torchrl's spawned processes can take (pickled with the ring)
+        self._lock = multiprocessing.get_context("spawn").RLock()
         self._sync_scalars()
+
+    def _guard(self) -> Any:
+        """The shared ring's lock, held to change or read the rows with their position."""
+        return self._lock if self._lock is not None else contextlib.nullcontext()
 
     def _follow(self) -> None:
         """Catch the host-side index up with writes made inside ``torch.compile`` (their
@@ -1042,10 +1088,11 @@ class StoreReplay(TensorStorage):
         self._set_last_cursor(last)
 
     def _empty(self) -> None:
-        for stream in self._streams:
-            stream.reset()
-        self._segments_cache = None
-        self._sync_scalars()
+        with self._guard():
+            for stream in self._streams:
+                stream.reset()
+            self._segments_cache = None
+            self._sync_scalars()
         self._bump_mutation_revision()
 
     # ----------------------------------------------------------------- reads
@@ -1055,8 +1102,16 @@ class StoreReplay(TensorStorage):
 
         Returns a TensorDict of batch size ``len(index)`` (an int gives one row), gathered
         with one ``index_select`` of the packed rows and dequantised on the storage device.
-        Indices must lie in ``[-len, len)``.
+        Indices must lie in ``[-len, len)``. On a shared ring the rows are read holding its
+        lock, so they and the length checked against are one process's complete write.
         """
+        lock = self._lock
+        if lock is None:
+            return self._read(index)
+        with lock:
+            return self._read(index)
+
+    def _read(self, index: Any) -> Any:
         if self._shared is not None or self._traced_writes:
             self._follow()
         if self._packed is None:
@@ -1266,6 +1321,12 @@ class StoreReplay(TensorStorage):
             ValueError: if the state is neither, or its capacity, ``ndim`` or env count
                 differ from this ring's.
         """
+        with self._guard():
+            self._load_state(state_dict)
+            self._sync_scalars()
+        self._bump_mutation_revision()
+
+    def _load_state(self, state_dict: Mapping[str, Any]) -> None:
         if _STATE_KEY in state_dict:
             self._load_own(state_dict[_STATE_KEY], state_dict)
         elif "columns" in state_dict:  # the layout written before torchrl's keys were kept
@@ -1277,8 +1338,6 @@ class StoreReplay(TensorStorage):
                 "not a StoreReplay or torchrl TensorStorage state dict: expected the keys "
                 f"'{_STATE_KEY}' or '_storage' and 'initialized', got {sorted(state_dict)}"
             )
-        self._sync_scalars()
-        self._bump_mutation_revision()
 
     def _check_geometry(self, ndim: int, capacity: int, n_envs: int, initialized: bool) -> None:
         if ndim != self.ndim:
@@ -1409,7 +1468,10 @@ class StoreReplay(TensorStorage):
     def __getstate__(self) -> dict[str, Any]:
         if get_spawning_popen() is not None:
             self._share()  # the blocks and the position go to shared memory, then pickle
-        state = Storage.__getstate__(self)
+            state = Storage.__getstate__(self)  # the lock goes with the ring
+        else:
+            state = Storage.__getstate__(self)
+            state.pop("_lock", None)  # a copy (pickle, deepcopy): its own lock, made below
         state.pop("_shared_np", None)
         return state
 
@@ -1417,6 +1479,8 @@ class StoreReplay(TensorStorage):
         Storage.__setstate__(self, state)
         shared = state.get("_shared")
         self._shared_np = None if shared is None else shared.numpy()
+        if getattr(self, "_lock", None) is None:
+            self._lock = None if shared is None else multiprocessing.get_context("spawn").RLock()
 
     def __repr__(self) -> str:
         cols = (
