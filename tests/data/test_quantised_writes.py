@@ -1,4 +1,5 @@
-"""Quantised columns refuse what uint8 codes cannot hold, in the store writer and the replay ring."""
+"""Quantised columns refuse what uint8 codes cannot hold, in the store writer and the replay
+ring."""
 
 from __future__ import annotations
 

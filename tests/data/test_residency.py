@@ -113,9 +113,9 @@ def test_gather_out_of_range_names_the_index_and_the_row_count(walker_store):
     with TrajectoryStore(path) as store:
         view = store.resident(columns=["qpos"])
     for bad in ([0, n], [-1, 3]):
+        named = bad[0] if bad[0] < 0 else n
         with pytest.raises(
-            RowIndexError,
-            match=rf"gather index {bad[0] if bad[0] < 0 else n} is out of range .* it holds {n} rows",
+            RowIndexError, match=rf"gather index {named} is out of range .* it holds {n} rows"
         ):
             view.gather(torch.tensor(bad))
     with pytest.raises(IndexError):  # the builtin a user catches

@@ -1,4 +1,5 @@
-"""verify: every checksum read once, damage named by column and rows, exit 0/1; info says it has not verified."""
+"""verify: every checksum read once, damage named by column and rows, exit 0/1; info says it
+has not verified."""
 
 from __future__ import annotations
 
