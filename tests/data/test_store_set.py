@@ -15,10 +15,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import torchstore.data.store_set as store_set
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
+from torchstore.data.manifest import Manifest
 from torchstore.data.store_set import StoreSet, find_shards, open_store
 from torchstore.data.summary import summarize
 from torchstore.data.verify import verify_store
+from torchstore.data.writer import build_store_file
 from torchstore.errors import (
     ColumnError,
     EpisodeError,
@@ -26,6 +29,8 @@ from torchstore.errors import (
     RowIndexError,
     StoreFormatError,
 )
+from torchstore.io.hdf5 import create_atomically, open_for_append
+from torchstore.io.writer_lock import WriterLock
 
 COLUMNS = [
     ColumnSpec("obs", torch.float32, (3,)),
@@ -122,6 +127,26 @@ def test_reader_follows_writer_processes_and_new_shards(tmp_path):
         assert torch.equal(
             whole["obs"], torch.cat([s.read_slab(0, len(s))["obs"] for s in shards.shards])
         )
+
+
+def test_a_shard_is_not_opened_before_its_writer_opens_it(tmp_path, monkeypatch):
+    """A writer renames its new file into place, then opens it for SWMR writing. A set that
+    opened the file in between would hold HDF5's file lock and keep the writer out, so it
+    leaves the shard alone until the writer has it open."""
+    _write(tmp_path / "a.h5", 0, [2])
+    path = tmp_path / "b.h5"
+    lock = WriterLock.acquire(path)  # a writer of b.h5, between its rename and its open
+    create_atomically(path, lambda f: build_store_file(f, Manifest.new(COLUMNS)))
+    monkeypatch.setattr(store_set, "_WRITER_OPEN_WAIT_S", 0.05)
+    with StoreSet(tmp_path) as shards:
+        assert [s.path.name for s in shards.shards] == ["a.h5"]
+        assert not shards.refresh() and len(shards.shards) == 1
+        f = open_for_append(path, lock=lock)  # the writer gets in
+        try:
+            assert shards.refresh() and [s.path.name for s in shards.shards] == ["a.h5", "b.h5"]
+        finally:
+            f.close()
+            lock.release()
 
 
 def test_killed_writer_loses_nothing_committed(tmp_path):

@@ -11,6 +11,12 @@ they were found (a folder's shards sorted by file name at open; shards that appe
 follow, sorted among themselves), so when a refresh adds rows to a shard, the row numbers
 of the shards after it move up. Episodes never straddle shards.
 
+A writer makes its new file visible (renames it into place) a moment before it opens it
+for SWMR writing, and a reader that opens the file in that moment holds HDF5's file lock,
+so the writer cannot open it. The set therefore never opens a shard whose live writer has
+not opened it yet: at open it waits for that writer (a few seconds at most), and
+:meth:`StoreSet.refresh` leaves such a shard for a later refresh.
+
 Examples:
     >>> shards = StoreSet("runs/")            # runs/collector-0.h5, runs/collector-1.h5, ...
     >>> shards.read_slab(0, len(shards))      # one slab across every shard edge
@@ -20,6 +26,7 @@ Examples:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,11 +38,51 @@ from torchstore.data.episodes import EpisodeIndex
 from torchstore.data.manifest import Manifest
 from torchstore.data.store import TrajectoryStore
 from torchstore.errors import ColumnError, RowIndexError, StoreFormatError
+from torchstore.io.writer_lock import live_writer
 
 __all__ = ["StoreSet", "SHARD_SUFFIXES", "find_shards", "open_store"]
 
 #: File suffixes a folder's shards carry.
 SHARD_SUFFIXES = (".h5", ".hdf5")
+#: How long opening a set waits for a shard's live writer to open that shard.
+_WRITER_OPEN_WAIT_S = 5.0
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+_SWMR_WRITE_FLAG = 0x04  # superblock (v2+) file consistency flags: open for SWMR writing
+
+
+def _open_by_its_writer(path: Path) -> bool:
+    """Whether the superblock says a writer has ``path`` open for SWMR writing."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return False
+    return len(head) == 12 and head[:8] == _HDF5_SIGNATURE and bool(head[11] & _SWMR_WRITE_FLAG)
+
+
+def _writer_is_opening(path: str | os.PathLike) -> bool:
+    """Whether a live writer holds ``path``'s writer lock but has not opened the file yet.
+
+    A reader must not open such a file: its HDF5 file lock would keep the writer out. A
+    writer that replaces an existing store (``overwrite=True``) writes a hidden file aside
+    and never opens ``path`` itself, so ``path`` stays readable then.
+    """
+    path = Path(path)
+    if live_writer(path) is None:
+        return False
+    if path.with_name(f".{path.name}.partial").exists():
+        return False
+    return not _open_by_its_writer(path)
+
+
+def _wait_for_writer(path: Path, timeout: float) -> bool:
+    """Wait (up to ``timeout`` seconds) until no live writer is opening ``path``."""
+    deadline = time.monotonic() + timeout
+    while _writer_is_opening(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.005)
+    return True
 
 
 def find_shards(folder: str | os.PathLike) -> list[Path]:
@@ -111,10 +158,17 @@ class StoreSet(TrajectoryStore):
         self._shards: list[TrajectoryStore] = []
         try:
             for path in paths:
-                self._add(path)
+                # a shard its writer is still opening: a folder's is left to refresh()
+                if _wait_for_writer(path, _WRITER_OPEN_WAIT_S) or self.folder is None:
+                    self._add(path)
         except BaseException:
             self.close()
             raise
+        if not self._shards:
+            raise StoreFormatError(
+                f"no store shards in {self.folder} that their writers have opened (waited "
+                f"{_WRITER_OPEN_WAIT_S} s for {[p.name for p in paths]})"
+            )
         self._manifest = self._shards[0]._manifest
         self._rows = self._episodes_n = -1
         self._index()
@@ -166,14 +220,15 @@ class StoreSet(TrajectoryStore):
 
     def refresh(self) -> bool:
         """Catch up with episodes the shards' writers committed and, for a folder, with
-        shards that appeared since; True if the set shows anything new."""
+        shards that appeared since (a new shard whose writer has not opened it yet comes
+        in on a later refresh); True if the set shows anything new."""
         grew = False
         for shard in self._shards:
             grew |= shard.refresh()
         if self.folder is not None:
             known = {os.path.realpath(s.path) for s in self._shards}
             for path in find_shards(self.folder):
-                if os.path.realpath(path) not in known:
+                if os.path.realpath(path) not in known and not _writer_is_opening(path):
                     self._add(path)
                     grew = True
         return self._index() or grew
