@@ -207,8 +207,9 @@ def _raise_stored_eoa_to_eof(path: Path) -> None:
     kill before the superblock write left it exactly at the recorded EOA. SWMR readers
     read past the EOA, but a read-write open reads that metadata before anything can raise
     the EOA and fails with "addr overflow". This is ``H5Fincrement_filesize(fid, 0)`` (what
-    ``h5clear --increment=0`` does) done on the raw superblock: one 48-byte write inside the
-    first page, so a kill leaves either the old superblock or the new one.
+    ``h5clear --increment=0`` does) done on the raw superblock, rounded up to whole pages
+    (the file grows to match): one 48-byte write inside the first page, so a kill leaves
+    either the old superblock or the new one.
     """
     with open(path, "r+b") as f:
         head = f.read(_SUPERBLOCK.size)
@@ -224,9 +225,14 @@ def _raise_stored_eoa_to_eof(path: Path) -> None:
                 f"{path} cannot be recovered for appending: its superblock fails its checksum"
             )
         eof = os.fstat(f.fileno()).st_size
-        if base != 0 or eoa >= eof:
+        # Whole pages: the file's space is paged, so no metadata write crosses a page (and
+        # none can be torn by a kill); an EOA inside a page would start allocations there.
+        end = -(-max(eoa, eof) // _PAGE_SIZE) * _PAGE_SIZE
+        if base != 0 or end == eoa == eof:
             return
-        body = _SUPERBLOCK.pack(sig, version, offsets, lengths, flags, base, ext, eof, root, 0)
+        if eof < end:
+            os.ftruncate(f.fileno(), end)  # zeros: first, so a kill leaves EOA <= EOF
+        body = _SUPERBLOCK.pack(sig, version, offsets, lengths, flags, base, ext, end, root, 0)
         body = body[:-4] + struct.pack("<I", lookup3(body[:-4]))
         os.pwrite(f.fileno(), body, 0)
 
