@@ -84,11 +84,11 @@ def test_bad_schedules_are_rejected():
     with pytest.raises(ValueError, match=r"c_min \(0\) must be an int >= 1"):
         ERE(c_min=0)
     ere = ERE()
-    with pytest.raises(ValueError, match="K must be >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"K \(0\) must be an int >= 1"):
         ere.set_progress(1, 0)
     with pytest.raises(ValueError, match=r"k must be in \[1, K=10\], got 11"):
         ere.set_progress(11, 10)
-    with pytest.raises(ValueError, match=r"frac must be in \[0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"frac \(1.5\) must be a number in \[0, 1\]"):
         ere.set_progress(1, 10, frac=1.5)
 
 

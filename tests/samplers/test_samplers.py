@@ -261,17 +261,17 @@ def test_bad_priorities_are_rejected():
 def test_bad_constructor_arguments_are_rejected():
     with pytest.raises(ValueError, match=r"capacity \(0\) must be an int >= 1"):
         PrioritizedSampler(0)
-    with pytest.raises(ValueError, match="alpha must be a finite number >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"alpha \(-1\) must be a finite number >= 0"):
         PrioritizedSampler(4, alpha=-1)
-    with pytest.raises(ValueError, match="beta must be a finite number >= 0, got nan"):
+    with pytest.raises(ValueError, match=r"beta \(nan\) must be a finite number >= 0"):
         PrioritizedSampler(4, beta=float("nan"))
     with pytest.raises(ValueError, match="reduction must be one of"):
         PrioritizedSampler(4, reduction="mode")
     with pytest.raises(ValueError, match=r"beta_schedule must be a callable t -> beta or a tuple"):
         PrioritizedSampler(4, beta_schedule=(1.0, 0))
-    with pytest.raises(ValueError, match="alpha must be >= 0, got -0.1"):
+    with pytest.raises(ValueError, match=r"alpha \(-0.1\) must be a finite number >= 0"):
         PrioritizedSampler(4).alpha = -0.1
-    with pytest.raises(ValueError, match="beta must be >= 0, got -2"):
+    with pytest.raises(ValueError, match=r"beta \(-2\) must be a finite number >= 0"):
         PrioritizedSampler(4).beta = -2
 
 

@@ -199,3 +199,23 @@ def test_bad_arguments_are_rejected():
         ValueError, match="capacity must match the checkpoint: this tree has 4, the checkpoint 6"
     ):
         tree.load_state_dict(SumTree(6).state_dict())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_trees_run_on_the_cpu(dtype):
+    """numpy has no bfloat16 and numba little float16: such trees take the tensor code."""
+    from tensordict import TensorDict
+    from torchrl.data import TensorDictReplayBuffer
+
+    from torchstore.data.replay import StoreReplay
+    from torchstore.samplers import PrioritizedSampler
+
+    tree = SumTree(8, dtype=dtype)
+    tree.update(torch.tensor([1, 3]), torch.tensor([1.0, 3.0]))
+    assert tree._sum.dtype == dtype and float(tree.total()) == 4.0
+    sampler = PrioritizedSampler(64, alpha=0.7, beta=0.5, dtype=dtype, seed=0)
+    rb = TensorDictReplayBuffer(storage=StoreReplay(64), sampler=sampler, batch_size=16)
+    rb.extend(TensorDict({"obs": torch.arange(40.0)}, [40]))
+    batch = rb.sample()
+    rb.update_priority(batch["index"], torch.full((16,), 0.5))
+    assert (rb.sample()["index"] < 40).all()

@@ -93,7 +93,12 @@ def prioritized_rows(
         range's total mass (0-d; zero means nothing can be drawn and ``index`` is
         unspecified).
     """
-    u = stream.uniform(n, dtype=tree.dtype)
+    if tree.dtype in (torch.float64, torch.float32):
+        u = stream.uniform(n, dtype=tree.dtype)
+    else:  # a half-precision tree: float32 uniforms in the tree's dtype, kept below 1
+        u = stream.uniform(n, dtype=torch.float32).to(tree.dtype)
+        below_one = 1.0 - torch.finfo(tree.dtype).eps / 2
+        u = torch.clamp(u, max=below_one)
     return weighted_rows(tree, u, beta, count=count, start=start)
 
 

@@ -77,14 +77,11 @@ class ERE:
         Raises:
             ValueError: if ``K < 1``, ``k`` is outside ``[1, K]`` or ``frac`` outside [0, 1].
         """
-        if K < 1:
-            raise ValueError(f"K must be >= 1, got {K}")
+        K = positive_int("K", K)
         if not 1 <= k <= K:
             raise ValueError(f"k must be in [1, K={K}], got {k}")
         if frac is not None:
-            if not 0.0 <= frac <= 1.0:
-                raise ValueError(f"frac must be in [0, 1], got {frac}")
-            self.frac = float(frac)
+            self.frac = float(fraction("frac", frac))
         self.k, self.K = int(k), int(K)
 
     @property

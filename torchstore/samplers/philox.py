@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from torchstore.validation import int_in_range, non_negative_int
+from torchstore.validation import int_in_range, non_negative_int, positive_int
 
 __all__ = [
     "PHILOX_M0",
@@ -68,6 +68,8 @@ def cpu_kernels(t: Tensor) -> ModuleType | None:
     global _kernels
     if not KERNELS or t.device.type != "cpu" or torch.compiler.is_compiling():
         return None
+    if t.dtype in _HALF_DTYPES:  # numba has no bfloat16 and only partial float16
+        return None
     if _kernels is None:
         from torchstore.samplers import kernels
 
@@ -76,6 +78,7 @@ def cpu_kernels(t: Tensor) -> ModuleType | None:
 
 
 _kernels: ModuleType | None = None
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
 def _as_words(x: Tensor) -> Tensor:
@@ -121,8 +124,7 @@ def philox4x32(counter: Tensor, key: Tensor, rounds: int = 10) -> Tensor:
         raise ValueError(f"counter must have a trailing dimension of 4, got {tuple(counter.shape)}")
     if key.shape[-1:] != (2,):
         raise ValueError(f"key must have a trailing dimension of 2, got {tuple(key.shape)}")
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    positive_int("rounds", rounds)
     counter = _as_words(counter)
     key = _as_words(key)
     c0, c1, c2, c3 = counter.unbind(-1)

@@ -47,7 +47,7 @@ from torchstore.samplers.uniform import (
     ring_geometry,
     storage_device,
 )
-from torchstore.validation import positive_int
+from torchstore.validation import non_negative_number, positive_int
 
 __all__ = ["PrioritizedSampler"]
 
@@ -113,8 +113,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         # torchrl's __init__ is skipped on purpose: it builds the C++ trees (see module doc).
         capacity = positive_int("capacity", capacity)
         for name, value in (("alpha", alpha), ("beta", beta), ("eps", eps)):
-            if not (isinstance(value, (int, float)) and value >= 0 and value < float("inf")):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+            non_negative_number(name, value)
         if reduction not in _REDUCTIONS:
             raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
         self._init_common(generator, ere)
@@ -172,9 +171,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
 
     @alpha.setter
     def alpha(self, value: float) -> None:
-        if not value >= 0:
-            raise ValueError(f"alpha must be >= 0, got {value!r}")
-        self._alpha = float(value)
+        self._alpha = float(non_negative_number("alpha", value))
         written = self._tree.values() > 0
         stored = torch.pow(self._raw + self._eps, self._alpha)
         self._tree.assign(torch.where(written, stored, torch.zeros_like(stored)))
@@ -186,9 +183,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
 
     @beta.setter
     def beta(self, value: float) -> None:
-        if not value >= 0:
-            raise ValueError(f"beta must be >= 0, got {value!r}")
-        self._beta = float(value)
+        self._beta = float(non_negative_number("beta", value))
 
     def _beta_at(self, t: int) -> float:
         schedule = self._beta_schedule
