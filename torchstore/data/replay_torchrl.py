@@ -120,11 +120,11 @@ def load_with_torchrl(replay: TorchrlRing, checkpointer: Any, path: str | Path) 
 
 
 def _rows_digest(storage: LazyTensorStorage) -> str:
-    """A BLAKE2b digest of a ``LazyTensorStorage``'s valid rows: every leaf's name, dtype,
+    """A SHA-256 digest of a ``LazyTensorStorage``'s valid rows: every leaf's name, dtype,
     shape and bytes (what a torchrl checkpointer writes and reads back bit for bit)."""
     data = storage._storage
     n = len(storage)
-    h = hashlib.blake2b(digest_size=16)
+    h = hashlib.sha256()
     h.update(f"{n}/{storage.ndim}".encode())
     if isinstance(data, TensorDictBase):
         leaves = sorted(
