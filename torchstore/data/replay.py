@@ -47,8 +47,11 @@ torchrl's ``TensorStorageCheckpointer`` family (flat, nested, H5; their hooks in
 on a ``LazyTensorStorage`` copy of the ring, so its folders load into either storage
 (:mod:`torchstore.data.replay_torchrl`). Sharing: pickled into a ``spawn`` child (torchrl's
 ``ReplayBuffer(shared=True)``), an initialised ring moves its blocks and position to shared
-memory; a process that sees another's write rebuilds its episode index from the end flags
-(fresh ids). ``torch.compile``: ``set`` of a ``compilable=True`` ring is graph-safe after
+memory with a process-shared lock that every write (catch up, write, publish) and read
+holds; a process that sees another's write rebuilds its episode index from the end flags
+(fresh ids). torchrl's ``ReplayBuffer(shared=True)`` serialises its own ``extend``,
+``add`` and ``sample`` across processes; the ring's lock covers the rest (direct storage
+calls, ``rb[idx]``, ``len(rb)``). ``torch.compile``: ``set`` of a ``compilable=True`` ring is graph-safe after
 its first eager write (see :meth:`StoreReplay._set_traced`); other compiled writes break
 the graph (under ``fullgraph=True`` the break names what is graph-safe). ``get`` is opaque
 to the compiler, as torchrl's is; graph-safe sampling reads ``packed``, ``fill_level`` and
