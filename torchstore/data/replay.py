@@ -51,11 +51,11 @@ memory with a process-shared lock that every write (catch up, write, publish) an
 holds; a process that sees another's write rebuilds its episode index from the end flags
 (fresh ids). torchrl's ``ReplayBuffer(shared=True)`` serialises its own ``extend``,
 ``add`` and ``sample`` across processes; the ring's lock covers the rest (direct storage
-calls, ``rb[idx]``, ``len(rb)``). ``torch.compile``: ``set`` of a ``compilable=True`` ring is graph-safe after
-its first eager write (see :meth:`StoreReplay._set_traced`); other compiled writes break
-the graph (under ``fullgraph=True`` the break names what is graph-safe). ``get`` is opaque
-to the compiler, as torchrl's is; graph-safe sampling reads ``packed``, ``fill_level`` and
-``cursor_tensor`` directly.
+calls, ``rb[idx]``, ``len(rb)``). ``torch.compile``: ``set`` of a ``compilable=True`` ring
+is graph-safe after its first eager write (see :meth:`StoreReplay._set_traced`); other
+compiled writes break the graph (under ``fullgraph=True`` the break names what is
+graph-safe). ``get`` is opaque to the compiler, as torchrl's is; graph-safe sampling reads
+``packed``, ``fill_level`` and ``cursor_tensor`` directly.
 
 Not supported, each refused with a clear error: sharing an empty or a ``compilable`` ring,
 growing columns once shared, and, with ``ndim=2``, the trajectory store checkpoint file
