@@ -489,7 +489,8 @@ def main() -> None:
                     )
                 )
         print_markdown(
-            "import_lerobot into a trajectory store (frames/s; vs floor = import rate / floor rate)",
+            "import_lerobot into a trajectory store "
+            "(frames/s; vs floor = import rate / floor rate)",
             ("dataset", "import frames/s", "floor", "floor frames/s", "vs floor"),
             rows,
         )
