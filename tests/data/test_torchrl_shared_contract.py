@@ -76,8 +76,20 @@ def test_concurrent_writers_of_a_shared_ring_lose_no_write():
     assert child.exitcode == 0
     assert len(storage) == int(storage.fill_level) == 1 + 2 * n
     assert storage.get(torch.arange(1 + 2 * n))["obs"][:, 0].tolist() == list(range(1 + 2 * n))
+    # the ring's cursor follows the last write, whichever process made it; the episode index
+    # is what the end flags give read oldest first from that cursor (done every 4th row)
+    cursor = storage.cursor
+    assert cursor in (1 + n, 0)  # after the parent's last row (n) or the child's (2n)
+    order = [*range(cursor, 1 + 2 * n), *range(cursor)]
+    expected, run = [], 0
+    for row in order:
+        run += 1
+        if row % 4 == 3:
+            expected.append(run)
+            run = 0
+    expected += [run] if run else []
     _, length, _ = storage.episode_segments()
-    assert length.tolist() == [4] * (n // 2) + [1]  # done every 4th row, the last one open
+    assert length.tolist() == expected
 
 
 def test_sharing_an_empty_ring_is_refused():
