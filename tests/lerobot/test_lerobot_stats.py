@@ -383,7 +383,7 @@ def test_image_rejects_bad_input():
 episode_lengths = st.lists(st.integers(1, 50), min_size=1, max_size=8)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     lengths=episode_lengths,
     seed=st.integers(0, 2**32 - 1),
