@@ -86,35 +86,45 @@ def test_version_and_help_show_defaults():
     assert "index.json" in remote and "remote index DIR" in remote
 
 
-def test_demo_refuses_an_existing_store_unless_overwrite(tmp_path):
+def test_demo_refuses_an_existing_store_unless_overwrite(tmp_path, capsys):
+    # In-process: what is checked is the refusal, its one-line message and the untouched
+    # bytes; main() returns the exit status `python -m torchstore.cli` exits with, and
+    # test_demo_then_info_as_a_user_types_it covers the real process.
     path = tmp_path / "runs.h5"
-    assert _cli("demo", str(path), "--episodes", "3", "--steps", "100").returncode == 0
+    assert main(["demo", str(path), "--episodes", "3", "--steps", "100"]) == 0
     before = path.read_bytes()
-    run = _cli("demo", str(path), "--episodes", "2")
-    assert run.returncode == 1 and "--overwrite" in run.stderr and len(run.stderr.splitlines()) == 1
+    capsys.readouterr()
+    assert main(["demo", str(path), "--episodes", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "--overwrite" in err and len(err.splitlines()) == 1
     assert path.read_bytes() == before
-    assert _cli("demo", str(path), "--episodes", "2", "--steps", "5", "--overwrite").returncode == 0
+    assert main(["demo", str(path), "--episodes", "2", "--steps", "5", "--overwrite"]) == 0
     with TrajectoryStore(path) as store:
         assert store.num_rows == 10
 
 
-def test_demo_data_is_byte_reproducible_and_never_replaces_a_foreign_file(tmp_path):
+def test_demo_data_is_byte_reproducible_and_never_replaces_a_foreign_file(tmp_path, capsys):
     import time
 
     first, second = tmp_path / "a" / "reach.h5", tmp_path / "b" / "reach.h5"
+    started = time.monotonic()
     assert _cli("demo-data", str(first), "--episodes", "3").returncode == 0
-    time.sleep(1.1)  # a timestamp anywhere in the file would now differ
-    assert _cli("demo-data", str(second), "--episodes", "3").returncode == 0
+    time.sleep(max(0.0, started + 1.1 - time.monotonic()))  # a timestamp would now differ
+    # The second copy is written in this interpreter: another process (its own hash seed,
+    # its own import order) must write the same bytes as the command did.
+    assert main(["demo-data", str(second), "--episodes", "3"]) == 0
     assert first.read_bytes() == second.read_bytes()
     assert sorted(p.name for p in first.parent.iterdir()) == ["reach.h5"]  # no leftovers
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n")
+    capsys.readouterr()
     for extra in ([], ["--overwrite"]):
-        run = _cli("demo-data", str(notes), "--episodes", "2", *extra)
-        assert run.returncode == 1 and len(run.stderr.splitlines()) == 1, run.stderr
+        assert main(["demo-data", str(notes), "--episodes", "2", *extra]) == 1
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1, err
     assert notes.read_text() == "my notes\n"
-    run = _cli("demo-data", str(first), "--episodes", "2")
-    assert run.returncode == 1 and "--overwrite" in run.stderr
+    assert main(["demo-data", str(first), "--episodes", "2"]) == 1
+    assert "--overwrite" in capsys.readouterr().err
 
 
 def test_info_median_of_an_even_count_and_a_store_with_no_episodes(tmp_path, capsys):
