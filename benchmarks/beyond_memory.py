@@ -17,7 +17,9 @@ prints, for an ``OfflineDataModule`` with ``batch_size=256``:
 - batches/s drawing ``--batches`` batches with ``resident="all"`` and with a budget of
   ``--fraction`` of the store (``resident="<bytes>B"``, ``--blocks`` resident blocks), warm
   and cold (the store's pages dropped from the page cache with ``posix_fadvise(DONTNEED)``
-  before the run, which needs no privileges; where it is unavailable the cold row says so);
+  before the run, which needs no privileges; where it is unavailable the cold row says so;
+  ``--drop-caches`` drops the whole page cache instead, as root); only the first pass over
+  a store that fits in memory is cold: what it reads stays cached for later passes;
   target: windowed >= 0.8x resident; a second windowed case reads each block ``--reuse``
   times less often (``resident_reuse``: same expected frequency per row);
 - refill throughput (bytes read by the window's thread / seconds reading, checksums
@@ -31,11 +33,18 @@ prints, for an ``OfflineDataModule`` with ``batch_size=256``:
   steps/s resident vs windowed.
 
 Each case runs ``--repeats`` times, resident and windowed alternating, and the tables show
-medians (a shared machine: quote the ratios). Every target row says met or not met.
+medians (a shared machine: quote the ratios). Every target row says met or not met. Beside
+the wall-clock ratio the tables give two per-CPU-second ratios that load on the machine
+leaves nearly alone: the sampling thread's (what drawing and gathering cost, waits on
+refills left out) and the whole process's (the refill thread's reads and checksums in).
+A window reading a block per pass over its rows (``--reuse 1``) reads as many bytes per
+batch as a batch holds; for 84x84x3 frames that is 5.4 MB a batch read from the file,
+hashed and copied, which costs more CPU than gathering the batch, and cold, more disk
+bandwidth than a disk of a few hundred MB/s gives: only a larger reuse can keep up there.
 
 Usage: python benchmarks/beyond_memory.py [--walker-rows 1000000] [--pixel-frames 10000]
        [--fraction 0.1] [--blocks 4] [--reuse 4] [--batches 2000] [--fit-steps 300]
-       [--repeats 1] [--dir DIR] [--keep]
+       [--repeats 1] [--dir DIR] [--keep] [--drop-caches]
 """
 
 from __future__ import annotations
@@ -103,8 +112,19 @@ def write_store(path: Path, columns, rows: int, episode: int) -> None:
             w.add_episode(ep)
 
 
-def drop_cache(path: Path) -> bool:
-    """Drop the file's pages from the page cache (no privileges needed); False if unsupported."""
+def drop_cache(path: Path, everything: bool = False) -> bool:
+    """Drop the file's pages from the page cache (no privileges needed); False if unsupported.
+
+    ``everything``: drop the whole page cache (``/proc/sys/vm/drop_caches``, root only;
+    the file's pages alone where that is refused)."""
+    if everything:
+        try:
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+            return True
+        except OSError:
+            pass
     if not hasattr(os, "posix_fadvise"):
         return False
     fd = os.open(path, os.O_RDONLY)
@@ -152,7 +172,7 @@ def run_case(case: dict) -> dict:
     del warm
     if case["fit"]:
         import lightning.pytorch  # noqa: F401
-    cold = case["cold"] and drop_cache(path)
+    cold = case["cold"] and drop_cache(path, case["drop_all"])
     base = rss_kib()
     peak_ok = reset_peak()
     kw = dict(batch_size=BATCH, device="cpu", seed=0, steps_per_epoch=case["batches"])
@@ -167,7 +187,9 @@ def run_case(case: dict) -> dict:
     t0 = time.perf_counter()
     dm.setup()
     t1 = time.perf_counter()
-    out["per_s"] = fit(dm, case["batches"]) if case["fit"] else iterate(dm)
+    out["per_s"], out["thread_per_s"], out["cpu_per_s"] = (fit if case["fit"] else iterate)(
+        dm, case["batches"]
+    )
     out["setup_s"] = t1 - t0
     peak = rss_kib("VmHWM") if peak_ok else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out["peak_kib"] = peak - base
@@ -185,24 +207,36 @@ def run_case(case: dict) -> dict:
         blocks=len(window.blocks),
     )
     if not case["fit"]:
-        out["bare_mb_s"] = bare_read(window, case["cold"])
+        out["bare_mb_s"] = bare_read(window, case["cold"], case["drop_all"])
     dm.close()
     return out
 
 
-def iterate(dm) -> float:
+def _rates(n: int, t: tuple[float, float, float]) -> tuple[float, float, float]:
+    """Per second of wall time, of the calling thread's CPU time and of the process's CPU
+    time (every thread: the refill thread's reads and checksums included) since ``t``."""
+    now = (time.perf_counter(), time.thread_time(), time.process_time())
+    return tuple(n / max(b - a, 1e-9) for a, b in zip(t, now))
+
+
+def _clocks() -> tuple[float, float, float]:
+    return time.perf_counter(), time.thread_time(), time.process_time()
+
+
+def iterate(dm, batches: int) -> tuple[float, float, float]:
     """Batches/s drawing every batch of an epoch but the first (which reads the first
-    blocks synchronously): the steady state."""
+    blocks synchronously): the steady state; by the wall clock, the sampling thread's CPU
+    clock and the process's CPU clock."""
     it = iter(dm.train_dataloader())
     next(it)
-    t = time.perf_counter()
+    t = _clocks()
     n = 0
     for _ in it:
         n += 1
-    return n / (time.perf_counter() - t)
+    return _rates(n, t)
 
 
-def fit(dm, steps: int) -> float:
+def fit(dm, steps: int) -> tuple[float, float, float]:
     """Steps/s of a Lightning fit of a linear model from ``dm``'s batches."""
     import lightning.pytorch as pl
     from torch import nn
@@ -232,17 +266,17 @@ def fit(dm, steps: int) -> float:
         num_sanity_val_steps=0,
         limit_val_batches=0,
     )
-    t = time.perf_counter()
+    t = _clocks()
     trainer.fit(Linear(), datamodule=dm)
-    return steps / (time.perf_counter() - t)
+    return _rates(steps, t)
 
 
-def bare_read(window, cold: bool) -> float:
+def bare_read(window, cold: bool, drop_all: bool = False) -> float:
     """MB/s of a bare h5py contiguous read of blocks the window read, same datasets."""
     store = window.store
     order = window.schedule.epoch_order(0)[: max(4, window.k + 1)]
     if cold:
-        drop_cache(store.path)
+        drop_cache(store.path, drop_all)
     nbytes, t = 0, 0.0
     for b in order:
         lo, hi = int(window.blocks.lo[b]), int(window.blocks.hi[b])
@@ -292,19 +326,29 @@ def case_row(label: str, r: dict, ref: dict, budget: int) -> tuple:
     speed = r["per_s"] / ref["per_s"]
     cold = "" if r["cold"] or not label.endswith("cold") else " (cache not dropped)"
     row = (label + cold, f"{r['per_s']:.0f}", f"{speed:.2f}x", f"{r['peak_kib'] / 1024:.0f}")
+    cpu = _cpu_ratios(r, ref)
     if "waits" not in r:
-        return (*row, "-", "-", "-", "-")
+        return (*row[:3], cpu, row[3], "-", "-", "-", "-")
     rss = r["peak_kib"] * 1024 / budget
     refill = r["refill_mb_s"] / r["bare_mb_s"]
     return (
         *row[:2],
         f"{row[2]} ({verdict(speed >= 0.8)})",
+        cpu,
         row[3],
         f"{rss:.2f}x ({verdict(rss <= 1.2)})",
         f"{r['refill_mb_s']:.0f} / {r['bare_mb_s']:.0f} = {refill:.2f}x ({verdict(refill >= 0.5)})",
         f"{r['waits']} / {r['refills']} ({r['wait_s']:.2f} s)",
         f"{r['data_bytes'] / 2**20:.1f}",
     )
+
+
+def _cpu_ratios(r: dict, ref: dict) -> str:
+    """Per CPU-second ratios vs resident: the sampling thread's clock, then the process's
+    (every thread). Load on the machine leaves them nearly alone; the first leaves out
+    waits on refills, the second counts the refill thread's reads and checksums."""
+    thread = r["thread_per_s"] / ref["thread_per_s"]
+    return f"{thread:.2f}x / {r['cpu_per_s'] / ref['cpu_per_s']:.2f}x"
 
 
 def bench_store(args, name: str, path: Path, columns, rows: int, episode: int, warm: Path):
@@ -322,7 +366,7 @@ def bench_store(args, name: str, path: Path, columns, rows: int, episode: int, w
         flush=True,
     )
     base = dict(store=str(path), warm=str(warm), blocks=args.blocks, batches=args.batches)
-    base.update(fit=False, reuse=1.0)
+    base.update(fit=False, reuse=1.0, drop_all=args.drop_caches)
     r = args.reuse
     res = {}
     for temp in ("warm", "cold"):
@@ -353,6 +397,7 @@ def bench_store(args, name: str, path: Path, columns, rows: int, episode: int, w
             "case",
             "batches/s",
             "vs resident",
+            "CPU: thread / process",
             "peak RSS MiB",
             "peak RSS / budget",
             "refill / bare h5py MB/s",
@@ -366,12 +411,13 @@ def bench_store(args, name: str, path: Path, columns, rows: int, episode: int, w
     )
     print_table(
         f"{name}: Lightning fit, {args.fit_steps} steps (linear model)",
-        ("case", "steps/s", "vs resident", "peak RSS MiB"),
+        ("case", "steps/s", "vs resident", "CPU: thread / process", "peak RSS MiB"),
         [
             (
                 label,
                 f"{x['per_s']:.0f}",
                 f"{x['per_s'] / fits['resident']['per_s']:.2f}x",
+                _cpu_ratios(x, fits["resident"]),
                 f"{x['peak_kib'] / 1024:.0f}",
             )
             for label, x in fits.items()
@@ -397,6 +443,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument(
+        "--drop-caches",
+        action="store_true",
+        help="cold cases drop the whole page cache (/proc/sys/vm/drop_caches, root only; "
+        "the store's pages alone where refused)",
+    )
     ap.add_argument("--case", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case is not None:

@@ -159,3 +159,30 @@ def test_without_preadv_every_read_goes_through_the_store(store_path, monkeypatc
         np.testing.assert_array_equal(out, store.read_column("obs", 100, 350))
         reader.close()
     assert stats["store_reads"] == 1 and stats.get("direct_chunks", 0) == 0
+
+
+def test_a_budget_of_a_few_mib_still_reads_from_the_chunks(store_path):
+    """A buffer of an eighth of a slot would be under a chunk (131 kB) here; one chunk is
+    at most a quarter of a slot, so the window reads by ``preadv`` (the GIL released)
+    rather than through h5py, and the budget still holds every byte."""
+    budget = 3_000_000
+    with TrajectoryStore(store_path) as store:
+        ep = store.episodes
+        w = BlockWindow(
+            store,
+            None,
+            segments=(ep.offsets, ep.lengths, torch.arange(len(ep.lengths))),
+            budget=f"{budget}B",
+            resident_blocks=4,
+            batch_size=8,
+        )
+        stream = PhiloxStream(0, block=256)
+        for _ in range(300):
+            packed, row, _, _ = w.draw_rows(stream, 8, segments=False)
+            assert torch.equal(w.packed.gather(packed)["step"], row)
+        assert w._reader.buffer_bytes == w._reader.chunk_bytes
+        held = w.packed.nbytes + w._reader.buffer_bytes
+        w.close()
+    assert held <= budget
+    assert w.stats["refills"] > 5 and w.stats["direct_chunks"] > 0
+    assert w.stats["store_reads"] == 0

@@ -36,8 +36,13 @@ __all__ = ["BlockWindow"]
 
 def _buffer_bytes(kind: str, amount: int, row_bytes: int, k: int, chunk_bytes: int) -> int:
     """The refill read buffer a budget affords: about an eighth of a slot, at most
-    ``MAX_READ_BYTES``; 0 (reads through the store) when that is less than one chunk."""
-    size = min(MAX_READ_BYTES, (amount * row_bytes if kind == "rows" else amount) // (8 * (k + 1)))
+    ``MAX_READ_BYTES``, and at least one chunk while that is at most a quarter of a slot
+    (a budget of a few MiB still reads with the GIL released); 0 (reads through the
+    store, h5py holding the GIL) only below that."""
+    total = amount * row_bytes if kind == "rows" else amount
+    size = min(MAX_READ_BYTES, total // (8 * (k + 1)))
+    if chunk_bytes and size < chunk_bytes <= total // (4 * (k + 1)):
+        size = chunk_bytes
     return size if chunk_bytes and size >= chunk_bytes else 0
 
 
@@ -215,12 +220,22 @@ class BlockWindow:
         e = np.minimum(self.seg_start[sl] + self.seg_length[sl], hi)
         return a, e - a, self.seg_episode[sl]
 
-    def _read(self, slot: int, block: int) -> None:
-        """Read block ``block`` into slot ``slot``: one contiguous read per column."""
+    def _advise(self, blocks: Sequence[int]) -> None:
+        """Ask the kernel to start reading ``blocks`` into the page cache (no resident
+        bytes: page cache, not the process's memory)."""
+        names = [spec.name for spec in self.packed.columns]
+        for block in blocks:
+            self._reader.advise(names, int(self.blocks.lo[block]), int(self.blocks.hi[block]))
+
+    def _read(self, slot: int, block: int, ahead: Sequence[int] = ()) -> None:
+        """Read block ``block`` into slot ``slot``: one contiguous read per column; then
+        hint the kernel to read ``ahead`` (the blocks of the next phase change) from disk
+        while this phase samples, so a store not in the page cache is read one phase ahead
+        of its refills instead of at them."""
         lo, hi = int(self.blocks.lo[block]), int(self.blocks.hi[block])
         base = slot * self.block_rows
         t0 = time.perf_counter()
-        self._reader.advise([spec.name for spec in self.packed.columns], lo, hi)
+        self._advise([block])
         for spec in self.packed.columns:
             if self.device.type == "cpu":
                 # straight into the slot's strided rows, GIL released (see block_read)
@@ -236,6 +251,7 @@ class BlockWindow:
         self.stats["refills"] += 1
         self.stats["rows"] += hi - lo
         self.stats["bytes"] += (hi - lo) * self.packed.row_bytes
+        self._advise(ahead)
 
     def _prefetch(self) -> None:
         """Start reading the block the next phase brings into the spare slot (if any)."""
@@ -245,7 +261,12 @@ class BlockWindow:
         if block < 0:
             return
         self._spare_block = block
-        self._pending = self._pool.submit(self._read, self._spare, block)
+        # what the phase after the next brings in (at an epoch's end up to K blocks,
+        # otherwise read at that phase change on the sampling thread)
+        nxt = self.schedule.phase + 1
+        now = set(self.schedule.active(nxt))
+        ahead = [b for b in self.schedule.active(nxt + 1) if b not in now]
+        self._pending = self._pool.submit(self._read, self._spare, block, ahead)
 
     def _read_into(self, slot: int, block: int) -> None:
         self._read(slot, block)
@@ -260,6 +281,7 @@ class BlockWindow:
         self._slots = list(range(self.k)) if slots is None else [int(s) for s in slots]
         self._spare = next(s for s in range(self.k + 1) if s not in self._slots)
         self._slot_block = [-1] * (self.k + 1)
+        self._advise(self.schedule.active())  # all the first reads in flight at once
         for slot, block in zip(self._slots, self.schedule.active()):
             self._read_into(slot, block)
         self._activate()
@@ -340,6 +362,21 @@ class BlockWindow:
         off = start[first] - (cum - run_length)
         self._run_cum = torch.as_tensor(cum, device=self.device)
         self._run_off = torch.as_tensor(np.stack([off, off + delta[first]]), device=self.device)
+        # on the CPU the same lookup in numpy: on 256 draws its four calls cost about 7 us,
+        # the tensor ops above about 12-20 us (a tenth to a fifth of a walker batch)
+        self._host_runs = None
+        if self.device.type == "cpu":
+            self._host_runs = (cum, off.copy(), off + delta[first])
+
+    def _lookup_host(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(packed, store_row)`` of draws ``g`` by the runs, in numpy (CPU tensors)."""
+        cum, packed_off, store_off = self._host_runs
+        x = g.numpy()
+        q = cum.searchsorted(x, side="right")
+        packed, store = packed_off[q], store_off[q]
+        packed += x
+        store += x
+        return torch.from_numpy(packed), torch.from_numpy(store)
 
     def _mirror(self, slot: int, rows: torch.Tensor | None = None) -> None:
         """Copy whole-store priorities of (some of) ``slot``'s rows into the window tree."""
@@ -402,6 +439,8 @@ class BlockWindow:
         if self.tree is None:
             g = stream.randint(n, len(self.rows))
             if not segments:
+                if self._host_runs is not None:
+                    return (*self._lookup_host(g), None, None)
                 if self._run_off.shape[1] == 1:
                     both = self._run_off + g
                 else:
