@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import select
 import signal
 import struct
 import time
@@ -63,8 +64,9 @@ def _writer(path: str, report_fd: int, first: int) -> None:
         i += 1
 
 
-def _kill_writer(path: str, first: int, delay: float) -> int:
-    """Fork a writer, SIGKILL it after ``delay`` s; returns the commits it reported."""
+def _kill_writer(path: str, first: int, delay: float, *, after_commit: bool = False) -> int:
+    """Fork a writer, SIGKILL it ``delay`` s after the fork (or, with ``after_commit``, after
+    its first reported commit); returns the commits it reported."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -74,13 +76,33 @@ def _kill_writer(path: str, first: int, delay: float) -> int:
         finally:
             os._exit(1)
     os.close(write_end)
-    time.sleep(delay)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+    head = b""
+    try:
+        if after_commit:
+            # The fork and the store's creation take longer on a loaded machine than any fixed
+            # delay allows for; counted from the first commit, the kill lands mid-stream.
+            head = _first_report(read_end)
+        time.sleep(delay)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
     with os.fdopen(read_end, "rb") as r:
-        data = r.read()
+        data = head + r.read()
     reports = [v for (v,) in struct.iter_unpack("<i", data[: len(data) // 4 * 4])]
     return reports[-1] if reports else first
+
+
+def _first_report(fd: int, timeout: float = 120.0) -> bytes:
+    """The writer's first 4-byte commit report, read from the pipe as soon as it comes."""
+    deadline = time.monotonic() + timeout
+    head = b""
+    while len(head) < 4:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"the writer reported no commit in {timeout:.0f} s"
+        chunk = os.read(fd, 4 - len(head))
+        assert chunk, "the writer ended before its first commit"
+        head += chunk
+    return head
 
 
 def _check(path: str, reported: int) -> None:
@@ -120,8 +142,9 @@ def test_sigkilled_writer_keeps_every_committed_episode(tmp_path):
     for trial in range(TRIALS):
         path = str(tmp_path / f"crash{trial}.h5")
         # a few kills land during creation, most while episodes stream in
-        delay = rng.uniform(0.0, 0.02) if trial % 8 == 0 else rng.uniform(0.05, 0.6)
-        reported = _kill_writer(path, 0, delay)
+        mid_stream = trial % 8 != 0
+        delay = rng.uniform(0.0, 0.5) if mid_stream else rng.uniform(0.0, 0.02)
+        reported = _kill_writer(path, 0, delay, after_commit=mid_stream)
         status, text = run_forked(_check, path, reported)
         assert status == "ok", (
             f"trial {trial} (delay {delay:.3f}s, {reported} reported): {status}\n{text}"
@@ -147,10 +170,10 @@ def test_sigkilled_writer_keeps_every_committed_episode(tmp_path):
 def _crashed_store(tmp_path) -> tuple[str, int]:
     """A store whose writer was SIGKILLed mid-stream, and how many episodes it holds."""
     path = str(tmp_path / "crashed.h5")
-    for delay in (0.3, 0.6, 1.2, 2.4):
+    for delay in (0.1, 0.3, 0.6):
         if os.path.exists(path):
             os.unlink(path)
-        _kill_writer(path, 0, delay)
+        _kill_writer(path, 0, delay, after_commit=True)
         if os.path.exists(path) and _episodes_in(path) > 0:
             return path, _episodes_in(path)
     raise AssertionError("the writer committed nothing before it was killed")
