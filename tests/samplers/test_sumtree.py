@@ -219,3 +219,65 @@ def test_half_precision_trees_run_on_the_cpu(dtype):
     batch = rb.sample()
     rb.update_priority(batch["index"], torch.full((16,), 0.5))
     assert (rb.sample()["index"] < 40).all()
+
+
+def binary_tree(leaves: torch.Tensor, depth: int) -> torch.Tensor:
+    """Every level of a binary sum-tree over ``leaves`` (node 1 the root), summed pairwise."""
+    sums = torch.zeros(2 << depth, dtype=torch.float64)
+    sums[1 << depth : (1 << depth) + leaves.shape[0]] = leaves
+    for node in range((1 << depth) - 1, 0, -1):
+        sums[node] = sums[2 * node] + sums[2 * node + 1]
+    return sums
+
+
+def binary_descent(sums: torch.Tensor, depth: int, mass: float) -> int:
+    node = 1
+    for _ in range(depth):
+        left, right = float(sums[2 * node]), float(sums[2 * node + 1])
+        go = left <= 0 or (mass >= left and right > 0)
+        mass = mass - left * go
+        node = 2 * node + go
+    return node - (1 << depth)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_every_other_level_stored_gives_the_binary_trees_bits(data):
+    """Only every other level is stored; the rest are computed when read. Totals, stored
+    nodes and whole-tree draws must be those of a tree storing every level, for odd and
+    even depths, with the compiled kernels and with the tensor code."""
+    from torchstore.samplers import philox as philox_module
+
+    capacity = data.draw(st.integers(1, 140))  # depths 0 to 8
+    leaves = torch.tensor(
+        data.draw(
+            st.lists(
+                st.one_of(st.just(0.0), st.floats(1e-9, 1e6)),
+                min_size=capacity,
+                max_size=capacity,
+            )
+        ),
+        dtype=torch.float64,
+    )
+    u = torch.tensor(
+        data.draw(st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=40)),
+        dtype=torch.float64,
+    )
+    for kernels in (True, False):
+        saved, philox_module.KERNELS = philox_module.KERNELS, kernels
+        try:
+            tree = SumTree(capacity)
+            tree.update(torch.arange(capacity), leaves)
+            want = binary_tree(leaves, tree.depth)
+            for level in range(tree.depth % 2, tree.depth + 1, 2):
+                rows = slice(1 << level, 2 << level)
+                assert torch.equal(tree._sum[rows], want[rows])
+            assert float(tree.total()) == float(want[1])
+            index, value, total = tree.sample_whole(u)
+        finally:
+            philox_module.KERNELS = saved
+        assert float(total) == float(want[1])
+        if float(total) > 0:
+            drawn = [binary_descent(want, tree.depth, m) for m in (u * total).tolist()]
+            assert index.tolist() == [min(i, capacity - 1) for i in drawn]
+            assert torch.equal(value, leaves[index])

@@ -117,14 +117,11 @@ def weighted_rows(
     stays a tensor operation.
     """
     if count is None:
-        kernels = cpu_kernels(tree._sum)  # noqa: SLF001 - the tree's own arrays
+        nodes = tree._nodes  # noqa: SLF001 - the tree's own buffer
+        kernels = cpu_kernels(nodes)
         if kernels is not None:
             index, ratio, total = kernels.descend_whole(
-                tree._sum,  # noqa: SLF001
-                tree.depth,
-                tree.capacity,
-                u,
-                min_tree=tree._min,  # noqa: SLF001
+                nodes, tree.depth, tree.capacity, u, ratio=True
             )
             return index, torch.pow(ratio, -beta, out=ratio).to(torch.float32), total
         index, value, total = tree.sample_whole(u)

@@ -291,7 +291,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         stored = torch.pow(priority + self._eps, self._alpha)  # as in write_priorities
         tree = self._tree
         written, top, batch_max = cpu_kernels(self._raw).checked_update(
-            tree._sum, tree._min, tree.depth, index, stored, self._raw, priority, self._capacity
+            tree._nodes, tree.depth, index, stored, self._raw, priority, self._capacity
         )
         if not written:
             return False
@@ -327,8 +327,7 @@ class PrioritizedSampler(_SamplerCommon, _TorchrlPrioritizedSampler):
         if kernels is not None:  # the kernel also returns the batch's largest priority
             self._note_max(
                 kernels.update_tree(
-                    tree._sum,
-                    tree._min,
+                    tree._nodes,
                     tree.depth,
                     index,
                     stored,

@@ -9,7 +9,17 @@ data-dependent shapes and no branches on tensor values, so they run under
 
 Layout: ``L`` = the next power of two >= ``capacity`` leaves; node 1 is the root, node ``i``
 has children ``2i`` and ``2i + 1``, leaves are nodes ``L .. 2L - 1``. Node 0 is unused.
-Leaves past ``capacity`` stay 0 in the sum-tree and ``+inf`` in the min-tree.
+Leaves past ``capacity`` stay 0 in the sum-tree and ``+inf`` in the min-tree. Both trees
+live in one ``[2L, 2]`` buffer, row ``i`` = node ``i``'s (sum, min), and only every other
+level is stored: the leaves, their grandparents, and so on up (the root when ``depth`` is
+even). A stored node's four grandchildren are rows ``4i .. 4i + 3``, one 64-byte line, and
+the level between is computed from them when read: node ``2i`` is ``sum(4i) + sum(4i + 1)``,
+exactly the addition a binary tree stores, so every sum, comparison and answer is the same
+bits as with all levels stored. A descent or an update then touches one cache line per two
+levels, and a descent leaves warm every line the update of the drawn rows touches (at 1 M
+rows, a cold descent about 1.5x and an update after it about 1.5-2x faster than with two
+arrays of every level). ``_sum`` and ``_min`` are the buffer's two (strided) columns; the
+rows of the unstored levels stay 0 and ``+inf``.
 
 Ranges are ring ranges: ``(start, count)`` selects leaves ``(start + arange(count)) %
 capacity``, so "the newest c rows of a wrapped ring" is one range. A plain prefix
@@ -99,7 +109,7 @@ def _moved(t: Tensor, device: torch.device | str) -> Tensor:
     device = torch.device(device)
     if device.type != "cpu" or t.device.type == "cpu":
         return t.to(device)
-    return filled(t.shape[0], 0.0, t.dtype, device).copy_(t)
+    return filled(t.numel(), 0.0, t.dtype, device).view(t.shape).copy_(t)
 
 
 def _as_long(x: Tensor | int, device: torch.device) -> Tensor:
@@ -134,26 +144,63 @@ class SumTree:
         self.depth = max(capacity - 1, 0).bit_length()
         self.num_leaves = 1 << self.depth
         self.dtype = dtype
-        device = torch.device(device)
-        self._sum = filled(2 * self.num_leaves, 0.0, dtype, device)
-        self._min = filled(2 * self.num_leaves, float("inf"), dtype, device)
+        #: ``[2L, 2]``: row ``i`` holds node ``i``'s sum and min (see the module doc)
+        self._nodes = filled(4 * self.num_leaves, 0.0, dtype, device).view(-1, 2)
+        self._nodes[:, 1] = float("inf")
 
     # ------------------------------------------------------------------ basics
     @property
+    def _sum(self) -> Tensor:
+        """The sum-tree: ``[2L]``, a strided view of the node buffer."""
+        return self._nodes[:, 0]
+
+    @property
+    def _min(self) -> Tensor:
+        """The min-tree: ``[2L]``, a strided view of the node buffer."""
+        return self._nodes[:, 1]
+
+    @property
     def device(self) -> torch.device:
         """Device holding the trees."""
-        return self._sum.device
+        return self._nodes.device
 
     def to(self, device: torch.device | str) -> SumTree:
         """Move both trees to ``device`` in place and return ``self``."""
-        self._sum = _moved(self._sum, device)
-        self._min = _moved(self._min, device)
+        self._nodes = _moved(self._nodes, device)
         return self
 
     def clear(self) -> None:
         """Reset every leaf to 0."""
-        self._sum.zero_()
-        self._min.fill_(float("inf"))
+        self._nodes[:, 0] = 0.0
+        self._nodes[:, 1] = float("inf")
+
+    def _stored(self, level: int) -> bool:
+        """Whether the nodes of ``level`` (0 = root) are stored (see the module doc)."""
+        return (self.depth - level) % 2 == 0
+
+    def _sums_at(self, node: Tensor, level: int) -> Tensor:
+        """Sums of nodes ``node`` (any shape, all of ``level``), read or computed from
+        their stored children as ``left + right``."""
+        if self._stored(level):
+            return _take(self._sum, node)
+        rows = self._nodes.view(-1, 4).index_select(0, node.reshape(-1))
+        return (rows[:, 0] + rows[:, 2]).reshape(node.shape)
+
+    def _mins_at(self, node: Tensor, level: int) -> Tensor:
+        """Min-tree values of nodes ``node`` of ``level``, as :meth:`_sums_at`."""
+        if self._stored(level):
+            return _take(self._min, node)
+        rows = self._nodes.view(-1, 4).index_select(0, node.reshape(-1))
+        return torch.minimum(rows[:, 1], rows[:, 3]).reshape(node.shape)
+
+    def _root(self, column: int) -> Tensor:
+        """The root's sum (``column`` 0) or min (1), 0-d; computed from nodes 2 and 3
+        when the root's level is not stored."""
+        if self._stored(0):
+            return self._nodes[1, column]
+        if column == 0:
+            return self._nodes[2, 0] + self._nodes[3, 0]
+        return torch.minimum(self._nodes[2, 1], self._nodes[3, 1])
 
     def values(self, index: Tensor | None = None) -> Tensor:
         """Leaf values at ``index`` (all ``capacity`` leaves when ``None``)."""
@@ -200,35 +247,33 @@ class SumTree:
             return
         if check:
             self._check(idx, val)
-        kernels = cpu_kernels(self._sum)
+        kernels = cpu_kernels(self._nodes)
         if kernels is not None:
-            kernels.update_tree(self._sum, self._min, self.depth, idx, val)
+            kernels.update_tree(self._nodes, self.depth, idx, val)
             return
         sorted_idx, winner = (idx, val) if resolved else last_write_wins(idx, val)
         self._update_tensors(sorted_idx, winner)
 
     def _update_tensors(self, sorted_idx: Tensor, winner: Tensor) -> None:
         node = sorted_idx + self.num_leaves
-        # index_select / index_copy_ rather than advanced indexing: same values, about
-        # half the time per level (duplicate parents all write the same sum).
-        self._sum.index_copy_(0, node, winner)
-        self._min.index_copy_(
-            0, node, torch.where(winner > 0, winner, torch.full_like(winner, float("inf")))
-        )
-        for _ in range(self.depth):
-            node = node >> 1
-            left = node << 1
-            right = left + 1
-            # two gathers and an add beat one gather of the child pairs and a .sum(1)
-            # (34 vs 96 us a level for 4096 nodes here)
-            self._sum.index_copy_(
-                0, node, self._sum.index_select(0, left) + self._sum.index_select(0, right)
+        nodes = self._nodes
+        # one row (sum, min) per node: one index_copy_ writes both trees; index_copy_ rather
+        # than advanced indexing (duplicate parents all write the same row)
+        inf = torch.full_like(winner, float("inf"))
+        nodes.index_copy_(0, node, torch.stack((winner, torch.where(winner > 0, winner, inf)), 1))
+        # the grandchildren of node k are rows 4k .. 4k+3: row k of the ``[L / 2, 8]`` view,
+        # so one gather a stored level fetches all four (sums at 0, 2, 4, 6; mins at odd)
+        for _ in range(self.depth // 2):
+            node = node >> 2
+            g = nodes.view(-1, 8).index_select(0, node)
+            parent = torch.stack(
+                (
+                    (g[:, 0] + g[:, 2]) + (g[:, 4] + g[:, 6]),
+                    torch.minimum(torch.minimum(g[:, 1], g[:, 3]), torch.minimum(g[:, 5], g[:, 7])),
+                ),
+                1,
             )
-            self._min.index_copy_(
-                0,
-                node,
-                torch.minimum(self._min.index_select(0, left), self._min.index_select(0, right)),
-            )
+            nodes.index_copy_(0, node, parent)
 
     def _check(self, idx: Tensor, val: Tensor) -> None:
         bad_idx = (idx < 0) | (idx >= self.capacity)
@@ -258,14 +303,17 @@ class SumTree:
 
     def rebuild(self) -> None:
         """Recompute every internal node from the leaves (O(capacity))."""
-        self._min[self.num_leaves :] = torch.where(
-            self._sum[self.num_leaves :] > 0, self._sum[self.num_leaves :], float("inf")
-        )
-        for level in range(self.depth - 1, -1, -1):
-            node = torch.arange(1 << level, 2 << level, device=self.device)
-            left = node << 1
-            self._sum[node] = self._sum[left] + self._sum[left + 1]
-            self._min[node] = torch.minimum(self._min[left], self._min[left + 1])
+        leaves = self._nodes[self.num_leaves :]
+        leaves[:, 1] = torch.where(leaves[:, 0] > 0, leaves[:, 0], float("inf"))
+        for level in range(self.depth - 2, -1, -2):
+            # the nodes of a level are rows [2**level, 2**(level + 1)); row k of the
+            # [L / 2, 8] view holds node k's four grandchildren
+            g = self._nodes.view(-1, 8)[1 << level : 2 << level]
+            parent = self._nodes[1 << level : 2 << level]
+            torch.add(g[:, 0] + g[:, 2], g[:, 4] + g[:, 6], out=parent[:, 0])
+            torch.minimum(
+                torch.minimum(g[:, 1], g[:, 3]), torch.minimum(g[:, 5], g[:, 7]), out=parent[:, 1]
+            )
 
     # ------------------------------------------------------------------ queries
     def _range(
@@ -309,17 +357,17 @@ class SumTree:
         res = inf
         left = lo + self.num_leaves
         right = hi + self.num_leaves
-        top = 2 * self.num_leaves - 1
-        for _ in range(self.depth + 1):
+        for level in range(self.depth, -1, -1):
+            top = (2 << level) - 1  # the last node of the level
             take_l = (left < right) & ((left & 1) == 1)
             res = torch.where(
-                take_l, torch.minimum(res, _take(self._min, left.clamp(max=top))), res
+                take_l, torch.minimum(res, self._mins_at(left.clamp(max=top), level)), res
             )
             left = left + take_l.long()
             take_r = (left < right) & ((right & 1) == 1)
             right = right - take_r.long()
             res = torch.where(
-                take_r, torch.minimum(res, _take(self._min, right.clamp(max=top))), res
+                take_r, torch.minimum(res, self._mins_at(right.clamp(max=top), level)), res
             )
             left = left >> 1
             right = right >> 1
@@ -370,7 +418,7 @@ class SumTree:
         inside = torch.where(
             paths.wrapped, (node < a_l) | (node > b_l), (node > a_l) & (node < b_l)
         )
-        full = torch.where(inside & ~paths.empty, _take(self._sum, node), torch.zeros_like(ra))
+        full = torch.where(inside & ~paths.empty, self._sums_at(node, level), torch.zeros_like(ra))
         return torch.where(node == a_l, ra, torch.where(node == b_l, rb, full))
 
     def find(
@@ -433,18 +481,23 @@ class SumTree:
         for a replay ring whose priorities are only set for written rows), and about ten
         times cheaper. Same guard: never enters a subtree without positive mass.
         """
-        kernels = cpu_kernels(self._sum)
+        kernels = cpu_kernels(self._nodes)
         if kernels is not None:
-            return kernels.descend_whole(self._sum, self.depth, self.capacity, u)
-        total = self._sum[1]
+            return kernels.descend_whole(self._nodes, self.depth, self.capacity, u)
+        total = self._root(0)
         mass = u.to(self.dtype).reshape(-1) * total
-        # the children of node k are entries 2k and 2k+1: row k of the pairs view, so one
-        # gather a level fetches both
-        pairs = self._sum.view(-1, 2)
+        # the children of node k are rows 2k and 2k+1: row k of the [L, 4] view (left sum,
+        # left min, right sum, right min); when their level is not stored, its grandchildren
+        # rows 4k .. 4k+3 (row k of the [L / 2, 8] view) give each child's sum as the
+        # addition the tree would have stored. One gather a level either way.
         node = torch.ones(mass.shape, dtype=torch.int64, device=self.device)
-        for _ in range(self.depth):
-            children = pairs.index_select(0, node)
-            r_left, r_right = children[:, 0], children[:, 1]
+        for level in range(1, self.depth + 1):
+            if self._stored(level):
+                children = self._nodes.view(-1, 4).index_select(0, node)
+                r_left, r_right = children[:, 0], children[:, 2]
+            else:  # depth >= 2 here, so the [L / 2, 8] view exists
+                g = self._nodes.view(-1, 8).index_select(0, node)
+                r_left, r_right = g[:, 0] + g[:, 2], g[:, 4] + g[:, 6]
             go_right = (r_left <= 0) | ((mass >= r_left) & (r_right > 0))
             mass = mass - r_left * go_right
             node = (node << 1) + go_right
@@ -454,7 +507,7 @@ class SumTree:
 
     def min_whole(self) -> Tensor:
         """Smallest positive leaf of the whole tree (``+inf`` if none): the min-tree's root."""
-        return self._min[1]
+        return self._root(1)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
