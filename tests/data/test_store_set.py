@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torchstore.data.store_set as store_set
+from torchstore.cli import main
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
 from torchstore.data.manifest import Manifest
 from torchstore.data.store_set import StoreSet, find_shards, open_store
@@ -273,20 +274,17 @@ def test_bad_sets_are_clear_errors(tmp_path):
         assert len(shards) == 2 and len(shards.shards) == 1
 
 
-def test_info_and_verify_over_a_set(tmp_path):
+def test_info_and_verify_over_a_set(tmp_path, capsys):
+    # the commands run through main() in-process: the set is the point, not the process
     for k in range(3):
         _write(tmp_path / f"s{k}.h5", k, [3, 4])
     with StoreSet(tmp_path) as shards:
         info = summarize(shards)
     assert (info["rows"], info["episodes"], len(info["shards"])) == (21, 6, 3)
-    out = subprocess.run(
-        [sys.executable, "-m", "torchstore.cli", "info", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "shards     3" in out.stdout and "rows       21" in out.stdout
+    capsys.readouterr()
+    assert main(["info", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "shards     3" in out and "rows       21" in out
     report = verify_store(tmp_path, progress=False)
     assert report.ok and (report.rows, report.episodes) == (21, 6)
     # rot one byte of one column of the middle shard: verify names that shard
@@ -299,12 +297,9 @@ def test_info_and_verify_over_a_set(tmp_path):
         f.write(bytes([byte[0] ^ 0xFF]))
     report = verify_store(tmp_path, progress=False)
     assert not report.ok and report.problems[0].startswith("s1.h5: column 'obs'")
-    out = subprocess.run(
-        [sys.executable, "-m", "torchstore.cli", "verify", "--no-progress", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 1 and "s1.h5" in out.stdout + out.stderr
+    capsys.readouterr()
+    assert main(["verify", "--no-progress", str(tmp_path)]) == 1
+    out = capsys.readouterr()
+    assert "s1.h5" in out.out + out.err
     with StoreSet(tmp_path) as shards, pytest.raises(IntegrityError):
         shards.read_slab(0, len(shards))

@@ -77,14 +77,10 @@ def test_cli_verify_exit_status_and_one_line_verdict(store, capsys, monkeypatch)
     assert f"DAMAGED: column 'next/obs' rows {rows}..11999 fail their checksum" in err
 
 
-def test_cli_verify_in_a_subprocess(store):
-    ok = subprocess.run(
-        [sys.executable, "-m", "torchstore.cli", "verify", str(store)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert ok.returncode == 0, ok.stderr
+def test_cli_verify_in_a_subprocess(store, capsys):
+    # The clean store through main() in-process (the status the command exits with); the
+    # damaged one through a real process: its exit status, and no traceback on its stderr.
+    assert main(["verify", str(store)]) == 0, capsys.readouterr().err
     _flip_chunk(store, "action", 0)
     bad = subprocess.run(
         [sys.executable, "-m", "torchstore.cli", "verify", str(store)],
