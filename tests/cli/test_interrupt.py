@@ -30,10 +30,12 @@ def _start(*args: str) -> subprocess.Popen:
 
 
 def _committed(path: Path) -> int:
+    # The writer creates the store under another name and renames it into place, so a
+    # reader sees no file or a whole store: any other failure to read is a finding.
     try:
         with TrajectoryStore(path) as store:
             return store.num_episodes
-    except Exception:  # noqa: BLE001 - not created yet, or mid-creation
+    except FileNotFoundError:
         return 0
 
 
@@ -61,7 +63,7 @@ def test_ctrl_c_during_demo_reports_committed_episodes_and_resumes_to_the_same_r
     path = tmp_path / "runs.h5"
     proc = _start("demo", str(path), "--episodes", "600", "--steps", "5", "--seed", "3")
     code, err = _interrupt_after(proc, path, 3)
-    assert code == 130
+    assert code == 130, err  # 0: the SIGINT was lost ("Exception ignored in ...")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     match = re.fullmatch(
         r"interrupted; (\d+) episodes committed to (\S+), resume with: (.+)", err.strip()
