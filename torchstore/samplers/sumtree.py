@@ -40,6 +40,7 @@ Examples:
 
 from __future__ import annotations
 
+import mmap
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -93,15 +94,42 @@ def last_write_wins(index: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
     return sorted_idx, value[perm[run_end]]
 
 
+#: transparent huge pages are 2 MiB; smaller buffers are not worth a mapping of their own
+_HUGE_PAGE = 2 << 20
+
+
+def _huge_page_array(n: int, dtype: np.dtype) -> np.ndarray | None:
+    """An uninitialised ``[n]`` array in an anonymous mapping advised onto transparent huge
+    pages (2 MiB aligned), or ``None`` where the platform has no such advice or ``n`` is
+    small. numpy does not advise its own allocations (numpy 2.x here: none of a 32 MiB
+    array's pages were huge)."""
+    nbytes = n * dtype.itemsize
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if advice is None or nbytes < _HUGE_PAGE:
+        return None
+    try:
+        # private: a shared anonymous mapping is shmem, which THP does not back by default
+        flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+        mapping = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=flags)
+        mapping.madvise(advice)
+    except (OSError, ValueError):
+        return None
+    raw = np.frombuffer(mapping, dtype=np.uint8)  # keeps the mapping alive
+    skip = -raw.ctypes.data % _HUGE_PAGE
+    return raw[skip : skip + nbytes].view(dtype)
+
+
 def filled(n: int, value: float, dtype: torch.dtype, device: torch.device | str) -> Tensor:
-    """A ``[n]`` tensor of ``value``. On the CPU it comes from numpy, whose large allocations
-    are advised onto transparent huge pages: a descent's scattered reads of a big tree then
-    miss the TLB less (measured here: a cold-cache 4096-draw descent of a 1 M-leaf tree
-    about 20% faster than on ``torch.zeros`` memory)."""
+    """A ``[n]`` tensor of ``value``. A large one on the CPU lies on transparent huge pages
+    where the platform offers them: a tree's scattered reads and writes then miss the TLB
+    less (measured at 1 M leaves, cold cache, interleaved: a 4096-draw descent 1.2-1.4x and
+    the update of the drawn rows 1.6-2x faster than on 4 KiB pages)."""
     device = torch.device(device)
     if device.type != "cpu" or dtype == torch.bfloat16:  # numpy has no bfloat16
         return torch.full((n,), value, dtype=dtype, device=device)
-    out = torch.from_numpy(np.empty(n, dtype=torch.empty((), dtype=dtype).numpy().dtype))
+    np_dtype = torch.empty((), dtype=dtype).numpy().dtype
+    array = _huge_page_array(n, np_dtype)
+    out = torch.from_numpy(np.empty(n, dtype=np_dtype) if array is None else array)
     return out.fill_(value)
 
 
