@@ -100,8 +100,11 @@ class BlockWindow:
     rows, ``(K + 1) * block_rows``; a budget in bytes holds every byte the window keeps: the
     slots, the read buffer (about an eighth of a slot, at most 1 MiB; none when that is
     less than a chunk, and blocks are then read through the store) and, prioritized, the
-    window's two trees. Going to the next phase waits only when that read has not
-    finished; waits are counted in :attr:`stats`.
+    window's two trees. The whole-store priorities (``priorities=``) are not in the budget:
+    they hold a leaf for every row of the store, not of the window, and are the caller's
+    (two trees of two nodes a leaf, leaves padded to a power of two: 512 MiB in float64 for
+    10 M rows, half that in float32); count them beside the budget. Going to the next phase
+    waits only when that read has not finished; waits are counted in :attr:`stats`.
 
     Draws return *packed* positions (what to gather) and *store* rows (what a batch
     reports as ``"index"``). The segments are the sampled episodes (or one run of rows);
@@ -435,7 +438,11 @@ class BlockWindow:
         are the row's episode in packed positions); ``None`` with ``segments=False``, which
         draws the same rows with fewer steps.
         """
-        self._ready()
+        schedule = self.schedule
+        if self._started and self._opened and schedule.left > 0:  # most batches: no loop
+            schedule.take()
+        else:
+            self._ready()
         if self.tree is None:
             g = stream.randint(n, len(self.rows))
             if not segments:

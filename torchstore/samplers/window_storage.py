@@ -50,7 +50,10 @@ class WindowStorage(TensorStorage):
         device: where the resident rows live and batches land.
         seed: key of the Philox stream of the block order.
         prioritized: keep priorities for every row of the store (they start at 1) and draw
-            by them; ``alpha``, ``beta``, ``eps`` as torchrl's ``PrioritizedSampler``.
+            by them; ``alpha``, ``beta``, ``eps`` as torchrl's ``PrioritizedSampler``. These
+            priorities grow with the store and are held beside ``resident``, not in it
+            (about 512 MiB for 10 M rows in float64; see
+            :class:`~torchstore.samplers.block_window.BlockWindow`).
         rank, world_size: under data parallelism, rank ``rank`` reads only its disjoint
             share of every epoch's blocks.
         reuse: draws per row per time its block is read (see
