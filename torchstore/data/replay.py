@@ -1126,7 +1126,7 @@ class StoreReplay(TensorStorage):
         if type(index) is tuple and len(index) == 1:
             index = index[0]
         n = self._episodes.rows
-        if n == self.max_size and _is_cpu_rows(index) and self._packed.device.type == "cpu":
+        if n == self.max_size and _is_cpu_rows(index) and self._packed.on_cpu:
             # Fast path (a full CPU ring, a sampler's indices): index_select checks the
             # bounds itself; anything it refuses (negative indices included) goes the
             # checked way below.
@@ -1566,7 +1566,7 @@ def _is_cpu_rows(index: Any) -> bool:
         type(index) is torch.Tensor
         and index.dtype == torch.int64
         and index.ndim == 1
-        and index.device.type == "cpu"
+        and index.is_cpu
     )
 
 

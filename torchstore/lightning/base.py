@@ -50,7 +50,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from torchstore.data.packed import PackedColumns
+from torchstore.data.packed import PackedColumns, tensordict_of
 from torchstore.data.store import TrajectoryStore
 from torchstore.data.store_set import open_store
 from torchstore.errors import ResidencyError
@@ -397,6 +397,10 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             if segments:
                 row, seg = rows.locate(g)
                 return row, seg, None
+            if rows.first_row == 0:
+                # row numbers are rows: the draw itself (a view of the stream's computed
+                # block, which is never written again), not a copy
+                return g, None, None
             return rows.rows(g), None, None
         if self.ere is None:
             row, weight = self.priorities.draw(n)
@@ -521,9 +525,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
     def _finish(self, leaves: dict, batch_size: int) -> TensorDict | dict:
         if self.output is Output.DICT:
             return leaves
-        return TensorDict._new_unsafe(
-            leaves, batch_size=torch.Size([batch_size]), device=self.device
-        )
+        return tensordict_of(leaves, torch.Size([batch_size]), self.device)
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:

@@ -51,6 +51,7 @@ import torch
 from tensordict import TensorDict
 
 from torchstore.data.columns import column_key, set_nested
+from torchstore.data.packed import tensordict_of
 from torchstore.data.store import TrajectoryStore
 from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
 from torchstore.samplers.draws import uniform_rows
@@ -261,6 +262,15 @@ class OfflineDataModule(StoreDataModule):
         return self.window.packed if self.window is not None else self.resident_view.packed
 
     def _after_load(self) -> None:
+        #: uniform rows from the resident view over contiguous training rows: the draw of
+        #: _draw_plain_rows (the same stream positions and rows as the general path)
+        self._plain_rows = (
+            self.window is None
+            and self.window_length is None
+            and self.priorities is None
+            and self.ere is None
+            and self.train_rows.first_row is not None
+        )
         if self.window_length is None:
             return
         train = self.train_rows
@@ -282,6 +292,8 @@ class OfflineDataModule(StoreDataModule):
 
     # ------------------------------------------------------------ batches
     def _draw_train(self) -> TensorDict | dict:
+        if self._plain_rows:
+            return self._draw_plain_rows()
         if self.window is not None:
             if self.window_length is None:
                 packed, row, _, weight = self.window.draw_rows(
@@ -297,6 +309,23 @@ class OfflineDataModule(StoreDataModule):
         count = total if self.ere is None else int(self.ere.recent_count(total))
         g = uniform_rows(self.philox, self.batch_size, count, start=total - count)
         return self._assemble_windows(self.train_rows, g)
+
+    def _draw_plain_rows(self) -> TensorDict | dict:
+        """:meth:`_assemble` of uniformly drawn rows, less its general cases: per batch a
+        stream draw, one gather, one ``as_strided`` per column and the container."""
+        n, rows = self.batch_size, self.train_rows
+        index = self.philox.randint(n, rows.total)
+        if rows.first_row:
+            index = index + rows.first_row
+        packed = self.resident_view.packed
+        leaves = self._batch_plan(packed).leaves(packed.gather_blocks(index), n, fresh=True)
+        if self._derived:
+            nxt = leaves["next"]
+            nxt["terminated"] = nxt["done"] & ~nxt["truncated"]
+        leaves["index"] = index
+        if self.output is Output.DICT:
+            return leaves
+        return tensordict_of(leaves, torch.Size([n]), self.device)
 
     def _make_val(self, i: int) -> TensorDict | dict:
         if self.window_length is not None:
@@ -329,27 +358,42 @@ class OfflineDataModule(StoreDataModule):
         """A batch of store rows ``index``, gathered at positions ``at`` of ``packed``
         (the resident view or the window, at ``index`` itself by default)."""
         packed = self._packed if packed is None else packed
-        blocks = packed.gather_blocks((index if at is None else at).reshape(-1))
-        if episode is None and self.layout is Layout.FLAT and self.output is Output.TENSORDICT:
-            extra = (
-                {"index": index} if weight is None else {"index": index, "priority_weight": weight}
-            )
-            return packed.batch_from_blocks(blocks, names=self._names, extra=extra)
-        leaves: dict[Any, Any] = {}
-        for name, key, unsqueeze in self._plan:
-            leaf = packed.leaf(blocks, name)
-            if index.ndim > 1:
-                leaf = leaf.unflatten(0, index.shape)
-            set_nested(leaves, key, leaf.unsqueeze(-1) if unsqueeze else leaf)
-        if self._derived:
-            nxt = leaves["next"]
-            set_nested(leaves, ("next", "terminated"), nxt["done"] & ~nxt["truncated"])
+        where = index if at is None else at
+        blocks = packed.gather_blocks(where if where.ndim == 1 else where.reshape(-1))
+        if episode is None and index.ndim == 1:
+            # rows: every leaf a view of the gathered blocks, cut by the precomputed plan
+            leaves = self._batch_plan(packed).leaves(blocks, index.shape[0])
+            if self._derived:
+                nxt = leaves["next"]
+                nxt["terminated"] = nxt["done"] & ~nxt["truncated"]
+        else:
+            leaves = {}
+            for name, key, unsqueeze in self._plan:
+                leaf = packed.leaf(blocks, name)
+                if index.ndim > 1:
+                    leaf = leaf.unflatten(0, index.shape)
+                set_nested(leaves, key, leaf.unsqueeze(-1) if unsqueeze else leaf)
+            if self._derived:
+                nxt = leaves["next"]
+                set_nested(leaves, ("next", "terminated"), nxt["done"] & ~nxt["truncated"])
         leaves["index"] = index
         if weight is not None:
             leaves["priority_weight"] = weight
         if episode is not None:
             leaves["episode"] = episode
         return self._finish(leaves, index.shape[0])
+
+    def _batch_plan(self, packed: Any) -> Any:
+        """The :class:`~torchstore.data.packed.BatchPlan` of this layout over ``packed``
+        (kept for the last ``packed`` asked for: the resident view's is asked every batch)."""
+        cached = self.__dict__.get("_row_plan")
+        if cached is not None and cached[0] is packed:
+            return cached[1]
+        keys = {name: key for name, key, _ in self._plan}
+        unsqueeze = [name for name, _, flag in self._plan if flag]
+        plan = packed.batch_plan(self._names, keys=keys, unsqueeze=unsqueeze)
+        self._row_plan = (packed, plan)
+        return plan
 
     def __repr__(self) -> str:
         return (

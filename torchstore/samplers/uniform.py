@@ -98,6 +98,8 @@ def ring_geometry_capacity(storage: Any) -> int:
 def storage_device(storage: Any) -> torch.device:
     """The storage's device; ``None`` or ``"auto"`` read as CPU."""
     device = getattr(storage, "device", None)
+    if type(device) is torch.device:
+        return device
     if device is None or device == "auto":
         return torch.device("cpu")
     return torch.device(device)
@@ -334,13 +336,19 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
             EmptyStorageError: if the storage holds no rows.
             ValueError: without replacement, if ``batch_size`` exceeds the sampleable rows.
         """
-        if not _is_compiling() and len(storage) == 0:
+        compiling = _is_compiling()
+        n = None if compiling else len(storage)
+        if n == 0:
             raise EmptyStorageError(
                 "Cannot sample from an empty storage: UniformSampler needs at least one row"
             )
         if self.philox is not None:
             return unravel_rows(storage, self._sample_seeded(storage, batch_size)), {}
-        return unravel_rows(storage, self._sample_generator(storage, batch_size)), {}
+        if compiling:
+            index = self._sample_generator(storage, batch_size)
+        else:  # the same draw, without the compiler.disable wrapper's per-call work
+            index = self._draw_generator(storage, batch_size, n)
+        return unravel_rows(storage, index), {}
 
     def _sample_seeded(self, storage: Any, batch_size: int) -> Tensor:
         philox = self._follow_stream(storage)
@@ -357,7 +365,14 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
 
     @torch.compiler.disable
     def _sample_generator(self, storage: Any, batch_size: int) -> Tensor:
-        start, count, capacity = self._recent_range(storage)
+        return self._draw_generator(storage, batch_size, None)
+
+    def _draw_generator(self, storage: Any, batch_size: int, n: int | None) -> Tensor:
+        """Draw from the torch generator; ``n`` is ``len(storage)`` when already read."""
+        if self._ere is None and n is not None:
+            start, count, capacity = 0, n, n
+        else:
+            start, count, capacity = self._recent_range(storage)
         device = storage_device(storage)
         draw_device = self._draw_device(device)
         if self.with_replacement:
@@ -373,7 +388,7 @@ class UniformSampler(_SamplerCommon, Sampler, metaclass=_ReplacementAlias):
             perm = torch.randperm(count, generator=self.generator, device=draw_device)
             offset = perm[:batch_size]
         index = offset if start == 0 else (offset + start) % capacity
-        return index.to(device)
+        return index if index.is_cpu and device.type == "cpu" else index.to(device)
 
     def state_dict(self) -> dict[str, Any]:
         """Replacement flag, ERE schedule and own generator state."""
