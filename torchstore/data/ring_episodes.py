@@ -43,9 +43,9 @@ def _flags(ends: torch.Tensor | np.ndarray) -> np.ndarray:
     """End flags as a 1-D numpy bool array (no copy for a CPU bool tensor)."""
     if isinstance(ends, np.ndarray):
         return ends.reshape(-1).astype(bool, copy=False)
-    if ends.dtype != torch.bool or ends.device.type != "cpu":
-        ends = ends.to("cpu", torch.bool)
-    return (ends if ends.ndim == 1 else ends.reshape(-1)).numpy()
+    if ends.dtype is not torch.bool or not ends.is_cpu or ends.requires_grad:
+        ends = ends.detach().to("cpu", torch.bool)
+    return ends.numpy().reshape(-1)
 
 
 def segments_from_ends(ends: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,7 +149,7 @@ class RingEpisodes:
         n = flags.shape[0]
         if n == 0:
             return
-        stops = np.flatnonzero(flags)
+        stops = flags.nonzero()[0]  # np.flatnonzero's wrappers cost several times more
         if stops.shape[0] > _SCALAR_ENDS:
             self._append_many(flags, stops)
         else:
