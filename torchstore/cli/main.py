@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from torchstore._version import __version__
 from torchstore.cli import args as types
+from torchstore.cli.interrupt import InterruptGuard
 from torchstore.errors import TorchstoreError
 
 __all__ = ["main", "build_parser"]
@@ -546,10 +547,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     output = getattr(args, getattr(args, "output", "") or "", None)
     before, created = _state(output), _missing_folders(output)
+    guard = InterruptGuard()
     try:
-        args.func(args)
-        sys.stdout.flush()
+        with guard:
+            args.func(args)
+            sys.stdout.flush()
     except KeyboardInterrupt:
+        guard.handled()
         previous = _ignore_sigint()  # a second Ctrl-C must not cut the report short
         try:
             _remove_if_empty(created)
