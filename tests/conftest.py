@@ -3,8 +3,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import settings
 
 from torchstore.data import ColumnSpec, Quantize
+
+# Property tests check invariants, not speed: on shared cores, with one test worker per
+# core, one example can outlast Hypothesis's default 200 ms deadline.
+settings.register_profile("torchstore", deadline=None)
+settings.load_profile("torchstore")
 
 WALKER_COLUMNS = (
     ColumnSpec("qpos", torch.float32, (9,)),
