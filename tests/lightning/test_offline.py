@@ -411,3 +411,22 @@ def test_kept_batches_are_never_rewritten(store_path):
         pass
     for batch, copy in zip(kept, copies):
         assert (batch == copy).all()
+
+
+@pytest.mark.parametrize("ere", [None, "ere"])
+def test_editing_a_batch_in_place_does_not_change_what_a_resume_draws(store_path, ere):
+    from torchstore.samplers import ERE
+
+    def dm():
+        return make(store_path, ere=None if ere is None else ERE(eta=0.5, c_min=10))
+
+    first = dm()
+    first.setup()
+    state = first.state_dict()
+    want = [b["index"].clone() for b in first.train_dataloader()]
+    first.load_state_dict(state)
+    for batch in first.train_dataloader():
+        batch["index"].sub_(1)  # user code reusing its batch's tensors
+        batch["obs"].zero_()
+    first.load_state_dict(state)
+    assert all(torch.equal(b["index"], w) for b, w in zip(first.train_dataloader(), want))

@@ -397,11 +397,9 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             if segments:
                 row, seg = rows.locate(g)
                 return row, seg, None
-            if rows.first_row == 0:
-                # row numbers are rows: the draw itself (a view of the stream's computed
-                # block, which is never written again), not a copy
-                return g, None, None
-            return rows.rows(g), None, None
+            # a new tensor even when row numbers are rows: ``g`` is a view of the stream's
+            # cached block, which a caller editing the batch's index must not reach
+            return rows.rows(g) if rows.first_row else g.clone(), None, None
         if self.ere is None:
             row, weight = self.priorities.draw(n)
         else:

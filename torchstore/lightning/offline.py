@@ -314,9 +314,9 @@ class OfflineDataModule(StoreDataModule):
         """:meth:`_assemble` of uniformly drawn rows, less its general cases: per batch a
         stream draw, one gather, one ``as_strided`` per column and the container."""
         n, rows = self.batch_size, self.train_rows
-        index = self.philox.randint(n, rows.total)
-        if rows.first_row:
-            index = index + rows.first_row
+        # always a new tensor: the draw is a view of the stream's cached block, which a
+        # caller editing the batch's index must not reach (exact resume replays it)
+        index = self.philox.randint(n, rows.total) + rows.first_row
         packed = self.resident_view.packed
         leaves = self._batch_plan(packed).leaves(packed.gather_blocks(index), n, fresh=True)
         if self._derived:
