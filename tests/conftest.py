@@ -50,7 +50,21 @@ def walker_columns():
     return WALKER_COLUMNS
 
 
+def _share_module_fixtures(item) -> None:
+    """Tests that use a module-scoped fixture (a DDP run, a Ray cluster, a damaged store)
+    go to one test worker (``--dist loadgroup``), so the fixture is built once, not once
+    per worker that gets one of them."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return
+    if any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
+        item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        _share_module_fixtures(item)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

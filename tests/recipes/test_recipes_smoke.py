@@ -93,6 +93,16 @@ class Smoke:
 _SMOKES: dict[str, Smoke] = {}
 
 
+def _runs(names) -> list:
+    """Parameters for the ``smoke`` fixture. The run is cached per process, so every test
+    of one recipe goes to the same test worker (``--dist loadgroup``): otherwise each
+    worker that gets one would run the recipe again."""
+    return [
+        pytest.param(name, id=name, marks=pytest.mark.xdist_group(f"recipe-{name}"))
+        for name in names
+    ]
+
+
 @pytest.fixture
 def smoke(request, tmp_path_factory) -> Smoke:
     name = request.param
@@ -101,7 +111,7 @@ def smoke(request, tmp_path_factory) -> Smoke:
     return _SMOKES[name]
 
 
-@pytest.mark.parametrize("smoke", list(SMOKES), indirect=True)
+@pytest.mark.parametrize("smoke", _runs(SMOKES), indirect=True)
 def test_recipe_smoke(smoke):
     proc, run_dir = smoke.proc, smoke.run_dir
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -118,7 +128,7 @@ def test_recipe_smoke(smoke):
     )
 
 
-@pytest.mark.parametrize("smoke", list(SMOKES), indirect=True)
+@pytest.mark.parametrize("smoke", _runs(SMOKES), indirect=True)
 def test_recipe_says_where_its_outputs_are(smoke):
     proc, run_dir, recipe = smoke.proc, smoke.run_dir, _script(smoke.name).stem
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -133,13 +143,13 @@ def test_recipe_says_where_its_outputs_are(smoke):
     assert smoke.result_line() in log and "outputs: " in log
 
 
-@pytest.mark.parametrize("smoke", list(SMOKES), indirect=True)
+@pytest.mark.parametrize("smoke", _runs(SMOKES), indirect=True)
 def test_recipe_output_has_no_third_party_noise(smoke):
     both = smoke.proc.stdout + smoke.proc.stderr
     assert not [word for word in NOISE if word in both], both[-3000:]
 
 
-@pytest.mark.parametrize("smoke", ["bc", "offline_rl", "sac"], indirect=True)
+@pytest.mark.parametrize("smoke", _runs(["bc", "offline_rl", "sac"]), indirect=True)
 def test_saved_policy_rolls_out_as_the_run_evaluated_it(smoke):
     """``recipes/rollout.py`` on the run folder prints the run's own evaluation, to the digit."""
     assert smoke.proc.returncode == 0, smoke.proc.stderr[-3000:]
@@ -157,7 +167,7 @@ def test_saved_policy_rolls_out_as_the_run_evaluated_it(smoke):
     assert "interrupted" not in proc.stdout
 
 
-@pytest.mark.parametrize("smoke", ["bc"], indirect=True)
+@pytest.mark.parametrize("smoke", _runs(["bc"]), indirect=True)
 def test_saved_policy_through_fetch_policy_weights(smoke, tmp_path):
     """Pushed to a folder location, fetched with ``fetch_policy_weights``, rebuilt, rolled out."""
     from omegaconf import OmegaConf
@@ -196,7 +206,7 @@ def test_load_policy_refuses_a_folder_without_one(tmp_path):
     )
 
 
-@pytest.mark.parametrize("smoke", ["bc"], indirect=True)
+@pytest.mark.parametrize("smoke", _runs(["bc"]), indirect=True)
 def test_rollout_refuses_damaged_or_mismatched_weights(smoke, tmp_path):
     """A truncated weights file, or bc weights under an offline_rl label: one error line."""
     import shutil
