@@ -118,24 +118,29 @@ def test_a_chunk_damaged_on_disk_still_fails_its_checksum(store_path, tmp_path):
         reader.close()
 
 
+def _episode_window(store, budget: int, resident_blocks: int, priorities=None) -> BlockWindow:
+    """A window of whole episodes under a budget of ``budget`` bytes, 8-row batches."""
+    ep = store.episodes
+    return BlockWindow(
+        store,
+        None,
+        segments=(ep.offsets, ep.lengths, torch.arange(len(ep.lengths))),
+        budget=f"{budget}B",
+        resident_blocks=resident_blocks,
+        batch_size=8,
+        priorities=priorities,
+    )
+
+
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_a_budget_in_bytes_holds_the_slots_the_read_buffer_and_the_trees(store_path, prioritized):
     budget = 2_400_000  # K = 1: a read buffer of a sixteenth, more than a chunk
     with TrajectoryStore(store_path) as store:
-        ep = store.episodes
         priorities = None
         if prioritized:
             priorities = SumTree(store.num_rows)
             priorities.update(torch.arange(store.num_rows), torch.ones(store.num_rows))
-        w = BlockWindow(
-            store,
-            None,
-            segments=(ep.offsets, ep.lengths, torch.arange(len(ep.lengths))),
-            budget=f"{budget}B",
-            resident_blocks=1,
-            batch_size=8,
-            priorities=priorities,
-        )
+        w = _episode_window(store, budget, 1, priorities)
         w.draw_rows(PhiloxStream(0, block=256), 8)  # the reader's buffer exists now
         assert w._reader.buffer_bytes > 0
         held = w.packed.nbytes + w._reader.buffer_bytes
@@ -167,15 +172,7 @@ def test_a_budget_of_a_few_mib_still_reads_from_the_chunks(store_path):
     rather than through h5py, and the budget still holds every byte."""
     budget = 3_000_000
     with TrajectoryStore(store_path) as store:
-        ep = store.episodes
-        w = BlockWindow(
-            store,
-            None,
-            segments=(ep.offsets, ep.lengths, torch.arange(len(ep.lengths))),
-            budget=f"{budget}B",
-            resident_blocks=4,
-            batch_size=8,
-        )
+        w = _episode_window(store, budget, 4)
         stream = PhiloxStream(0, block=256)
         for _ in range(300):
             packed, row, _, _ = w.draw_rows(stream, 8, segments=False)
