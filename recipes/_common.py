@@ -275,10 +275,15 @@ class Run:
     _deferring: int = 0
 
     def _on_signal(self, signum: int, frame) -> None:
-        if self._deferring and self._pending is None:
+        first = self._pending is None
+        if first:
+            # noted even when raised at once: raised inside a weakref callback or a
+            # ``__del__`` (Python only prints "Exception ignored in ..." there), it would be
+            # lost; the next :meth:`check`, or the run's end, raises it again
             self._pending = signum
+        if self._deferring and first:
             return
-        raise RunInterrupted(self._pending or signum)
+        raise RunInterrupted(self._pending)
 
     def check(self) -> None:
         """Raise :class:`RunInterrupted` if a signal arrived since the run started."""
@@ -355,6 +360,7 @@ def recipe_run(cfg: DictConfig, name: str) -> Iterator[Run]:
     previous = {s: signal.signal(s, run._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield run
+        run.check()  # a signal that a callback swallowed still ends the run as interrupted
     except RunInterrupted as exc:
         for s in previous:  # a second Ctrl-C must not cut the files short
             signal.signal(s, signal.SIG_IGN)
