@@ -50,21 +50,30 @@ def walker_columns():
     return WALKER_COLUMNS
 
 
-def _share_module_fixtures(item) -> None:
-    """Tests that use a module-scoped fixture (a DDP run, a Ray cluster, a damaged store)
-    go to one test worker (``--dist loadgroup``), so the fixture is built once, not once
-    per worker that gets one of them."""
+def _worker_group(item) -> str | None:
+    """The test worker group an item must share (``--dist loadgroup``), if any.
+
+    Tests using a Ray cluster run on one worker: two local clusters on one machine compete
+    for its cores and default ports. Tests that use a module-scoped fixture (a DDP run, a
+    damaged store) go to one worker, so the fixture is built once, not once per worker that
+    gets one of them.
+    """
+    if "ray" in item.keywords:
+        return "ray"
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
-        return
+        return None
     if any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values()):
-        item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        return item.module.__name__
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        _share_module_fixtures(item)
+        group = _worker_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
