@@ -37,7 +37,9 @@ def test_distributed_sac_smoke(tmp_path):
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
     assert re.search(r"^evaluation: mean return -?\d", text, re.M), text[-2000:]
-    assert "gradient steps 200" in text
+    assert "gradient steps 200" in text, [
+        ln for ln in text.splitlines() if "round" in ln or "steps" in ln
+    ]
     (run,) = (tmp_path / "outputs" / "distributed_sac").iterdir()
     for name in ("config.yaml", "metrics.csv", "policy.safetensors", "replay"):
         assert (run / name).exists(), name
