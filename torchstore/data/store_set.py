@@ -38,6 +38,7 @@ from torchstore.data.episodes import EpisodeIndex
 from torchstore.data.manifest import Manifest
 from torchstore.data.store import TrajectoryStore
 from torchstore.errors import ColumnError, RowIndexError, StoreFormatError
+from torchstore.io.hdf5 import SWMR_WRITE_FLAG, superblock_flags
 from torchstore.io.writer_lock import live_writer
 
 __all__ = ["StoreSet", "SHARD_SUFFIXES", "find_shards", "open_store"]
@@ -46,18 +47,11 @@ __all__ = ["StoreSet", "SHARD_SUFFIXES", "find_shards", "open_store"]
 SHARD_SUFFIXES = (".h5", ".hdf5")
 #: How long opening a set waits for a shard's live writer to open that shard.
 _WRITER_OPEN_WAIT_S = 5.0
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-_SWMR_WRITE_FLAG = 0x04  # superblock (v2+) file consistency flags: open for SWMR writing
 
 
 def _open_by_its_writer(path: Path) -> bool:
     """Whether the superblock says a writer has ``path`` open for SWMR writing."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(12)
-    except OSError:
-        return False
-    return len(head) == 12 and head[:8] == _HDF5_SIGNATURE and bool(head[11] & _SWMR_WRITE_FLAG)
+    return bool(superblock_flags(path) & SWMR_WRITE_FLAG)
 
 
 def _writer_is_opening(path: str | os.PathLike) -> bool:

@@ -305,14 +305,26 @@ class _WriterFile(h5py.File):
                 lock.release()
 
 
-def _left_open_for_writing(path: Path) -> bool:
-    """Whether the superblock still says "open for writing" (its writer never closed it)."""
+#: superblock (v2+) file consistency flag: the file is open for SWMR writing
+SWMR_WRITE_FLAG = 0x04
+
+
+def superblock_flags(path: str | os.PathLike) -> int:
+    """The file consistency flags of a v2+ superblock (0 when unreadable, not HDF5, or an
+    older superblock, which keeps none): non-zero while a writer has the file open."""
     try:
         with open(path, "rb") as f:
             head = f.read(12)
     except OSError:
-        return False
-    return len(head) == 12 and head[:8] == _HDF5_SIGNATURE and head[8] >= 2 and head[11] != 0
+        return 0
+    if len(head) < 12 or head[:8] != _HDF5_SIGNATURE or head[8] < 2:
+        return 0
+    return head[11]
+
+
+def _left_open_for_writing(path: Path) -> bool:
+    """Whether the superblock still says "open for writing" (its writer never closed it)."""
+    return superblock_flags(path) != 0
 
 
 def _open_locked(path: Path) -> h5py.File:
