@@ -1,12 +1,16 @@
 """The README's and docs/'s examples run as written, each on its own, as a new user runs them.
 
-Every ```python block is saved to a file in a fresh temporary folder and run by a fresh
-interpreter there: a block may use only what it imports and builds itself, never a name
-from an earlier block, a file of the repository, or the repository as working directory.
+Every ```python block is saved to a file in a fresh temporary folder and run there as
+``__main__`` with fresh globals: a block may use only what it imports and builds itself,
+never a name from an earlier block, a file of the repository, or the repository as working
+directory. The README's quickstart runs in a fresh interpreter of its own; the other blocks
+share one interpreter (started outside the repository, without PYTHONPATH), which spares
+each of them the import of torch, torchrl and Lightning.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -36,6 +40,47 @@ PYTHON_BLOCKS = [
     for path in DOCS
     for line, code in blocks(path)
 ]
+#: the README's first example, run as a new user runs it: by a fresh interpreter
+QUICKSTART = PYTHON_BLOCKS[:1]
+#: every other block, in one interpreter (one test worker: the run is cached per process)
+SHARED_BLOCKS = [
+    pytest.param(*p.values, id=p.id, marks=pytest.mark.xdist_group("doc-blocks"))
+    for p in PYTHON_BLOCKS[1:]
+]
+#: runs each job's block from its own folder as ``python NAME`` would, in this interpreter;
+#: prints ``{id: traceback or null}`` as JSON; each block's output goes to its folder
+RUNNER = r"""
+import gc, json, os, runpy, sys, traceback
+from pathlib import Path
+
+environ, results = dict(os.environ), {}
+for job in json.loads(sys.stdin.read()):
+    folder = Path(job["folder"])
+    (folder / job["name"]).write_text(job["code"])
+    log = open(folder / "output.txt", "w")
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    os.dup2(log.fileno(), 1), os.dup2(log.fileno(), 2)
+    os.chdir(folder)
+    sys.argv, sys.path[0], error = [job["name"]], str(folder), None
+    try:
+        runpy.run_path(job["name"], run_name="__main__")
+    except SystemExit as exc:
+        error = None if exc.code in (None, 0) else f"SystemExit({exc.code!r})"
+    except BaseException:
+        error = traceback.format_exc()
+    gc.collect()
+    sys.stdout.flush(), sys.stderr.flush()
+    os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+    os.close(saved[0]), os.close(saved[1]), log.close()
+    os.environ.clear(), os.environ.update(environ)
+    results[job["id"]] = error
+print(json.dumps(results))
+"""
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
 
 
 def test_every_doc_has_its_blocks_collected():
@@ -43,17 +88,17 @@ def test_every_doc_has_its_blocks_collected():
     assert blocks(README) and all(blocks(path) for path in DOCS if path.parent.name == "docs"), (
         "a docs page without a runnable example"
     )
+    assert QUICKSTART[0].values[0] == README
 
 
-@pytest.mark.parametrize(("path", "line", "code"), PYTHON_BLOCKS)
+@pytest.mark.parametrize(("path", "line", "code"), QUICKSTART)
 def test_python_block_runs_on_its_own(path, line, code, tmp_path):
     script = tmp_path / f"{path.stem}_line{line}.py"
     script.write_text(code)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
     proc = subprocess.run(
         [sys.executable, script.name],
         cwd=tmp_path,
-        env=env,
+        env=_clean_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -62,6 +107,54 @@ def test_python_block_runs_on_its_own(path, line, code, tmp_path):
         f"{path.name} block at line {line} failed on its own in a fresh folder:\n"
         + proc.stdout[-2000:]
         + proc.stderr[-4000:]
+    )
+
+
+_SHARED_RUN: dict[str, dict] = {}
+
+
+@pytest.fixture
+def shared_run(request, tmp_path_factory) -> dict[str, dict]:
+    """``{id: {"error": traceback or None, "output": path}}`` for the selected shared blocks,
+    all run by one interpreter on first use."""
+    if not _SHARED_RUN:
+        root = tmp_path_factory.mktemp("blocks")
+        selected = {
+            item.callspec.id
+            for item in request.session.items
+            if item.originalname == "test_python_block_runs_in_a_shared_interpreter"
+        }
+        jobs = []
+        for i, p in enumerate(p for p in SHARED_BLOCKS if p.id in selected):
+            path, line, code = p.values
+            folder = root / f"block{i}"
+            folder.mkdir()
+            name = f"{path.stem}_line{line}.py"
+            jobs.append({"id": p.id, "folder": str(folder), "name": name, "code": code})
+        proc = subprocess.run(
+            [sys.executable, "-c", RUNNER],
+            input=json.dumps(jobs),
+            cwd=root,
+            env=_clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        errors = json.loads(proc.stdout.strip().splitlines()[-1])
+        for job in jobs:
+            output = Path(job["folder"]) / "output.txt"
+            _SHARED_RUN[job["id"]] = {"error": errors[job["id"]], "output": output}
+    return _SHARED_RUN
+
+
+@pytest.mark.parametrize(("path", "line", "code"), SHARED_BLOCKS)
+def test_python_block_runs_in_a_shared_interpreter(path, line, code, shared_run, request):
+    result = shared_run[request.node.callspec.id]
+    assert result["error"] is None, (
+        f"{path.name} block at line {line} failed in a fresh folder with fresh globals:\n"
+        + result["output"].read_text()[-4000:]
+        + result["error"][-4000:]
     )
 
 
