@@ -512,12 +512,25 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def run_cli_default_endpoint(endpoint: str, *args: str, env: dict | None = None, timeout=300):
+#: prepended with ``waits_to``: ``time.sleep`` only records its argument, written at exit
+_RECORD_WAITS = """
+import atexit, json, os, time
+_waits = []
+time.sleep = _waits.append
+atexit.register(lambda: open(os.environ["TORCHSTORE_TEST_WAITS"], "w").write(json.dumps(_waits)))
+"""
+
+
+def run_cli_default_endpoint(
+    endpoint: str, *args: str, env: dict | None = None, timeout=300, waits_to=None
+):
     """Run ``torchstore ARGS`` in a fresh interpreter with ``HF_ENDPOINT`` unset.
 
     huggingface_hub's default endpoint (``constants.ENDPOINT``, what a user without
     ``HF_ENDPOINT`` gets) is pointed at ``endpoint`` before torchstore is imported, so the
-    code path of a default install runs against the loopback Hub. Returns the
+    code path of a default install runs against the loopback Hub. With ``waits_to`` (a
+    path), ``time.sleep`` returns at once and the waits asked of it (retry backoffs: 23 s
+    against an unreachable Hub) are written there as a JSON list. Returns the
     ``CompletedProcess`` (text mode).
     """
     import os
@@ -535,8 +548,12 @@ def run_cli_default_endpoint(endpoint: str, *args: str, env: dict | None = None,
         )
         if p
     )
+    script = _DEFAULT_ENDPOINT_CLI
+    if waits_to is not None:
+        script = _RECORD_WAITS + script
+        full["TORCHSTORE_TEST_WAITS"] = str(waits_to)
     return subprocess.run(
-        [sys.executable, "-c", _DEFAULT_ENDPOINT_CLI, endpoint, *args],
+        [sys.executable, "-c", script, endpoint, *args],
         env=full,
         capture_output=True,
         text=True,

@@ -8,6 +8,7 @@ as an attribute crashed there).
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -57,11 +58,16 @@ def _closed_port() -> int:
     "command", [["catalog", "hf://datasets/nowhere"], ["pull", "hf://datasets/nowhere", "ds"]]
 )
 def test_an_unreachable_hub_is_one_line(tmp_path, command):
+    # huggingface_hub retries a refused listing 5 times with 23 s of backoff: the retries
+    # run (quietly, as a user gets them), their waits return at once
+    waits = tmp_path / "waits.json"
     proc = run_cli_default_endpoint(
         f"http://127.0.0.1:{_closed_port()}",
         *command,
         env={"TORCHSTORE_CACHE": str(tmp_path / "c"), "HF_HUB_ETAG_TIMEOUT": "2"},
+        waits_to=waits,
     )
+    assert command[0] != "catalog" or len(json.loads(waits.read_text())) == 5
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
