@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -91,18 +89,3 @@ def test_killing_a_collector_loses_nothing_committed(cluster, tmp_path):
             assert (shards.episode(0) == first).all()
     finally:
         buffer.close()
-
-
-def test_without_ray_the_package_imports_and_says_what_to_install():
-    code = (
-        "import sys; sys.modules['ray'] = None\n"
-        "import torchstore, torchstore.data, torchstore.distributed as d\n"
-        "from torchstore.data import StoreSet\n"
-        "try:\n"
-        "    d.serve_replay(10, batch_size=2)\n"
-        "except d.RayUnavailableError as exc:\n"
-        "    assert isinstance(exc, ImportError) and 'torchstore[ray]' in str(exc)\n"
-        "    print('refused')\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and out.stdout.strip() == "refused", out.stderr

@@ -46,16 +46,17 @@ def test_distributed_sac_smoke(tmp_path):
     # each collector committed its first 200-step episode to its own shard
     with StoreSet(run / "shards") as shards:
         assert len(shards.shards) == 2 and shards.num_episodes == 2 and len(shards) == 400
-    # the buffer's checkpoint resumes in a new actor
-    import ray
+    # the buffer's checkpoint loads into the buffer serve_replay(resume=...) builds in its
+    # actor (that a new actor resumes a dumps checkpoint is tests/distributed's): built here,
+    # it spares this Ray group a second cluster
+    from torchrl.data import TensorDictReplayBuffer
 
-    from torchstore.distributed import init_local_ray, serve_replay
+    from torchstore import UniformSampler
+    from torchstore.data.replay import StoreReplay
 
-    init_local_ray(2)
-    try:
-        resumed = serve_replay(100000, batch_size=64, resume=run / "replay")
-        assert len(resumed) == 600 and resumed.sample().batch_size[0] == 64
-        assert resumed.sample(16).batch_size[0] == 16
-        resumed.close()
-    finally:
-        ray.shutdown()
+    resumed = TensorDictReplayBuffer(
+        storage=StoreReplay(100000), sampler=UniformSampler(), batch_size=64
+    )
+    resumed.loads(str(run / "replay"))
+    assert len(resumed) == 600 and resumed.sample().batch_size[0] == 64
+    assert resumed.sample(16).batch_size[0] == 16
