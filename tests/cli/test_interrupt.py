@@ -105,7 +105,9 @@ def _lafan_folder(root: Path, files: int, frames: int) -> Path:
 def test_ctrl_c_during_import_lafan_then_the_printed_resume_command_finishes_it(tmp_path):
     from torchstore.motion import import_lafan
 
-    source = _lafan_folder(tmp_path / "g1", files=150, frames=300)
+    # the import spends most of its time per file, not per frame: 150 short clips keep it
+    # running for seconds past the second commit
+    source = _lafan_folder(tmp_path / "g1", files=150, frames=60)
     dest = tmp_path / "out" / "lafan.h5"
     proc = _start("import-lafan", str(source), str(dest), "--fps", "60")
     code, err = _interrupt_after(proc, dest, 2)
@@ -144,7 +146,7 @@ def _has_open_csv(pid: int) -> bool:
 
 def test_ctrl_c_before_anything_is_written_says_so(tmp_path):
     """An interrupted import-lafan still validating its files leaves no store."""
-    source = _lafan_folder(tmp_path / "g1", files=400, frames=300)
+    source = _lafan_folder(tmp_path / "g1", files=400, frames=60)  # seconds of validation
     dest = tmp_path / "new" / "lafan.h5"
     proc = _start("import-lafan", str(source), str(dest))
     # Signal while the validation pass has a CSV open and before any store file exists:
