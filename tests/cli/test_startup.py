@@ -37,19 +37,75 @@ def _loaded_after(code: str) -> list[str]:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+HELP = (
+    "import contextlib, io\nfrom torchstore.cli import main\n"
+    "for argv in (['--help'], ['--version'], ['info', '--help'], ['import-lafan', '--help']):\n"
+    "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+    "        main(argv)"
+)
+#: the probes expected to load nothing heavy, run by one interpreter that imports nothing
+#: of torchstore and forks a child per probe: each child starts from that interpreter's
+#: modules, as ``python -c`` would, at the cost of a fork instead of an interpreter start
+LIGHT = {**{package: f"import {package}" for package in PACKAGES}, "help": HELP}
+FORK_PER_PROBE = r"""
+import json, os, sys
+
+heavy, results = json.loads(sys.argv[1]), {}
+for name, code in json.loads(sys.stdin.read()).items():
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            exec(compile(code, name, "exec"), {"__name__": "__main__"})
+            out = sorted(m for m in heavy if m in sys.modules)
+        except BaseException as exc:
+            out = {"error": repr(exc)}
+        os.write(write_end, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as f:
+        results[name] = json.loads(f.read())
+    os.waitpid(pid, 0)
+print(json.dumps(results))
+"""
+_LIGHT_RESULTS: dict[str, list] = {}
+
+
+def _loaded_by_light_probe(name: str) -> list[str]:
+    if not _LIGHT_RESULTS:
+        run = subprocess.run(
+            [sys.executable, "-c", FORK_PER_PROBE, json.dumps(HEAVY)],
+            input=json.dumps(LIGHT),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        _LIGHT_RESULTS.update(json.loads(run.stdout.strip().splitlines()[-1]))
+    return _LIGHT_RESULTS[name]
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 def test_importing_a_package_imports_no_heavy_dependency(package):
-    assert _loaded_after(f"import {package}") == []
+    assert _loaded_by_light_probe(package) == []
 
 
 def test_help_and_version_import_no_heavy_dependency():
-    code = (
-        "import contextlib, io\nfrom torchstore.cli import main\n"
-        "for argv in (['--help'], ['--version'], ['info', '--help'], ['import-lafan', '--help']):\n"
-        "    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-        "        main(argv)"
+    assert _loaded_by_light_probe("help") == []
+
+
+def test_a_forked_probe_sees_what_a_fresh_interpreter_sees():
+    """The probe server itself: a heavy import in one child shows, and does not leak into
+    the next child."""
+    run = subprocess.run(
+        [sys.executable, "-c", FORK_PER_PROBE, json.dumps(HEAVY)],
+        input=json.dumps({"a": "import numpy", "b": "import torchstore", "c": "1/0"}),
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    assert _loaded_after(code) == []
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["a"] == ["numpy"] and got["b"] == [] and "ZeroDivisionError" in got["c"]["error"]
 
 
 def test_a_name_that_needs_torch_imports_it_on_first_use():
