@@ -77,7 +77,10 @@ def test_flipped_bytes_are_reported_or_harmless(pristine, tmp_path):
     size = os.path.getsize(path)
     rng = random.Random(7)
     outcomes: dict[str, int] = {}
-    for trial in range(120):
+    # 91% of the file is checksummed data, 9% unused padding, 0.3% metadata (the metadata
+    # checksums have their targeted flips below): one data hit in 40 trials fails a silent
+    # wrong read, and 40 trials miss the data with odds of 0.09**40
+    for trial in range(40):
         bad = tmp_path / f"flip{trial}.h5"
         shutil.copyfile(path, bad)
         offset = rng.randrange(size)
@@ -90,7 +93,7 @@ def test_flipped_bytes_are_reported_or_harmless(pristine, tmp_path):
         assert result in ("no effect", "reported"), f"flip at byte {offset} of {size}: {result}"
         outcomes[result] = outcomes.get(result, 0) + 1
         bad.unlink()
-    assert outcomes.get("reported", 0) > 60  # most of the file is committed data
+    assert outcomes.get("reported", 0) > 20  # most of the file is committed data
 
 
 @pytest.mark.slow

@@ -23,7 +23,10 @@ def cluster():
 
 
 def test_collectors_feed_the_served_buffer_and_their_shards(cluster, tmp_path):
-    buffer = serve_replay(5000, batch_size=64, sampler="prioritized")
+    """Two collector actors feed a served prioritized buffer and write shards; the buffer is
+    steered, checkpointed and resumed in a new actor; then one collector is killed mid-run
+    (one set of actors for both parts: each actor start imports torch and torchrl)."""
+    buffer = serve_replay(20000, batch_size=64, sampler="prioritized")
     try:
         collectors = start_collectors(buffer, tmp_path / "shards", 2, frames_per_batch=50)
         stats = ray.get([c.collect.remote(450) for c in collectors], timeout=300)
@@ -41,14 +44,13 @@ def test_collectors_feed_the_served_buffer_and_their_shards(cluster, tmp_path):
         favourite = int(batch["index"][0])
         hits = torch.cat([buffer.sample()["index"] for _ in range(5)])
         assert (hits == favourite).float().mean() > 0.5  # uniform: 1/900
-        # dumps, then a new actor resumes from the checkpoint: rows and priorities
         buffer.dumps(tmp_path / "checkpoint")
-        for c in collectors:
-            ray.get(c.close.remote(), timeout=120)
+        _kill_a_collector_and_lose_nothing_committed(buffer, *collectors, tmp_path / "shards")
     finally:
         buffer.close()
+    # a new actor resumes from the checkpoint: rows and priorities
     resumed = serve_replay(
-        5000, batch_size=64, sampler="prioritized", resume=tmp_path / "checkpoint"
+        20000, batch_size=64, sampler="prioritized", resume=tmp_path / "checkpoint"
     )
     try:
         assert len(resumed) == 900
@@ -58,34 +60,30 @@ def test_collectors_feed_the_served_buffer_and_their_shards(cluster, tmp_path):
         resumed.close()
 
 
-def test_killing_a_collector_loses_nothing_committed(cluster, tmp_path):
-    buffer = serve_replay(20000, batch_size=32)
-    try:
-        victim, survivor = start_collectors(buffer, tmp_path / "shards", 2, frames_per_batch=50)
-        running = victim.collect.remote(1_000_000)
-        deadline = time.monotonic() + 300
-        while True:
-            shard = tmp_path / "shards" / "collector-0.h5"
-            if shard.exists():
-                with StoreSet([shard]) as one:
-                    if one.num_episodes >= 2:
-                        break
-            assert time.monotonic() < deadline, "the collector never committed two episodes"
-            time.sleep(0.2)
-        ray.kill(victim)
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(running, timeout=120)
-        before = len(buffer)
-        with StoreSet(tmp_path / "shards") as shards:
-            committed = shards.num_episodes
-            assert committed >= 2 and before >= len(shards)  # every committed row was extended
-            first = shards.episode(0)
-        # the learner goes on: the buffer still serves, and the other collector still feeds it
-        assert buffer.sample().batch_size == torch.Size([32])
-        ray.get(survivor.collect.remote(200), timeout=300)
-        assert len(buffer) >= before + 200
-        with StoreSet(tmp_path / "shards") as shards:
-            assert shards.num_episodes >= committed + 1
-            assert (shards.episode(0) == first).all()
-    finally:
-        buffer.close()
+def _kill_a_collector_and_lose_nothing_committed(buffer, victim, survivor, folder) -> None:
+    with StoreSet([folder / "collector-0.h5"]) as one:
+        had = one.num_episodes
+    running = victim.collect.remote(1_000_000)
+    deadline = time.monotonic() + 300
+    while True:
+        with StoreSet([folder / "collector-0.h5"]) as one:
+            if one.num_episodes >= had + 1:  # killed mid-run, after a commit of this run
+                break
+        assert time.monotonic() < deadline, "the collector never committed another episode"
+        time.sleep(0.2)
+    ray.kill(victim)
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(running, timeout=120)
+    before = len(buffer)
+    with StoreSet(folder) as shards:
+        committed = shards.num_episodes
+        assert committed >= 5 and before >= len(shards)  # every committed row was extended
+        first = shards.episode(0)
+    # the learner goes on: the buffer still serves, and the other collector still feeds it
+    assert buffer.sample().batch_size == torch.Size([64])
+    ray.get(survivor.collect.remote(200), timeout=300)
+    assert len(buffer) >= before + 200
+    with StoreSet(folder) as shards:
+        assert shards.num_episodes >= committed + 1
+        assert (shards.episode(0) == first).all()
+    ray.get(survivor.close.remote(), timeout=120)
