@@ -105,9 +105,9 @@ def _lafan_folder(root: Path, files: int, frames: int) -> Path:
 def test_ctrl_c_during_import_lafan_then_the_printed_resume_command_finishes_it(tmp_path):
     from torchstore.motion import import_lafan
 
-    # the import spends most of its time per file, not per frame: 150 short clips keep it
-    # running for seconds past the second commit
-    source = _lafan_folder(tmp_path / "g1", files=150, frames=60)
+    # the import spends most of its time per file, not per frame: 200 short clips keep it
+    # writing for seconds past the second commit
+    source = _lafan_folder(tmp_path / "g1", files=200, frames=60)
     dest = tmp_path / "out" / "lafan.h5"
     proc = _start("import-lafan", str(source), str(dest), "--fps", "60")
     code, err = _interrupt_after(proc, dest, 2)
