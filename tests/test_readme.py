@@ -48,12 +48,13 @@ SHARED_BLOCKS = [
     for p in PYTHON_BLOCKS[1:]
 ]
 #: runs each job's block from its own folder as ``python NAME`` would, in this interpreter;
-#: prints ``{id: traceback or null}`` as JSON; each block's output goes to its folder
+#: prints ``block result [id, traceback or null]`` after each; each block's output goes to
+#: its folder
 RUNNER = r"""
 import gc, json, os, runpy, sys, traceback
 from pathlib import Path
 
-environ, results = dict(os.environ), {}
+environ = dict(os.environ)
 for job in json.loads(sys.stdin.read()):
     folder = Path(job["folder"])
     (folder / job["name"]).write_text(job["code"])
@@ -74,8 +75,7 @@ for job in json.loads(sys.stdin.read()):
     os.dup2(saved[0], 1), os.dup2(saved[1], 2)
     os.close(saved[0]), os.close(saved[1]), log.close()
     os.environ.clear(), os.environ.update(environ)
-    results[job["id"]] = error
-print(json.dumps(results))
+    print("block result", json.dumps([job["id"], error]), flush=True)
 """
 
 
@@ -140,20 +140,28 @@ def shared_run(request, tmp_path_factory) -> dict[str, dict]:
             text=True,
             timeout=1800,
         )
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-        errors = json.loads(proc.stdout.strip().splitlines()[-1])
+        errors = dict(
+            json.loads(line.removeprefix("block result "))
+            for line in proc.stdout.splitlines()
+            if line.startswith("block result ")
+        )
+        died = f"the shared interpreter ended ({proc.returncode}) in this block:\n{proc.stderr}"
         for job in jobs:
             output = Path(job["folder"]) / "output.txt"
-            _SHARED_RUN[job["id"]] = {"error": errors[job["id"]], "output": output}
+            error = errors.get(job["id"], died)
+            _SHARED_RUN[job["id"]] = {"error": error, "output": output}
+            if job["id"] not in errors:  # the blocks after it did not run
+                died = f"not run: the shared interpreter ended in {job['id']}"
     return _SHARED_RUN
 
 
 @pytest.mark.parametrize(("path", "line", "code"), SHARED_BLOCKS)
 def test_python_block_runs_in_a_shared_interpreter(path, line, code, shared_run, request):
     result = shared_run[request.node.callspec.id]
+    output = result["output"]
     assert result["error"] is None, (
         f"{path.name} block at line {line} failed in a fresh folder with fresh globals:\n"
-        + result["output"].read_text()[-4000:]
+        + (output.read_text()[-4000:] if output.exists() else "")
         + result["error"][-4000:]
     )
 
