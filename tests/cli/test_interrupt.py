@@ -146,7 +146,7 @@ def _has_open_csv(pid: int) -> bool:
 
 def test_ctrl_c_before_anything_is_written_says_so(tmp_path):
     """An interrupted import-lafan still validating its files leaves no store."""
-    source = _lafan_folder(tmp_path / "g1", files=400, frames=60)  # seconds of validation
+    source = _lafan_folder(tmp_path / "g1", files=400, frames=300)
     dest = tmp_path / "new" / "lafan.h5"
     proc = _start("import-lafan", str(source), str(dest))
     # Signal while the validation pass has a CSV open and before any store file exists:
