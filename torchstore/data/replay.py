@@ -254,6 +254,11 @@ class StoreReplay(TensorStorage):
         # the leaf signature of the last write that needed no conversion (see _validate)
         self._trusted_signature: tuple | None = None
         self._trusted_names: tuple[str, ...] = ()
+        # how repeats of the last validated structures are appended in one compiled pass
+        # (a few: a buffer's writes carry torchrl's "index", direct set calls may not)
+        self._append_plans: list[_AppendPlan] = []
+        # numpy views of the CPU device scalars [fill_level, cursor_tensor] (see _sync_scalars)
+        self._scalar_views: tuple[Any, ...] | None = None
         scalar_device = "cpu" if self.device == "auto" else self.device
         self.fill_level = torch.zeros((), dtype=torch.int64, device=scalar_device)
         self.cursor_tensor = torch.zeros((), dtype=torch.int64, device=scalar_device)
@@ -506,6 +511,14 @@ class StoreReplay(TensorStorage):
             self._rebuild(rows=value // self._width, cursor=index.cursor)
             self._sync_scalars()
 
+    def _max_size_along_dim0(self, *, single_data: Any = None, batched_data: Any = None) -> int:
+        # torchrl's writers ask on every write: the time rows, once the ring knows them
+        if self.ndim == 1:
+            return self.max_size
+        if self.initialized:
+            return self.time_capacity
+        return super()._max_size_along_dim0(single_data=single_data, batched_data=batched_data)
+
     @property
     def _total_shape(self) -> torch.Size | None:
         if not self.initialized:
@@ -552,6 +565,8 @@ class StoreReplay(TensorStorage):
         self.cursor_tensor = self.cursor_tensor.to(self.device)
         self._segments_cache = None
         self._trusted_signature = None
+        self._append_plans = []
+        self._scalar_views = None
         self.initialized = True
 
     def _infer(self, batch: TensorDictBase) -> None:
@@ -587,7 +602,9 @@ class StoreReplay(TensorStorage):
         """
         if is_compiling():
             self._set_traced(cursor, data, set_cursor)
-        else:  # not through _set_eager's compile guard: it costs a few us a call
+        elif self._lock is None:  # not through _set_eager's compile guard: a few us a call
+            self._write(cursor, data, set_cursor)
+        else:
             self._set_now(cursor, data, set_cursor)
 
     def _set_traced(self, cursor: Any, data: Any, set_cursor: bool) -> None:
@@ -654,6 +671,11 @@ class StoreReplay(TensorStorage):
     def _write(self, cursor: Any, data: Any, set_cursor: bool) -> None:
         if self._shared is not None or self._traced_writes:
             self._follow()
+        plans = self._append_plans
+        if plans and set_cursor and self._append_planned(plans, cursor, data):
+            self._sync_scalars()
+            self._bump_mutation_revision()
+            return
         if self.ndim > 1:
             self._set_nd(cursor, data, set_cursor)
             self._sync_scalars()
@@ -680,6 +702,58 @@ class StoreReplay(TensorStorage):
             self._rewrite(rows, values, ends)
         self._sync_scalars()
         self._bump_mutation_revision()
+
+    def _append_planned(self, plans: list[_AppendPlan], cursor: Any, data: Any) -> bool:
+        """Append a TensorDict with a validated leaf structure at the ring's cursor: the
+        cursor checked, the end flags read and the rows copied in one compiled pass (see
+        :class:`_AppendPlan`). ``False``, having changed nothing, for any other write (the
+        general path then takes it, errors included)."""
+        if (
+            type(data) is not TensorDict
+            or type(cursor) is not torch.Tensor
+            or not cursor.is_cpu
+            or cursor.dtype is not torch.int64
+            or cursor.ndim != 1
+            or self._tensor_mode
+            or self._treespec is not None
+            or self._row_batch
+        ):
+            return False
+        batch = data.batch_size
+        dims = len(batch)
+        if dims != self.ndim or (dims == 2 and batch[1] != self._width):
+            return False
+        episodes = self._episodes
+        if not (episodes.is_full or episodes.cursor == episodes.rows):
+            return False  # the index is not in append order: the general path rebuilds it
+        first, steps = episodes.cursor, batch[0]
+        if steps != cursor.numel() or cursor.is_neg():
+            return False
+        for plan in plans:
+            if plan.dims == dims:
+                status = plan.write(data, cursor, first, self)
+                if status != _OTHER_STRUCTURE:
+                    break
+        else:
+            return False
+        if status != _WRITTEN:
+            return False
+        last = first + steps - 1
+        if self._compilable:
+            self._set_last_cursor(last)
+        else:  # torchrl's _set_last_cursor of an int, without its type dispatch
+            self._last_cursor = last
+            shared = self._last_cursor_index_value
+            with shared.get_lock():
+                shared.value = last
+        counts, stops = plan.counts, plan.stops
+        if plan.dims == 1:
+            episodes.append_stops(stops[0, : counts[0]], steps)
+            return True
+        for env, stream in enumerate(self._streams):
+            stream.append_stops(stops[env, : counts[env]], steps)
+        self._segments_cache = None
+        return True
 
     def _set_nd(self, cursor: Any, data: Any, set_cursor: bool) -> None:
         """ndim=2 writes: time-row cursors (torchrl's writers) or any torch index."""
@@ -857,9 +931,18 @@ class StoreReplay(TensorStorage):
         ):
             self._trusted_signature = (dims, signature)
             self._trusted_names = tuple(values)
+            self._add_plan(dims, signature)
         if dims > 1:
             values = {k: v.reshape(*lead, *v.shape[1:]) for k, v in values.items()}
         return values, self._ends_of(values, lead)
+
+    def _add_plan(self, dims: int, signature: tuple) -> None:
+        """Keep an append plan for a validated leaf structure (the newest few)."""
+        if any(plan.signature == (dims, signature) for plan in self._append_plans):
+            return
+        plan = _AppendPlan.make(self, dims, signature)
+        if plan is not None:
+            self._append_plans = [plan, *self._append_plans[: _PLANS - 1]]
 
     def _check_leaves(self, leaves: dict[str, Any], n: int) -> dict[str, torch.Tensor]:
         """Full schema check of one write; adds the columns an inferred ring grows by."""
@@ -1058,8 +1141,15 @@ class StoreReplay(TensorStorage):
         a sampler that reads the two scalars while a write lands (outside a lock) sees at
         worst the new cursor with the old fill level, a window of written rows only.
         """
-        self.cursor_tensor.fill_(self._episodes.cursor * self._width)
-        self.fill_level.fill_(self._episodes.rows * self._width)
+        views = self._scalar_views
+        if views is None or views[0] is not self.fill_level or views[1] is not self.cursor_tensor:
+            views = self._scalar_views = _scalar_views(self.fill_level, self.cursor_tensor)
+        if views[2] is None:
+            self.cursor_tensor.fill_(self._episodes.cursor * self._width)
+            self.fill_level.fill_(self._episodes.rows * self._width)
+        else:  # CPU scalars: through numpy views, a fraction of two fill_ calls
+            views[3][()] = self._episodes.cursor * self._width
+            views[2][()] = self._episodes.rows * self._width
         if self._shared is not None:
             shared = self._shared_np
             shared[0], shared[1] = self._episodes.rows, self._episodes.cursor
@@ -1090,6 +1180,7 @@ class StoreReplay(TensorStorage):
             # the device scalars too: samplers read fill_level without calling len()
             for tensor in (*self._packed.blocks, self.fill_level, self.cursor_tensor):
                 tensor.share_memory_()
+        self._scalar_views = None  # share_memory_ moved the scalars: views of the old memory
         self._shared = torch.zeros(3, dtype=torch.int64).share_memory_()
         self._shared_np = self._shared.numpy()
         # spawn's context: a lock torchrl's spawned processes can take (pickled with the ring)
@@ -1512,12 +1603,17 @@ class StoreReplay(TensorStorage):
             state = Storage.__getstate__(self)
             state.pop("_lock", None)  # a copy (pickle, deepcopy): its own lock, made below
         state.pop("_shared_np", None)
+        # process-local: views of this process's memory, rebuilt on the first write
+        state.pop("_append_plans", None)
+        state.pop("_scalar_views", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         Storage.__setstate__(self, state)
         shared = state.get("_shared")
         self._shared_np = None if shared is None else shared.numpy()
+        self._append_plans = []
+        self._scalar_views = None
         if getattr(self, "_lock", None) is None:
             self._lock = None if shared is None else multiprocessing.get_context("spawn").RLock()
 
@@ -1577,6 +1673,185 @@ def _ones(n: int) -> np.ndarray:
     if _ONES.shape[0] < n:
         _ONES = np.ones(max(n, 2 * _ONES.shape[0]), dtype=np.int64)
     return _ONES[:n]
+
+
+def _scalar_views(fill_level: torch.Tensor, cursor: torch.Tensor) -> tuple[Any, ...]:
+    """``(fill_level, cursor, fill numpy view, cursor numpy view)``; the views are ``None``
+    unless both are plain CPU tensors."""
+    if all(
+        type(t) is torch.Tensor and t.is_cpu and not t.requires_grad for t in (fill_level, cursor)
+    ):
+        return fill_level, cursor, fill_level.numpy(), cursor.numpy()
+    return fill_level, cursor, None, None
+
+
+class _AppendPlan:
+    """How a write with a validated leaf structure is appended in one compiled pass.
+
+    Made from the trusted leaf signature (see ``StoreReplay._validate``) of a CPU ring
+    whose columns sit in one packed block, with the row kernels on: the keys of the
+    TensorDict, nested as written, and for each leaf its dtype, per-row shape and device,
+    which a later write must match exactly (so only a validated structure reaches the
+    kernel), where its column's bytes sit in a block row, and the address table and
+    end-row buffers the kernel (:func:`torchstore.data.rowcopy.append_rows`) reuses from
+    write to write. A leaf the kernel cannot read as bytes (strided within a row, a
+    negative view, one needing grad) sends the write to the general path.
+    """
+
+    __slots__ = (
+        "signature",
+        "dims",
+        "nodes",
+        "table",
+        "words",
+        "end_rows",
+        "counts",
+        "stops",
+        "lead",
+        "kernel",
+    )
+
+    def __init__(
+        self, signature: tuple, nodes: list, places: list, end_rows: list, envs: int
+    ) -> None:
+        self.signature = signature
+        self.dims = signature[0]
+        self.nodes = nodes
+        self.table = np.zeros((len(places), 5), dtype=np.int64)
+        self.table[:, 3:] = places
+        self.words = memoryview(self.table.reshape(-1))
+        self.end_rows = np.array(end_rows, dtype=np.int64)
+        self.counts = np.zeros(envs, dtype=np.int64)
+        self.stops = np.zeros((envs, 0), dtype=np.int64)
+        self.lead: tuple[int, ...] = ()  # the written chunk's leading dims
+        # rowcopy.append_rows's compiled kernel itself (its wrapper costs a call a write)
+        self.kernel = row_kernels()._append_rows
+
+    @staticmethod
+    def make(replay: StoreReplay, dims: int, signature: tuple) -> _AppendPlan | None:
+        packed = replay._packed
+        if (
+            packed is None
+            or row_kernels() is None
+            or len(packed.blocks) != 1
+            or packed.device.type != "cpu"
+            or not packed.blocks[0].is_contiguous()
+        ):
+            return None
+        columns = packed._byte_columns
+        entries: list[tuple[tuple[str, ...], tuple]] = []
+        places: list[tuple[int, int]] = []  # each column's byte offset and width in a row
+        end_rows: list[int] = []
+        for entry in signature:
+            if type(entry) is str or entry[3].type != "cpu":
+                return None
+            name, dtype, shape, _ = entry
+            column = columns.get(name)
+            if column is None:
+                if name != _INDEX_KEY:
+                    return None
+                leaf = (dtype, tuple(shape), -1, (), 0)
+            else:
+                if name in replay._end_names:
+                    end_rows.append(len(places))
+                leaf = (dtype, tuple(shape), len(places), column.inner_strides, column.itemsize)
+                places.append((column.offset, column.width))
+            entries.append((tuple(name.split("/")), leaf))
+        if not places:
+            return None
+        return _AppendPlan((dims, signature), _plan_nodes(entries), places, end_rows, replay._width)
+
+    def write(self, data: TensorDict, cursor: torch.Tensor, first: int, replay: StoreReplay) -> int:
+        """Copy ``data``'s rows at time row ``first`` when it matches the plan and the
+        ``cursor`` (CPU int64 ``[steps]``) is the run from ``first``; fill :attr:`counts`
+        and :attr:`stops` (the end rows of each env stream). :data:`_WRITTEN`, else
+        :data:`_OTHER_STRUCTURE` (``data`` does not match) or :data:`_REFUSED` (the
+        kernel's checks), having written nothing."""
+        steps = cursor.numel()
+        envs = replay._width
+        self.lead = (steps,) if self.dims == 1 else (steps, envs)
+        if not self._fill(data._tensordict, self.nodes):
+            return _OTHER_STRUCTURE
+        if self.stops.shape[1] < steps:
+            self.stops = np.zeros((envs, steps), dtype=np.int64)
+        packed = replay._packed
+        status = self.kernel(
+            packed.blocks[0].data_ptr(),
+            replay.max_size // envs,
+            packed.row_bytes,
+            cursor.data_ptr(),
+            cursor.stride()[0] * 8,
+            steps,
+            first,
+            envs,
+            self.table,
+            self.end_rows,
+            self.counts,
+            self.stops,
+        )
+        return _WRITTEN if status == 0 else _REFUSED
+
+    def _fill(self, items: dict, nodes: list) -> bool:
+        """Check a TensorDict level against the plan; set each column's address and strides."""
+        if len(items) != len(nodes):
+            return False
+        for (key, node), (name, value) in zip(nodes, items.items()):
+            if key != name:
+                return False
+            if type(node) is list:
+                if type(value) is not TensorDict or not self._fill(value._tensordict, node):
+                    return False
+            elif not self._leaf(node, value):
+                return False
+        return True
+
+    def _leaf(self, node: tuple, value: Any) -> bool:
+        dtype, shape, row, inner, itemsize = node
+        if (
+            type(value) is not torch.Tensor
+            or value.dtype is not dtype
+            or not value.is_cpu
+            or not value.shape == self.lead + shape  # (!= on a torch.Size costs 3x more)
+        ):
+            return False
+        if row < 0:
+            return True
+        if value.layout is not torch.strided or value.requires_grad or value.is_neg():
+            return False
+        strides = value.stride()
+        dims = self.dims
+        if strides[dims:] != inner:
+            return False
+        words, base = self.words, row * 5
+        words[base] = value.data_ptr()
+        words[base + 1] = strides[0] * itemsize
+        words[base + 2] = strides[1] * itemsize if dims == 2 else 0
+        return True
+
+
+#: what ``_AppendPlan.write`` answers
+_WRITTEN, _OTHER_STRUCTURE, _REFUSED = range(3)
+#: append plans a ring keeps (the newest validated structures)
+_PLANS = 4
+
+
+def _plan_nodes(entries: list[tuple[tuple[str, ...], Any]]) -> list:
+    """Leaves listed in a TensorDict walk's order (key path, leaf) as nested
+    ``(key, leaf or list of nodes)`` nodes, one list per TensorDict level."""
+    nodes: list = []
+    i = 0
+    while i < len(entries):
+        parts, leaf = entries[i]
+        if len(parts) == 1:
+            nodes.append((parts[0], leaf))
+            i += 1
+            continue
+        j = i
+        while j < len(entries) and len(entries[j][0]) > 1 and entries[j][0][0] == parts[0]:
+            j += 1
+        nodes.append((parts[0], _plan_nodes([(p[1:], leaf) for p, leaf in entries[i:j]])))
+        i = j
+    return nodes
 
 
 def _is_ring_run(index: torch.Tensor, cap: int) -> bool:

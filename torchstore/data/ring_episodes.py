@@ -146,19 +146,26 @@ class RingEpisodes:
         length; many ends take the vectorised path. Both leave the same table.
         """
         flags = _flags(ends)
-        n = flags.shape[0]
+        # np.flatnonzero's wrappers cost several times more
+        self.append_stops(flags.nonzero()[0], flags.shape[0])
+
+    def append_stops(self, stops: np.ndarray, n: int) -> None:
+        """:meth:`append` of ``n`` rows given where their end flags are: ``stops``, the
+        increasing positions (int64, in ``[0, n)``) of the rows that end an episode."""
         if n == 0:
             return
-        stops = flags.nonzero()[0]  # np.flatnonzero's wrappers cost several times more
-        if stops.shape[0] > _SCALAR_ENDS:
-            self._append_many(flags, stops)
+        k = stops.shape[0]
+        if k == 0 and self.is_open and self._count:  # the open episode goes on
+            self._length[(self._head + self._count - 1) % self._slots] += n
+        elif k > _SCALAR_ENDS:
+            self._append_many(n, stops)
         else:
             self._append_few(stops.tolist(), n)
         total = self.rows + n
         self._evict(max(0, total - self.capacity))
         self.rows = min(total, self.capacity)
         self.cursor = (self.cursor + n) % self.capacity
-        self.is_open = not bool(flags[-1])
+        self.is_open = k == 0 or int(stops[k - 1]) != n - 1
         self.version += 1
 
     def _append_few(self, ends: list[int], n: int) -> None:
@@ -176,8 +183,7 @@ class RingEpisodes:
                 self._push_one((self.cursor + offset) % self.capacity, length)
             offset = stop
 
-    def _append_many(self, flags: np.ndarray, stops: np.ndarray) -> None:
-        n = flags.shape[0]
+    def _append_many(self, n: int, stops: np.ndarray) -> None:
         stops = stops + 1
         if stops[-1] != n:
             stops = np.append(stops, n)
