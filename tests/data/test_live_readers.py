@@ -24,24 +24,31 @@ def _episode(i: int) -> dict[str, np.ndarray]:
     return {"q": np.full((n, 4), i, np.float32), "done": np.arange(n) == n - 1}
 
 
-def _writer(path, start: int, stop: int, ready_w: int) -> None:
+def _writer(path, start: int, stop: int, ready_w: int, pause_at: int, go_r: int) -> None:
+    """Resume the store, say so on ``ready_w``, commit episodes ``start..stop``; before
+    episode ``pause_at`` say so again and wait for a byte on ``go_r`` (the file stays open:
+    the writer is live), so a loaded machine cannot let it finish before the test looks."""
     status = 1
     try:
         with TrajectoryStoreWriter.resume(path) as w:
             os.write(ready_w, b"1")
             for i in range(start, stop):
+                if i == pause_at:
+                    os.write(ready_w, b"2")
+                    assert os.read(go_r, 1) == b"g"
                 w.add_episode(_episode(i), metadata={"i": i})
         status = 0
     finally:
         os._exit(status)
 
 
-def _reader(path, result_w: int) -> None:
+def _reader(path, result_w: int, ready_w: int) -> None:
     """Follow the writer; report (false alarms, wrong values, refreshes) through the pipe."""
     alarms = wrong = refreshes = 0
     status = 0
     try:
         with TrajectoryStore(path) as store:
+            os.write(ready_w, b"r")  # open and about to follow: the writer may start
             while True:
                 done = store.num_episodes >= EPISODES
                 try:
@@ -62,6 +69,16 @@ def _reader(path, result_w: int) -> None:
         status = 1
     os.write(result_w, f"{alarms} {wrong} {refreshes}\n".encode())
     os._exit(status)
+
+
+def _read_exactly(fd: int, n: int) -> bytes:
+    got = b""
+    while len(got) < n:
+        part = os.read(fd, n - len(got))
+        if not part:
+            break
+        got += part
+    return got
 
 
 def _fork(fn, *args) -> int:
@@ -90,10 +107,14 @@ def test_readers_following_thousands_of_tiny_commits_raise_no_false_alarm(tmp_pa
     with TrajectoryStoreWriter(path, COLUMNS) as w:
         w.add_episode(_episode(0), metadata={"i": 0})
     ready_r, ready_w = os.pipe()
-    writer = _fork(_writer, path, 1, EPISODES, ready_w)
-    assert os.read(ready_r, 1) == b"1"
+    go_r, go_w = os.pipe()
+    writer = _fork(_writer, path, 1, EPISODES, ready_w, 1, go_r)
+    assert _read_exactly(ready_r, 2) == b"12"  # resumed, waiting before its first commit
     result_r, result_w = os.pipe()
-    readers = [_fork(_reader, path, result_w) for _ in range(READERS)]
+    follow_r, follow_w = os.pipe()
+    readers = [_fork(_reader, path, result_w, follow_w) for _ in range(READERS)]
+    assert _read_exactly(follow_r, READERS) == b"r" * READERS  # every reader is following
+    os.write(go_w, b"g")
     deadline = time.monotonic() + 600
     assert _wait(writer, deadline) == 0
     codes = [_wait(pid, deadline) for pid in readers]
@@ -118,15 +139,20 @@ def test_a_live_reader_still_reports_real_corruption(tmp_path):
         )  # block 0 is full: the writer never rewrites it
         offset = store._ds.columns["q"].data.id.get_chunk_info(0).byte_offset
     ready_r, ready_w = os.pipe()
-    writer = _fork(_writer, path, 2000, 3500, ready_w)
-    assert os.read(ready_r, 1) == b"1"
-    with open(path, "r+b") as f:  # damage a full, committed block while the writer runs
-        f.seek(offset + 40)
-        b = f.read(1)[0]
-        f.seek(offset + 40)
-        f.write(bytes([b ^ 0x01]))
-    with TrajectoryStore(path) as store:
-        assert store.num_episodes < 1500  # the writer is still committing
+    go_r, go_w = os.pipe()
+    writer = _fork(_writer, path, 2000, 3500, ready_w, 2100, go_r)
+    try:
+        assert _read_exactly(ready_r, 2) == b"12"  # 100 episodes committed, 1400 to come
+        with open(path, "r+b") as f:  # damage a full, committed block of the live file
+            f.seek(offset + 40)
+            b = f.read(1)[0]
+            f.seek(offset + 40)
+            f.write(bytes([b ^ 0x01]))
+        store = TrajectoryStore(path)
+        assert store.num_episodes == 101  # opened while the writer holds the file
+    finally:
+        os.write(go_w, b"g")  # the writer commits the rest while the store is read
+    with store:
         try:
             store.read_slab(0, 100)
         except IntegrityError as exc:
