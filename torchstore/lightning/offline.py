@@ -262,14 +262,14 @@ class OfflineDataModule(StoreDataModule):
         return self.window.packed if self.window is not None else self.resident_view.packed
 
     def _after_load(self) -> None:
-        #: uniform rows from the resident view over contiguous training rows: the draw of
-        #: _draw_plain_rows (the same stream positions and rows as the general path)
+        #: uniform rows from the window, or from the resident view over contiguous training
+        #: rows: the draw of _draw_plain_rows (the same stream positions and rows as the
+        #: general path)
         self._plain_rows = (
-            self.window is None
-            and self.window_length is None
+            self.window_length is None
             and self.priorities is None
             and self.ere is None
-            and self.train_rows.first_row is not None
+            and (self.window is not None or self.train_rows.first_row is not None)
         )
         if self.window_length is None:
             return
@@ -314,11 +314,15 @@ class OfflineDataModule(StoreDataModule):
         """:meth:`_assemble` of uniformly drawn rows, less its general cases: per batch a
         stream draw, one gather, one ``as_strided`` per column and the container."""
         n, rows = self.batch_size, self.train_rows
-        # always a new tensor: the draw is a view of the stream's cached block, which a
-        # caller editing the batch's index must not reach (exact resume replays it)
-        index = self.philox.randint(n, rows.total) + rows.first_row
-        packed = self.resident_view.packed
-        leaves = self._batch_plan(packed).leaves(packed.gather_blocks(index), n, fresh=True)
+        if self.window is not None:  # store rows a new tensor; packed positions to gather at
+            at, index = self.window.draw_plain(self.philox, n)
+            packed = self.window.packed
+        else:
+            # always a new tensor: the draw is a view of the stream's cached block, which a
+            # caller editing the batch's index must not reach (exact resume replays it)
+            index = at = self.philox.randint(n, rows.total) + rows.first_row
+            packed = self.resident_view.packed
+        leaves = self._batch_plan(packed).leaves(packed.gather_blocks(at), n, fresh=True)
         if self._derived:
             nxt = leaves["next"]
             nxt["terminated"] = nxt["done"] & ~nxt["truncated"]

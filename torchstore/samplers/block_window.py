@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BlockWindow"]
 
+#: uniform draws mapped to packed positions and store rows at once (see BlockWindow._lookup)
+_AHEAD = 1 << 12
+
 
 def _buffer_bytes(kind: str, amount: int, row_bytes: int, k: int, chunk_bytes: int) -> int:
     """The refill read buffer a budget affords: about an eighth of a slot, at most
@@ -213,6 +216,8 @@ class BlockWindow:
         self._spare = self.k
         self._spare_block = -1
         self._started = False
+        #: per block, its segments clipped to its rows (see _clipped)
+        self._clips: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------ blocks and slots
     def _clip(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -329,28 +334,59 @@ class BlockWindow:
         self._prefetch()
 
     def _activate(self) -> None:
-        """Build the active segments (packed coordinates) and the window tree."""
-        starts, lengths, episodes, deltas = [], [], [], []
+        """Set up the active phase: its runs (uniform rows), the slot offsets and, with
+        priorities, the window tree. The segments in packed coordinates (:attr:`rows`,
+        what window and segment draws use) are built when first asked for."""
+        starts, lengths, deltas = [], [], []
         for slot in self._slots:
             b = self._slot_block[slot]
-            a, n, ep = self._clip(b)
+            a, n, _ = self._clipped(b)
             packed = slot * self.block_rows + (a - int(self.blocks.lo[b]))
             starts.append(packed)
             lengths.append(n)
-            episodes.append(ep)
             deltas.append(a - packed)
-        cat = lambda xs: torch.as_tensor(np.concatenate(xs), device=self.device)  # noqa: E731
-        self.rows = RowSet(cat(starts), cat(lengths), cat(episodes))
-        self._delta = cat(deltas)
-        self._runs(np.concatenate(starts), np.concatenate(lengths), np.concatenate(deltas))
-        slot_delta = np.zeros(self.k + 1, dtype=np.int64)
-        for slot in self._slots:
-            slot_delta[slot] = int(self.blocks.lo[self._slot_block[slot]]) - slot * self.block_rows
-        self._slot_delta = torch.as_tensor(slot_delta, device=self.device)
+        start, length, delta = (np.concatenate(x) for x in (starts, lengths, deltas))
+        #: active rows: what a uniform draw of a phase draws below
+        self._total = int(length.sum())
+        self._phase_rows = None
+        self._phase_segments = (start, length, delta)
+        self._runs(start, length, delta)
         if self.tree is not None:
+            slot_delta = np.zeros(self.k + 1, dtype=np.int64)
+            for slot in self._slots:
+                b = self._slot_block[slot]
+                slot_delta[slot] = int(self.blocks.lo[b]) - slot * self.block_rows
+            self._slot_delta = torch.as_tensor(slot_delta, device=self.device)
             self.tree.clear()
             for slot in self._slots:
                 self._mirror(slot)
+
+    def _clipped(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_clip` of block ``b``, worked out once (blocks never change)."""
+        clip = self._clips.get(b)
+        if clip is None:
+            clip = self._clips[b] = self._clip(b)
+        return clip
+
+    def _segments(self) -> tuple[RowSet, torch.Tensor, int]:
+        """The active segments in packed coordinates, per segment store row minus packed
+        position, and the phase's valid windows (window mode; else 0); built on the phase's
+        first window or segment draw."""
+        if self._phase_rows is None:
+            start, length, delta = self._phase_segments
+            episode = np.concatenate([self._clipped(self._slot_block[s])[2] for s in self._slots])
+            cat = lambda x: torch.as_tensor(x, device=self.device)  # noqa: E731
+            rows = RowSet(cat(start), cat(length), cat(episode))
+            windows = 0
+            if self.window is not None:
+                windows = int(window_counts(rows.length, self.window).sum())
+            self._phase_rows = (rows, cat(delta), windows)
+        return self._phase_rows
+
+    @property
+    def rows(self) -> RowSet:
+        """The active segments in packed coordinates (episodes of :attr:`seg_episode`)."""
+        return self._segments()[0]
 
     def _runs(self, start: np.ndarray, length: np.ndarray, delta: np.ndarray) -> None:
         """The active segments merged into runs contiguous in packed and store rows, for
@@ -363,23 +399,58 @@ class BlockWindow:
         run_length = np.add.reduceat(length, first)
         cum = np.cumsum(run_length)
         off = start[first] - (cum - run_length)
-        self._run_cum = torch.as_tensor(cum, device=self.device)
-        self._run_off = torch.as_tensor(np.stack([off, off + delta[first]]), device=self.device)
-        # on the CPU the same lookup in numpy: on 256 draws its four calls cost about 7 us,
-        # the tensor ops above about 12-20 us (a tenth to a fifth of a walker batch)
-        self._host_runs = None
+        store_off = off + delta[first]
+        self._ahead = None
         if self.device.type == "cpu":
-            self._host_runs = (cum, off.copy(), off + delta[first])
+            self._host_runs = (cum, off, store_off)
+            return
+        self._host_runs = None
+        self._run_cum = torch.as_tensor(cum, device=self.device)
+        self._run_off = torch.as_tensor(np.stack([off, store_off]), device=self.device)
 
-    def _lookup_host(self, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(packed, store_row)`` of draws ``g`` by the runs, in numpy (CPU tensors)."""
+    def _map_host(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(packed, store_row)`` of uniform draws ``x`` of the phase, by the runs (numpy)."""
         cum, packed_off, store_off = self._host_runs
-        x = g.numpy()
         q = cum.searchsorted(x, side="right")
-        packed, store = packed_off[q], store_off[q]
+        packed, store = packed_off.take(q), store_off.take(q)
         packed += x
         store += x
-        return torch.from_numpy(packed), torch.from_numpy(store)
+        return packed, store
+
+    def _lookup(self, g: torch.Tensor, *, fresh: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(packed, store_row)`` of uniform draws ``g`` of the phase, by the runs.
+
+        On the CPU, draws that are a slice of a stream's computed block (what
+        :meth:`PhiloxStream.randint` returns in block mode) are mapped ahead: the draws of
+        the block from ``g`` on, as many as the phase has left (at most ``_AHEAD``), in
+        one numpy pass kept until the phase ends; a batch then takes two slices of that
+        map, the store rows copied (they leave with the batch). Mapping 256 draws on their
+        own (eight numpy and tensor calls) cost about 15 us of a walker batch's ~100 on the
+        thread clock; two slices and a copy cost a few. The packed positions are a view of
+        the map (read-only: gather with them) unless ``fresh``.
+        """
+        if self._host_runs is None:
+            if self._run_off.shape[1] == 1:
+                both = self._run_off + g
+            else:
+                q = torch.searchsorted(self._run_cum, g, right=True)
+                both = torch.index_select(self._run_off, 1, q) + g
+            return both[0], both[1]
+        n, base = g.shape[0], g._base
+        if base is None or base.ndim != 1 or not (g.is_contiguous() and base.is_contiguous()):
+            packed, store = self._map_host(g.numpy())
+            return torch.from_numpy(packed), torch.from_numpy(store)
+        at = g.storage_offset() - base.storage_offset()
+        ahead = self._ahead
+        if ahead is None or ahead[0] is not base or not ahead[1] <= at <= ahead[2] - n:
+            span = min(_AHEAD, n * (self.schedule.left + 1))
+            hi = min(base.shape[0], at + max(n, span))
+            packed, store = self._map_host(base[at:hi].numpy())
+            ahead = (base, at, hi, torch.from_numpy(packed), torch.from_numpy(store))
+            self._ahead = ahead
+        i = at - ahead[1]
+        packed = ahead[3][i : i + n]
+        return (packed.clone() if fresh else packed), ahead[4][i : i + n].clone()
 
     def _mirror(self, slot: int, rows: torch.Tensor | None = None) -> None:
         """Copy whole-store priorities of (some of) ``slot``'s rows into the window tree."""
@@ -440,21 +511,14 @@ class BlockWindow:
         """
         schedule = self.schedule
         if self._started and self._opened and schedule.left > 0:  # most batches: no loop
-            schedule.take()
+            schedule.left -= 1
         else:
             self._ready()
         if self.tree is None:
-            g = stream.randint(n, len(self.rows))
+            g = stream.randint(n, self._total)
             if not segments:
-                if self._host_runs is not None:
-                    return (*self._lookup_host(g), None, None)
-                if self._run_off.shape[1] == 1:
-                    both = self._run_off + g
-                else:
-                    q = torch.searchsorted(self._run_cum, g, right=True)
-                    both = torch.index_select(self._run_off, 1, q) + g
-                return both[0], both[1], None, None
-            packed, seg = self.rows.locate(g)
+                return (*self._lookup(g, fresh=True), None, None)
+            packed, seg = self._segments()[0].locate(g)
             weight = None
         else:
             u = stream.uniform(n, dtype=self.tree.dtype)
@@ -466,8 +530,22 @@ class BlockWindow:
                     + self._slot_delta[torch.div(packed, self.block_rows, rounding_mode="floor")]
                 )
                 return packed, store, None, weight
-            seg = self.rows.segment_of(packed)
-        return packed, packed + self._delta[seg], seg, weight
+            seg = self._segments()[0].segment_of(packed)
+        return packed, packed + self._segments()[1][seg], seg, weight
+
+    def draw_plain(self, stream: Any, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(packed, store_row)`` of ``n`` uniform rows of the current phase, for a window
+        without priorities: what ``draw_rows(stream, n, segments=False)`` returns (the same
+        stream positions, the same rows), less its general cases: per batch the schedule's
+        count, one stream draw and the run lookup (:meth:`_lookup`). ``store_row`` is a new
+        tensor; ``packed`` may be a view of the window's map of the phase's draws: gather
+        with it, do not edit it."""
+        schedule = self.schedule
+        if self._started and self._opened and schedule.left > 0:
+            schedule.left -= 1
+        else:
+            self._ready()
+        return self._lookup(stream.randint(n, self._total), fresh=False)
 
     def draw_windows(self, stream: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` windows of ``window`` rows of the current phase.
@@ -475,13 +553,12 @@ class BlockWindow:
         Returns ``(packed, store_rows, episode)``.
         """
         self._ready()
-        rows = self.rows
-        total = int(window_counts(rows.length, self.window).sum())
+        rows, delta, total = self._segments()
         g = stream.randint(n, total)
         w = choose_windows(
             rows.start, rows.length, rows.episode, g, capacity=self.packed.capacity, T=self.window
         )
-        return w.index, w.index + self._delta[w.segment].unsqueeze(1), w.episode_id
+        return w.index, w.index + delta[w.segment].unsqueeze(1), w.episode_id
 
     def to_packed(self, rows: torch.Tensor) -> torch.Tensor:
         """Packed positions of store ``rows`` resident in an active slot.
