@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -17,8 +16,8 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 from torchrl.data import TensorDictReplayBuffer
 
+from tests.data.test_packed_rowcopy import kernels
 from torchstore.data import ColumnSpec, rowcopy
-from torchstore.data import packed as packed_module
 from torchstore.data import replay as replay_module
 from torchstore.data.replay import StoreReplay
 from torchstore.data.ring_episodes import RingEpisodes
@@ -32,16 +31,6 @@ COLUMNS = (
     ColumnSpec("done", torch.bool),
     ColumnSpec("next/obs", torch.float32, (3,)),
 )
-
-
-@contextmanager
-def kernels(on: bool):
-    saved = packed_module._ROW_KERNELS
-    packed_module._ROW_KERNELS = on
-    try:
-        yield
-    finally:
-        packed_module._ROW_KERNELS = saved
 
 
 class PlanSpy:
