@@ -602,9 +602,7 @@ class StoreReplay(TensorStorage):
         """
         if is_compiling():
             self._set_traced(cursor, data, set_cursor)
-        elif self._lock is None:  # not through _set_eager's compile guard: a few us a call
-            self._write(cursor, data, set_cursor)
-        else:
+        else:  # not through _set_eager's compile guard: it costs a few us a call
             self._set_now(cursor, data, set_cursor)
 
     def _set_traced(self, cursor: Any, data: Any, set_cursor: bool) -> None:

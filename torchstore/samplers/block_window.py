@@ -482,7 +482,11 @@ class BlockWindow:
         return float(self.tree.values().sum()) / total * self.total_units
 
     def _ready(self) -> None:
-        """Make sure the current phase has a batch left (opening or advancing phases)."""
+        """Take one batch of the current phase (opening or advancing phases as needed)."""
+        schedule = self.schedule
+        if self._started and self._opened and schedule.left > 0:  # most batches: no loop
+            schedule.take()
+            return
         if not self._started:
             self._start()
         for _ in range(self.schedule.per_epoch * 4 + 8):
@@ -509,11 +513,7 @@ class BlockWindow:
         are the row's episode in packed positions); ``None`` with ``segments=False``, which
         draws the same rows with fewer steps.
         """
-        schedule = self.schedule
-        if self._started and self._opened and schedule.left > 0:  # most batches: no loop
-            schedule.left -= 1
-        else:
-            self._ready()
+        self._ready()
         if self.tree is None:
             g = stream.randint(n, self._total)
             if not segments:
@@ -540,11 +540,7 @@ class BlockWindow:
         count, one stream draw and the run lookup (:meth:`_lookup`). ``store_row`` is a new
         tensor; ``packed`` may be a view of the window's map of the phase's draws: gather
         with it, do not edit it."""
-        schedule = self.schedule
-        if self._started and self._opened and schedule.left > 0:
-            schedule.left -= 1
-        else:
-            self._ready()
+        self._ready()
         return self._lookup(stream.randint(n, self._total), fresh=False)
 
     def draw_windows(self, stream: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
