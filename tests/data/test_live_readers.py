@@ -5,6 +5,7 @@ real corruption."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import time
 
@@ -17,6 +18,7 @@ from torchstore.errors import IntegrityError, TorchstoreError
 COLUMNS = [ColumnSpec("q", torch.float32, (4,)), ColumnSpec("done", torch.bool)]
 EPISODES = 3000
 READERS = 3
+FOLLOW_S = 600.0  # a loaded machine's worst case; a hang fails after it, never blocks
 
 
 def _episode(i: int) -> dict[str, np.ndarray]:
@@ -43,12 +45,17 @@ def _writer(path, start: int, stop: int, ready_w: int, pause_at: int, go_r: int)
 
 
 def _reader(path, result_w: int, ready_w: int) -> None:
-    """Follow the writer; report (false alarms, wrong values, refreshes) through the pipe."""
+    """Follow the writer; report (false alarms, wrong values, refreshes, error) through the
+    pipe. A reader that cannot open the store, or sees no end within ``FOLLOW_S``, reports
+    why instead of waiting forever."""
     alarms = wrong = refreshes = 0
-    status = 0
+    error = ""
+    following = False
     try:
         with TrajectoryStore(path) as store:
             os.write(ready_w, b"r")  # open and about to follow: the writer may start
+            following = True
+            deadline = time.monotonic() + FOLLOW_S
             while True:
                 done = store.num_episodes >= EPISODES
                 try:
@@ -61,24 +68,41 @@ def _reader(path, result_w: int, ready_w: int) -> None:
                     wrong += store.episode_metadata(e - 1) != {"i": e - 1}
                 except IntegrityError as exc:
                     alarms += 1
-                    print("false alarm:", exc, flush=True)
+                    error = f"false alarm: {exc}"
                 if done:
                     break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"saw {e} of {EPISODES} episodes in {FOLLOW_S:.0f} s")
     except BaseException as exc:  # anything else is a failure of the test
-        print("reader failed:", repr(exc), flush=True)
-        status = 1
-    os.write(result_w, f"{alarms} {wrong} {refreshes}\n".encode())
-    os._exit(status)
+        error = f"reader failed: {exc!r}"
+        if not following:
+            os.write(ready_w, b"x")  # the test must not wait for this reader
+    os.write(result_w, f"{alarms} {wrong} {refreshes} {error}\n".encode())
+    os._exit(1 if error and not alarms else 0)
 
 
-def _read_exactly(fd: int, n: int) -> bytes:
+def _read_exactly(fd: int, n: int, deadline: float) -> bytes:
+    """Up to ``n`` bytes from ``fd``: fewer if it closes or ``deadline`` passes first."""
     got = b""
     while len(got) < n:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
         part = os.read(fd, n - len(got))
         if not part:
             break
         got += part
     return got
+
+
+def _results(result_r: int) -> list[tuple[int, int, int, str]]:
+    with os.fdopen(result_r) as r:
+        lines = r.read().splitlines()
+    out = []
+    for line in lines:
+        a, w, n, *error = line.split(" ", 3)
+        out.append((int(a), int(w), int(n), error[0] if error else ""))
+    return out
 
 
 def _fork(fn, *args) -> int:
@@ -109,22 +133,34 @@ def test_readers_following_thousands_of_tiny_commits_raise_no_false_alarm(tmp_pa
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     writer = _fork(_writer, path, 1, EPISODES, ready_w, 1, go_r)
-    assert _read_exactly(ready_r, 2) == b"12"  # resumed, waiting before its first commit
     result_r, result_w = os.pipe()
     follow_r, follow_w = os.pipe()
-    readers = [_fork(_reader, path, result_w, follow_w) for _ in range(READERS)]
-    assert _read_exactly(follow_r, READERS) == b"r" * READERS  # every reader is following
-    os.write(go_w, b"g")
-    deadline = time.monotonic() + 600
-    assert _wait(writer, deadline) == 0
-    codes = [_wait(pid, deadline) for pid in readers]
+    readers: list[int] = []
+    codes: dict[int, int] = {}
+    deadline = time.monotonic() + FOLLOW_S
+    try:
+        resumed = _read_exactly(ready_r, 2, deadline)
+        assert resumed == b"12", f"the writer did not resume and wait ({resumed!r})"
+        readers = [_fork(_reader, path, result_w, follow_w) for _ in range(READERS)]
+        following = _read_exactly(follow_r, READERS, deadline)
+        if following != b"r" * READERS:  # a reader failed to open: say why, never block
+            codes.update((pid, _wait(pid, time.monotonic() + 10)) for pid in readers)
+            os.close(result_w)
+            raise AssertionError(f"readers did not follow: {_results(result_r)}")
+        os.write(go_w, b"g")
+        codes[writer] = _wait(writer, deadline)
+        assert codes[writer] == 0, f"the writer exited with {codes[writer]}"
+        codes.update((pid, _wait(pid, deadline)) for pid in readers)
+    finally:  # whatever failed, no child outlives the test
+        for pid in {writer, *readers} - codes.keys():
+            _wait(pid, time.monotonic())
     os.close(result_w)
-    with os.fdopen(result_r) as r:
-        results = [tuple(map(int, line.split())) for line in r.read().splitlines()]
-    assert codes == [0] * READERS and len(results) == READERS
-    assert [a for a, _, _ in results] == [0] * READERS, results  # no false alarm
-    assert [w for _, w, _ in results] == [0] * READERS, results  # no wrong value
-    assert all(refreshes > 20 for _, _, refreshes in results), results  # they really followed
+    results = _results(result_r)
+    assert [codes[pid] for pid in readers] == [0] * READERS, results
+    assert len(results) == READERS, results
+    assert [a for a, _, _, _ in results] == [0] * READERS, results  # no false alarm
+    assert [w for _, w, _, _ in results] == [0] * READERS, results  # no wrong value
+    assert all(refreshes > 20 for _, _, refreshes, _ in results), results  # they followed
     with TrajectoryStore(path) as store:
         assert store.num_episodes == EPISODES
 
@@ -141,25 +177,32 @@ def test_a_live_reader_still_reports_real_corruption(tmp_path):
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
     writer = _fork(_writer, path, 2000, 3500, ready_w, 2100, go_r)
+    code = None
     try:
-        assert _read_exactly(ready_r, 2) == b"12"  # 100 episodes committed, 1400 to come
-        with open(path, "r+b") as f:  # damage a full, committed block of the live file
-            f.seek(offset + 40)
-            b = f.read(1)[0]
-            f.seek(offset + 40)
-            f.write(bytes([b ^ 0x01]))
-        store = TrajectoryStore(path)
-        assert store.num_episodes == 101  # opened while the writer holds the file
-    finally:
-        os.write(go_w, b"g")  # the writer commits the rest while the store is read
-    with store:
         try:
-            store.read_slab(0, 100)
-        except IntegrityError as exc:
-            assert "column 'q' rows 0.." in str(exc) and "fail their checksum" in str(exc)
-        else:
-            raise AssertionError("a flipped byte in committed rows was returned as data")
-    assert _wait(writer, time.monotonic() + 600) == 0
+            head = _read_exactly(ready_r, 2, time.monotonic() + FOLLOW_S)
+            assert head == b"12", f"the writer did not reach episode 2100 ({head!r})"
+            with open(path, "r+b") as f:  # damage a full, committed block of the live file
+                f.seek(offset + 40)
+                b = f.read(1)[0]
+                f.seek(offset + 40)
+                f.write(bytes([b ^ 0x01]))
+            store = TrajectoryStore(path)
+            assert store.num_episodes == 101  # opened while the writer holds the file
+        finally:
+            os.write(go_w, b"g")  # the writer commits the rest while the store is read
+        with store:
+            try:
+                store.read_slab(0, 100)
+            except IntegrityError as exc:
+                assert "column 'q' rows 0.." in str(exc) and "fail their checksum" in str(exc)
+            else:
+                raise AssertionError("a flipped byte in committed rows was returned as data")
+        code = _wait(writer, time.monotonic() + FOLLOW_S)
+    finally:
+        if code is None:  # the test failed first: the writer must not outlive it
+            _wait(writer, time.monotonic())
+    assert code == 0
     try:
         TrajectoryStore(path).read_slab(0, 10)
     except TorchstoreError:
