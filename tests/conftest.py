@@ -6,6 +6,7 @@ import torch
 from hypothesis import settings
 
 from torchstore.data import ColumnSpec, Quantize
+from torchstore.io.scheduling import restore_scheduling, thread_scheduling
 
 # Property tests check invariants, not speed: on shared cores, with one test worker per
 # core, one example can outlast Hypothesis's default 200 ms deadline.
@@ -80,3 +81,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left_realtime():
+    """Fail a test that leaves a thread of its worker at realtime priority (and put the
+    threads back): a realtime worker's busy loops starve the processes it waits for, and
+    the suite hangs somewhere else entirely."""
+    before = thread_scheduling()
+    yield
+    if restore_scheduling(before):
+        pytest.fail("the test left threads at realtime scheduling priority (SCHED_FIFO/RR)")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import VideoError
+from torchstore.io.scheduling import restore_scheduling, thread_scheduling
 from torchstore.validation import int_at_least, positive_int
 
 __all__ = [
@@ -417,6 +418,7 @@ class EpisodeVideoEncoder:
             self._closed = True
             raise VideoError(f"cannot create {self.path}: {_reason(exc)}") from exc
         settings = self.settings
+        scheduling = thread_scheduling()
         try:
             stream = self._container.add_stream(
                 settings.encoder, rate=self.fps, options=settings.options()
@@ -425,12 +427,14 @@ class EpisodeVideoEncoder:
             stream.codec_context.time_base = Fraction(1, self.fps)
             stream.codec_context.open()
         except _av_errors() as exc:
+            restore_scheduling(scheduling)
             self.abort()
             raise VideoError(
                 f"{self.path}: {settings.encoder} refused {self.width}x{self.height} "
                 f"{settings.pix_fmt} at {self.fps} fps with options {settings.options()}: "
                 f"{_reason(exc)}"
             ) from exc
+        restore_scheduling(scheduling)  # SVT-AV1 as root leaves its threads realtime
         self._stream = stream
 
     def add(self, frame: Any) -> None:
@@ -817,13 +821,14 @@ class VideoFrameReader:
 
     def _decode(self) -> Iterator[tuple[int, Any]]:
         """``(frame number, frame)`` pairs from the demuxer's position on, in display order."""
-        try:
+        errors = _av_errors()  # looked up now: a reader left open is closed at shutdown,
+        try:  # when importing PyAV to name them would fail
             for packet in self._container.demux(self._stream):
                 if packet.size:  # an empty packet is the end marker: it flushes the decoder
                     _check_packet(self.path, packet)
                 for frame in packet.decode():
                     yield self._number(frame), frame
-        except _av_errors() as exc:
+        except errors as exc:
             raise VideoError(
                 f"{self.path} is corrupt: decoding after frame {self._last} failed: {_reason(exc)}"
             ) from exc
