@@ -34,9 +34,10 @@ COLUMNS = (
 )
 TRIALS = int(os.environ.get("TORCHSTORE_CRASH_TRIALS", "40"))
 #: Commits one writer makes before it waits to be killed. A kill meant to land 0.25 s in can
-#: come many seconds late when heavy writeback stalls the machine (seen: 18 s, while the
-#: writer kept appending, 1.4 GB a file); the cap bounds each file to about 40 MB, and a
-#: late kill still lands at a moment a writer can be killed at: after a commit.
+#: come many seconds late on a starved machine (seen: 18 s, 1.4 GB a file, when the writer
+#: inherited realtime priority from a worker an AV1 encoder had left realtime); the cap
+#: bounds each file to about 40 MB, and a late kill still lands where a writer can be
+#: killed: after a commit.
 COMMITS_PER_WRITER = 150
 
 
