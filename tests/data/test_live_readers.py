@@ -72,7 +72,9 @@ def _reader(path, result_w: int, ready_w: int) -> None:
                 if done:
                     break
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"saw {e} of {EPISODES} episodes in {FOLLOW_S:.0f} s")
+                    raise TimeoutError(
+                        f"saw {store.num_episodes} of {EPISODES} episodes in {FOLLOW_S:.0f} s"
+                    )
     except BaseException as exc:  # anything else is a failure of the test
         error = f"reader failed: {exc!r}"
         if not following:
