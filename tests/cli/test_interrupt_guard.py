@@ -36,13 +36,16 @@ def test_without_the_guard_the_interrupt_is_lost():
     # the failure the guard exists for: the callback swallows it and the program carries on
     seen = []
     previous, sys.unraisablehook = sys.unraisablehook, seen.append
-    # Python's own Ctrl-C handler, whatever an earlier test in this worker left installed
+    # Python's own Ctrl-C handler, and SIGINT unblocked, whatever an earlier test in this
+    # worker left: once this check saw no KeyboardInterrupt at all
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     try:
         _interrupt_inside_a_weakref_callback()
         assert _sleep_uninterrupted(0.2) >= 0.2
     finally:
         sys.unraisablehook = previous
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.signal(signal.SIGINT, handler)
     assert [u.exc_type for u in seen] == [KeyboardInterrupt]
 
