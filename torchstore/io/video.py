@@ -427,14 +427,14 @@ class EpisodeVideoEncoder:
             stream.codec_context.time_base = Fraction(1, self.fps)
             stream.codec_context.open()
         except _av_errors() as exc:
-            restore_scheduling(scheduling)
             self.abort()
             raise VideoError(
                 f"{self.path}: {settings.encoder} refused {self.width}x{self.height} "
                 f"{settings.pix_fmt} at {self.fps} fps with options {settings.options()}: "
                 f"{_reason(exc)}"
             ) from exc
-        restore_scheduling(scheduling)  # SVT-AV1 as root leaves its threads realtime
+        finally:
+            restore_scheduling(scheduling)  # SVT-AV1 as root leaves its threads realtime
         self._stream = stream
 
     def add(self, frame: Any) -> None:
