@@ -3,6 +3,7 @@ and every resident byte inside a budget in bytes."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 
@@ -27,6 +28,10 @@ COLUMNS = [
 ]
 ROWS = 6000
 
+#: 4 KiB rows: read straight into the destination's rows (one iovec a row)
+FRAMES = [ColumnSpec("frame", torch.uint8, (64, 64)), ColumnSpec("step", torch.int64)]
+FRAME_ROWS = 1500
+
 
 @pytest.fixture(scope="module")
 def store_path(tmp_path_factory):
@@ -44,6 +49,22 @@ def store_path(tmp_path_factory):
                     "obs": rng.standard_normal((100, 3), dtype=np.float32),
                     "step": rows,
                     "done": done,
+                }
+            )
+    return path
+
+
+@pytest.fixture(scope="module")
+def frames_path(tmp_path_factory):
+    """Episodes of 50 rows of 4 KiB frames; ``step`` holds the row number."""
+    path = tmp_path_factory.mktemp("block_read") / "frames.h5"
+    rng = np.random.default_rng(5)
+    with TrajectoryStoreWriter(path, FRAMES) as w:
+        for start in range(0, FRAME_ROWS, 50):
+            w.add_episode(
+                {
+                    "frame": rng.integers(0, 256, (50, 64, 64), dtype=np.uint8),
+                    "step": np.arange(start, start + 50),
                 }
             )
     return path
@@ -183,3 +204,94 @@ def test_a_budget_of_a_few_mib_still_reads_from_the_chunks(store_path):
     assert held <= budget
     assert w.stats["refills"] > 5 and w.stats["direct_chunks"] > 0
     assert w.stats["store_reads"] == 0
+
+
+def _counting_preadv(monkeypatch) -> list[int]:
+    """Patch ``os.preadv`` to note how many iovecs each call is given."""
+    calls: list[int] = []
+    real = os.preadv
+
+    def preadv(fd, parts, offset):
+        calls.append(len(parts))
+        return real(fd, parts, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    return calls
+
+
+def test_rows_of_4_kib_land_straight_in_the_destination_across_chunk_gaps(frames_path, monkeypatch):
+    """A frame column is read with one iovec a row into the destination (strided like a
+    window slot, or contiguous), a run of chunks in one call across the small gaps the
+    store leaves between them; the rows are the store's."""
+    calls = _counting_preadv(monkeypatch)
+    with TrajectoryStore(frames_path) as store:
+        stats: dict = {}
+        reader = ChunkReader(
+            store, ["frame", "step"], buffer_bytes=1 << 20, lock=threading.Lock(), stats=stats
+        )
+        assert reader._columns["frame"].direct and not reader._columns["step"].direct
+        chunk = reader._columns["frame"].rows
+        rng = np.random.default_rng(2)
+        spans = [(0, FRAME_ROWS), (0, 1), (FRAME_ROWS - 1, FRAME_ROWS), (chunk - 1, chunk + 1)]
+        spans += [tuple(sorted(rng.integers(0, FRAME_ROWS + 1, 2))) for _ in range(20)]
+        for lo, hi in spans:
+            expected = store.read_column("frame", lo, hi)
+            wide = np.zeros((hi - lo, 2, 64, 64), dtype=np.uint8)
+            reader.read("frame", lo, hi, wide[:, 1])
+            np.testing.assert_array_equal(wide[:, 1], expected)
+            assert not wide[:, 0].any()
+            flat = np.zeros((hi - lo, 64, 64), dtype=np.uint8)
+            reader.read("frame", lo, hi, flat)
+            np.testing.assert_array_equal(flat, expected)
+        calls.clear()
+        reader.read("frame", 0, FRAME_ROWS, np.empty((FRAME_ROWS, 64, 64), dtype=np.uint8))
+        reader.close()
+    chunks = -(-FRAME_ROWS // chunk)
+    assert len(calls) < chunks / 4  # spans of many chunks, not a call a chunk
+    assert sum(calls) >= FRAME_ROWS  # an iovec a row at least (and the gaps)
+    assert stats["direct_chunks"] > 100 and stats["store_reads"] == 0
+
+
+def test_a_damaged_frame_chunk_fails_its_checksum_in_a_direct_read(frames_path, tmp_path):
+    bad = tmp_path / "bad.h5"
+    shutil.copyfile(frames_path, bad)
+    with TrajectoryStore(bad) as store:
+        offset = store._ds.columns["frame"].data.id.get_chunk_info(3).byte_offset
+        chunk = store._ds.columns["frame"].block_rows
+    with open(bad, "r+b") as f:
+        f.seek(offset + 4099)
+        byte = f.read(1)[0]
+        f.seek(offset + 4099)
+        f.write(bytes([byte ^ 0x01]))
+    with TrajectoryStore(bad) as store:
+        reader = ChunkReader(store, ["frame"], buffer_bytes=1 << 20, lock=threading.Lock())
+        assert reader._columns["frame"].direct
+        out = np.empty((FRAME_ROWS, 64, 64), dtype=np.uint8)
+        reader.read("frame", 0, 3 * chunk, out[: 3 * chunk])  # chunks 0-2 are intact
+        np.testing.assert_array_equal(out[: 3 * chunk], store.read_column("frame", 0, 3 * chunk))
+        with pytest.raises(IntegrityError, match="column 'frame'.*checksum"):
+            reader.read("frame", 0, FRAME_ROWS, out)
+        reader.close()
+
+
+def test_a_landing_never_sits_1_to_31_bytes_past_its_source_or_its_copy_before_it(store_path):
+    """Where a read lands: ``rep movsb`` crawls when a copy's destination is 1 to 31 bytes
+    past its source within a page, for the kernel's copy (file offset to landing) and for
+    numpy's (landing to the destination ``to``)."""
+    with TrajectoryStore(store_path) as store:
+        reader = ChunkReader(store, ["obs"], buffer_bytes=300_000, lock=threading.Lock())
+        reader.read("obs", 0, 10, np.empty((10, 3), dtype=np.float32))  # the buffer exists
+        rng = np.random.default_rng(4)
+        slow = range(1, 32)
+        for _ in range(2000):
+            offset = int(rng.integers(0, 1 << 40))
+            to = None if rng.random() < 0.3 else int(rng.integers(0, 1 << 40))
+            landing = reader._landing(offset, 1 << 16, to)
+            at = landing.ctypes.data
+            assert landing.size == 1 << 16
+            assert (at - offset) % 4096 not in slow
+            if to is None:
+                assert at % 64 == 0
+            else:
+                assert (to - at) % 4096 not in slow
+        reader.close()

@@ -361,6 +361,18 @@ class ChecksummedDataset:
         slot = _slot_for(row, rows.shape[0])
         return slot >= 0 and xxhash.xxh3_64_intdigest(rows) == int(row[slot, 1])
 
+    @staticmethod
+    def _verified_parts(row: np.ndarray, parts: list, count: int) -> bool:
+        """:meth:`_verified` of a block's ``count`` rows held in pieces (each a contiguous
+        row's bytes, in order): the hash runs over the pieces as over the joined rows."""
+        slot = _slot_for(row, count)
+        if slot < 0:
+            return False
+        hasher = xxhash.xxh3_64()
+        for part in parts:
+            hasher.update(part)
+        return hasher.intdigest() == int(row[slot, 1])
+
 
 def _slot_for(row: np.ndarray, count: int) -> int:
     """Which of a block's two slots records ``count`` rows (-1: neither)."""
