@@ -26,6 +26,7 @@ import torch
 from tensordict import TensorDict
 
 from torchstore.data.columns import ColumnSpec, set_nested
+from torchstore.data.recycled import RECYCLE_BYTES, RecycledBuffers
 
 __all__ = ["PackedColumns", "BatchPlan", "tensordict_of"]
 
@@ -111,6 +112,8 @@ class PackedColumns:
         ]
         self._recipes = {name: self._recipe(name) for name in self._specs}
         self._words = [self._word_view(block) for block in self.blocks]
+        #: memory of large CPU gathers, used again once a batch is gone (see recycled)
+        self._recycled = RecycledBuffers()
         # every column's [capacity, *shape] view, made once (the blocks are never replaced)
         self._views = {
             name: self._leaf(self.blocks[self._slots[name].block], name) for name in self._specs
@@ -298,7 +301,13 @@ class PackedColumns:
                 else:
                     torch.index_select(words[1], 0, index, out=dest.view(dest.shape[0]))
             elif dest is None:
-                dest = torch.index_select(block, 0, index)
+                if self.on_cpu and index.shape[0] * block.shape[1] * block.element_size() >= (
+                    RECYCLE_BYTES
+                ):
+                    dest = self._recycled.empty(index.shape[0], block.shape[1], block.dtype)
+                    torch.index_select(block, 0, index, out=dest)
+                else:
+                    dest = torch.index_select(block, 0, index)
             else:
                 torch.index_select(block, 0, index, out=dest)
             result.append(dest)
