@@ -120,16 +120,21 @@ def test_a_window_reads_its_blocks_from_the_chunks_and_gathers_the_store_rows(st
     assert w.stats["store_reads"] == 0
 
 
-def test_a_chunk_damaged_on_disk_still_fails_its_checksum(store_path, tmp_path):
-    bad = tmp_path / "bad.h5"
-    shutil.copyfile(store_path, bad)
+def _flip_a_byte(path, bad, column: str, *, chunk: int, at: int):
+    """A copy of the store at ``bad`` with byte ``at`` of ``column``'s chunk ``chunk`` flipped."""
+    shutil.copyfile(path, bad)
     with TrajectoryStore(bad) as store:
-        offset = store._ds.columns["img"].data.id.get_chunk_info(3).byte_offset
+        offset = store._ds.columns[column].data.id.get_chunk_info(chunk).byte_offset
     with open(bad, "r+b") as f:
-        f.seek(offset + 17)
+        f.seek(offset + at)
         byte = f.read(1)[0]
-        f.seek(offset + 17)
+        f.seek(offset + at)
         f.write(bytes([byte ^ 0x10]))
+    return bad
+
+
+def test_a_chunk_damaged_on_disk_still_fails_its_checksum(store_path, tmp_path):
+    bad = _flip_a_byte(store_path, tmp_path / "bad.h5", "img", chunk=3, at=17)
     with TrajectoryStore(bad) as store:
         reader = ChunkReader(store, ["img"], buffer_bytes=1 << 16, lock=threading.Lock())
         out = np.empty((ROWS, 40, 25), dtype=np.uint8)
@@ -253,17 +258,9 @@ def test_rows_of_4_kib_land_straight_in_the_destination_across_chunk_gaps(frames
 
 
 def test_a_damaged_frame_chunk_fails_its_checksum_in_a_direct_read(frames_path, tmp_path):
-    bad = tmp_path / "bad.h5"
-    shutil.copyfile(frames_path, bad)
+    bad = _flip_a_byte(frames_path, tmp_path / "bad.h5", "frame", chunk=3, at=4099)
     with TrajectoryStore(bad) as store:
-        offset = store._ds.columns["frame"].data.id.get_chunk_info(3).byte_offset
         chunk = store._ds.columns["frame"].block_rows
-    with open(bad, "r+b") as f:
-        f.seek(offset + 4099)
-        byte = f.read(1)[0]
-        f.seek(offset + 4099)
-        f.write(bytes([byte ^ 0x01]))
-    with TrajectoryStore(bad) as store:
         reader = ChunkReader(store, ["frame"], buffer_bytes=1 << 20, lock=threading.Lock())
         assert reader._columns["frame"].direct
         out = np.empty((FRAME_ROWS, 64, 64), dtype=np.uint8)

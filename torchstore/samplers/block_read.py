@@ -21,6 +21,7 @@ last chunk; the store's read retries it and raises
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Any
@@ -58,6 +59,18 @@ def _byte_rows(out: np.ndarray) -> np.ndarray | None:
         return None
     # inner dimensions contiguous: reshape returns a view (it copies only when it must)
     return out.reshape(out.shape[0], -1).view(np.uint8)
+
+
+def _items(rows: np.ndarray) -> np.ndarray:
+    """Byte rows ``[n, w]`` as ``[n]`` items of ``w`` bytes, a view: numpy copies an item
+    in one ``memcpy`` (measured for strided 68-byte rows: 10.6 GB/s, against 5.5 GB/s as
+    17 words and 5.9 GB/s as 68 bytes; 4-byte rows 1.9 GB/s against 0.34 as bytes)."""
+    return rows.view(_item_dtype(rows.shape[1]))[:, 0]
+
+
+@functools.lru_cache(maxsize=64)
+def _item_dtype(width: int) -> np.dtype:
+    return np.dtype((np.void, width))
 
 
 class _Column:
@@ -123,6 +136,7 @@ class ChunkReader:
         self.buffer_bytes = 0
         self.set_buffer(buffer_bytes)
         self._buffer: np.ndarray | None = None
+        self._buffer_at = 0  # its address
         #: chunks read by ``preadv`` and reads through the store (into ``stats`` when given)
         self.stats = stats if stats is not None else {}
         self.stats.update(direct_chunks=0, store_reads=0)
@@ -186,6 +200,7 @@ class ChunkReader:
         with self.lock:
             sums = col.table._sum_rows(first, last, committed)
         rows = _byte_rows(out)
+        items = None if rows is None or col.direct else _items(rows)
         c = first
         while c <= last:
             if c >= len(col.offsets) or col.offsets[c] < 0:
@@ -193,7 +208,9 @@ class ChunkReader:
                 c += 1
                 continue
             end = self._span_end(col, c, last, None if col.direct else self.buffer_bytes)
-            self._read_span(col, name, c, end, lo, hi, committed, sums[c - first :], out, rows)
+            self._read_span(
+                col, name, c, end, lo, hi, committed, sums[c - first :], out, rows, items
+            )
             c = end
 
     def _offsets(self, col: _Column, last: int) -> None:
@@ -259,6 +276,7 @@ class ChunkReader:
         sums: np.ndarray,
         out: np.ndarray,
         out_rows: np.ndarray | None,
+        out_items: np.ndarray | None,
     ) -> None:
         """Chunks ``c .. end - 1`` (and the small gaps between them) in one ``preadv``, each
         chunk verified.
@@ -266,16 +284,21 @@ class ChunkReader:
         Rows of a direct column (:data:`DIRECT_ROW_BYTES` or more a row) land straight in
         ``out``, one iovec a row (the span's rows outside ``[lo, hi)`` and the gaps land in
         the buffer), and are hashed where they lie. Other rows land in the buffer and are
-        copied chunk by chunk. ``out_rows``: ``out`` as byte rows (:func:`_byte_rows`)."""
+        copied chunk by chunk. ``out_rows``, ``out_items``: ``out`` as byte rows
+        (:func:`_byte_rows`) and as row items (:func:`_items`)."""
         if self._buffer is None:
             self._buffer = np.empty(self.buffer_bytes + _PAGE + 2 * _LEAD, dtype=np.uint8)
+            self._buffer_at = self._buffer.__array_interface__["data"][0]
         a = c * col.rows
         z = min(end * col.rows, committed)
         s, e = max(a, lo), min(z, hi)
         rnb = col.row_nbytes
         first = int(col.offsets[c])
-        at = [int(x) - first for x in col.offsets[c:end]]  # each chunk's place in the read
-        counts = [min(col.rows, z - a - i * col.rows) for i in range(end - c)]
+        if end == c + 1:  # most spans: one chunk
+            at, counts = [0], [z - a]
+        else:  # each chunk's place in the read, and its rows
+            at = (col.offsets[c:end] - first).tolist()
+            counts = [min(col.rows, z - a - i * col.rows) for i in range(end - c)]
         dst = None if out_rows is None else out_rows[s - lo : e - lo]
         direct = col.direct and dst is not None
         if direct:
@@ -286,7 +309,7 @@ class ChunkReader:
             # lands there (contiguous rows; see _landing)
             to = None
             if dst is not None and dst.strides[0] == rnb:
-                to = dst.ctypes.data - (s - a) * rnb
+                to = dst.__array_interface__["data"][0] - (s - a) * rnb
             landing = self._landing(first, at[-1] + counts[-1] * rnb, to)
             got = os.preadv(self._fd, [landing], first)
         bad = []
@@ -302,7 +325,7 @@ class ChunkReader:
                 x, y = max(ca, s), min(ca + n, e)
                 if ok and x < y:  # this chunk's rows of [lo, hi): one copy, GIL released
                     if dst is not None:
-                        dst[x - s : y - s] = chunk[x - ca : y - ca]
+                        out_items[x - lo : y - lo] = _items(chunk)[x - ca : y - ca]
                     else:
                         typed = chunk.view(col.table.dtype).reshape(n, *col.table.row_shape)
                         out[x - lo : y - lo] = typed[x - ca : y - ca]
@@ -344,7 +367,7 @@ class ChunkReader:
         the file offset; then it sits 32 bytes past the file offset, which leaves the copy
         4065 to 4095 bytes apart (fast). Without ``to`` it sits 64 bytes past, 64-byte
         aligned."""
-        base = self._buffer.ctypes.data
+        base = self._buffer_at
         src = offset % _PAGE
         if to is None:
             want = (-(-src // _LEAD) * _LEAD + _LEAD) % _PAGE
