@@ -114,6 +114,7 @@ class PackedColumns:
         self._words = [self._word_view(block) for block in self.blocks]
         #: memory of large CPU gathers, used again once a batch is gone (see recycled)
         self._recycled = RecycledBuffers()
+        self._block_row_bytes = [block.shape[1] * block.element_size() for block in self.blocks]
         # every column's [capacity, *shape] view, made once (the blocks are never replaced)
         self._views = {
             name: self._leaf(self.blocks[self._slots[name].block], name) for name in self._specs
@@ -301,9 +302,7 @@ class PackedColumns:
                 else:
                     torch.index_select(words[1], 0, index, out=dest.view(dest.shape[0]))
             elif dest is None:
-                if self.on_cpu and index.shape[0] * block.shape[1] * block.element_size() >= (
-                    RECYCLE_BYTES
-                ):
+                if self.on_cpu and index.shape[0] * self._block_row_bytes[b] >= RECYCLE_BYTES:
                     dest = self._recycled.empty(index.shape[0], block.shape[1], block.dtype)
                     torch.index_select(block, 0, index, out=dest)
                 else:

@@ -50,7 +50,7 @@ class RecycledBuffers:
         The buffer comes back to the pool when the returned tensor and every view of its
         storage are gone.
         """
-        nbytes = rows * width * torch.empty((), dtype=dtype).element_size()
+        nbytes = rows * width * dtype.itemsize
         with self._lock:
             free = self._free.get(nbytes)
             raw = free.pop() if free else None
