@@ -30,7 +30,7 @@ the update, reads one cache line. Speed-ups over the tensor code at 1 M rows, 40
 batches, one thread (medians; the absolute times depend on the load): the whole-tree
 descent 2.3-10x (memory-latency bound: the kernel walks all draws a level at a time, in
 mass order, to keep many cache misses in flight and neighbouring draws on shared paths),
-the update 5x, 4096 Philox words 17x. Against two separate arrays holding every level, a
+the update 5x, 4096 Philox words about 60x. Against two separate arrays holding every level, a
 cold-cache 4096-draw descent of a 1 M-leaf tree went from about 1.0 to 0.7 ms and the
 update of the drawn rows right after it from about 0.85 to 0.45 ms (interleaved medians,
 thread clock, loaded machine).
@@ -91,37 +91,63 @@ def _prefetch(typingctx, array, index):  # pragma: no cover - compiled
     return types.void(array, index), codegen
 
 
+#: counters a Philox kernel call works on at a time: four word arrays of this many fit in L1
+_PHILOX_LANES = 256
+
+
 @numba.njit(cache=True, nogil=True)
-def _philox(out, key0, key1, s_lo, s_hi, offset, rounds):  # pragma: no cover - compiled
-    for i in range(out.shape[0]):
-        pos = np.uint64(offset + i)
-        c0 = pos & _MASK32
-        c1 = (pos >> _SHIFT32) & _MASK32
-        c2 = s_lo
-        c3 = s_hi
-        k0 = key0
-        k1 = key1
-        for r in range(rounds):
-            if r > 0:
-                k0 = (k0 + _W0) & _MASK32
-                k1 = (k1 + _W1) & _MASK32
-            p0 = _M0 * c0
-            p1 = _M1 * c2
-            hi0 = p0 >> _SHIFT32
-            lo0 = p0 & _MASK32
-            hi1 = p1 >> _SHIFT32
-            lo1 = p1 & _MASK32
-            c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-        out[i, 0] = np.int64(c0)
-        out[i, 1] = np.int64(c1)
-        out[i, 2] = np.int64(c2)
-        out[i, 3] = np.int64(c3)
+def _philox(out, key0, key1, s_lo, s_hi, offset):  # pragma: no cover - compiled
+    # Philox4x32-10 with its ten rounds written out (a fixed trip count LLVM unrolls), a
+    # chunk of counters at a time into four word arrays, then stored as [n, 4] rows. The
+    # counters of a chunk are independent, so the round loop runs on vector registers (32x32
+    # multiplies as vpmuludq); storing [n, 4] rows straight from the rounds kept it scalar.
+    # Measured 2.5x faster than one counter at a time (65536 counters: 1.3 ms -> 0.52 ms).
+    ks0 = np.empty(10, dtype=np.uint64)
+    ks1 = np.empty(10, dtype=np.uint64)
+    k0 = key0
+    k1 = key1
+    for r in range(10):
+        ks0[r] = k0
+        ks1[r] = k1
+        k0 = (k0 + _W0) & _MASK32
+        k1 = (k1 + _W1) & _MASK32
+    w0 = np.empty(_PHILOX_LANES, dtype=np.uint64)
+    w1 = np.empty(_PHILOX_LANES, dtype=np.uint64)
+    w2 = np.empty(_PHILOX_LANES, dtype=np.uint64)
+    w3 = np.empty(_PHILOX_LANES, dtype=np.uint64)
+    n = out.shape[0]
+    for first in range(0, n, _PHILOX_LANES):
+        m = min(_PHILOX_LANES, n - first)
+        for i in range(m):
+            pos = np.uint64(offset) + np.uint64(first + i)
+            c0 = pos & _MASK32
+            c1 = (pos >> _SHIFT32) & _MASK32
+            c2 = s_lo
+            c3 = s_hi
+            for r in range(10):
+                p0 = _M0 * c0
+                p1 = _M1 * c2
+                c0, c1, c2, c3 = (
+                    (p1 >> _SHIFT32) ^ c1 ^ ks0[r],
+                    p1 & _MASK32,
+                    (p0 >> _SHIFT32) ^ c3 ^ ks1[r],
+                    p0 & _MASK32,
+                )
+            w0[i] = c0
+            w1[i] = c1
+            w2[i] = c2
+            w3[i] = c3
+        for i in range(m):
+            out[first + i, 0] = np.int64(w0[i])
+            out[first + i, 1] = np.int64(w1[i])
+            out[first + i, 2] = np.int64(w2[i])
+            out[first + i, 3] = np.int64(w3[i])
 
 
-def philox_words(key: Tensor, stream: int, offset: int, n: int, rounds: int = 10) -> Tensor:
-    """``[n, 4]`` int64 Philox words of counters ``offset .. offset + n - 1`` (CPU).
+def philox_words(key: Tensor, stream: int, offset: int, n: int) -> Tensor:
+    """``[n, 4]`` int64 Philox4x32-10 words of counters ``offset .. offset + n - 1`` (CPU).
 
-    Equal to ``philox4x32(counters_from_offset(offset, n, stream), key, rounds)``.
+    Equal to ``philox4x32(counters_from_offset(offset, n, stream), key)``.
     """
     out = np.empty((n, 4), dtype=np.int64)
     k = key.tolist()
@@ -131,8 +157,7 @@ def philox_words(key: Tensor, stream: int, offset: int, n: int, rounds: int = 10
         np.uint64(k[1] & 0xFFFFFFFF),
         np.uint64(stream & 0xFFFFFFFF),
         np.uint64((stream >> 32) & 0xFFFFFFFF),
-        offset,
-        rounds,
+        np.uint64(offset),
     )
     return torch.from_numpy(out)
 
