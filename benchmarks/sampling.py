@@ -20,8 +20,10 @@ Prints medians and ratios:
   ``torchrl/csrc`` for this torch (``benchmarks/_torchrl_tree.py``: minutes the first time,
   cached under ``~/.cache/torchstore-benchmarks``, seconds after) and times it side by side;
 - gather order (batch order is free for i.i.d. draws): ``index_select`` of random rows vs the
-  same rows in sorted order (sorted by ``torch.sort``, or by the core's counting sort), for
-  the walker row and an 84x84x3 uint8 image row;
+  same rows in sorted order (sorted by ``torch.sort``, or by the core's counting sort), and
+  vs the prefetching gather kernel every CPU gather of a store runs
+  (``torchstore.data.rowgather``, rows in their random order), for the walker row and an
+  84x84x3 uint8 image row;
 - windows, 64 x 64 steps, on a ring written between samples (1000 rows each time):
   ``SequenceWindowSampler(64)`` vs torchrl's ``SliceSampler(num_slices=64)`` uncached;
 - ``extend`` of 1000-row chunks, rows/s;
@@ -61,7 +63,7 @@ from _timing import (  # noqa: E402
 )
 from _torchrl_tree import load_torchrl_tree  # noqa: E402
 
-from torchstore.data import ColumnSpec  # noqa: E402
+from torchstore.data import ColumnSpec, rowgather  # noqa: E402
 from torchstore.data.replay import StoreReplay  # noqa: E402
 from torchstore.samplers import (  # noqa: E402
     PrioritizedSampler,
@@ -580,25 +582,34 @@ def gather_order_section(ring: Ring, image_rows: int) -> list[tuple]:
     ):
         pool = [torch.randint(rows, (batch,), generator=gen) for _ in range(POOL)]
         idx, pre = Cycle(pool), Cycle([torch.sort(i).values for i in pool])
-        floor, torch_sorted, bucketed, presorted = median_per_call_interleaved(
+        rows_np, source = Cycle([i.numpy() for i in pool]), block.numpy()
+
+        def prefetched(rows_np=rows_np, source=source):
+            out = np.empty_like(source, shape=(batch, source.shape[1]))
+            rowgather.gather_rows(source, rows_np(), out)
+            return out
+
+        floor, torch_sorted, bucketed, presorted, kernel = median_per_call_interleaved(
             [
                 lambda: torch.index_select(block, 0, idx()),
                 lambda: torch.index_select(block, 0, torch.sort(idx()).values),
                 lambda: torch.index_select(block, 0, kernels.bucket_sorted(idx(), rows)),
                 lambda: torch.index_select(block, 0, pre()),
+                prefetched,
             ],
             repeats=reps,
             warmup=5,
         )
-        best = min(torch_sorted, bucketed)
-        results.append((name, rows, batch, floor, torch_sorted, bucketed, presorted, best))
+        best = min(torch_sorted, bucketed, kernel)
+        results.append((name, rows, batch, floor, torch_sorted, bucketed, presorted, kernel, best))
     table = []
-    for name, rows, batch, floor, torch_sorted, bucketed, presorted, _ in results:
+    for name, rows, batch, floor, torch_sorted, bucketed, presorted, kernel, _ in results:
         table += [
             (f"{name}: {batch} of {rows:,}, random order (floor)", ms(floor), "1.00x"),
             ("  torch.sort, then index_select", ms(torch_sorted), ratio(torch_sorted, floor)),
             ("  counting sort (kernel), then index_select", ms(bucketed), ratio(bucketed, floor)),
             ("  already sorted (sort not timed)", ms(presorted), ratio(presorted, floor)),
+            ("  prefetching gather kernel, random order", ms(kernel), ratio(kernel, floor)),
         ]
     print_table(
         f"gather order, same rows (ms, median of {reps}, cases timed in turn)",
@@ -607,11 +618,11 @@ def gather_order_section(ring: Ring, image_rows: int) -> list[tuple]:
     )
     return [
         (
-            f"{name}: sorted gather (sort included) <= 0.7x index_select (moonshot)",
+            f"{name}: best gather (sort included) <= 0.7x index_select (moonshot)",
             f"{best / floor:.2f}x",
             best <= 0.7 * floor,
         )
-        for name, _, _, floor, _, _, _, best in results
+        for name, _, _, floor, _, _, _, _, best in results
     ]
 
 

@@ -2,19 +2,23 @@
 
 Same state in, same bits out: tree nodes after batched updates (duplicates, zeros, ragged
 capacities), descents (indices, values, totals), Philox words at any offset and sub-stream,
-and a prioritized sampler's rows and importance weights for the same stream state.
+a prioritized sampler's rows and importance weights for the same stream state, and a fused
+uniform draw and gather.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 
+import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torchstore.samplers import PrioritizedSampler, SumTree
 from torchstore.samplers import philox as philox_module
+from torchstore.samplers.draws import uniform_gathered, uniform_rows
 from torchstore.samplers.philox import (
     PhiloxStream,
     counters_from_offset,
@@ -192,3 +196,20 @@ def test_an_empty_graph_safe_update_keeps_the_default_priority():
     sampler.update_priority(torch.tensor([1, 2]), torch.tensor([0.5, 2.5]))
     sampler.write_priorities(torch.zeros(0, dtype=torch.int64), torch.zeros(0))
     assert sampler.default_priority == 2.5
+
+
+def test_a_fused_draw_and_gather_is_the_draw_then_the_gather():
+    """``uniform_gathered`` takes the same stream positions and rows as ``uniform_rows``
+    followed by a gather; it refuses rows outside the source before writing any."""
+    source = np.arange(300 * 3, dtype=np.int32).reshape(300, 3)
+    fused, plain = PhiloxStream(5, block=64), PhiloxStream(5, block=64)
+    for n in (10, 70, 5):  # the second one crosses into a new block
+        index, rows = uniform_gathered(fused, n, 200, 50, source)
+        want = uniform_rows(plain, n, 200, start=50)
+        assert torch.equal(index, want) and np.array_equal(rows, source[want.numpy()])
+    assert int(fused.position) == int(plain.position) == 85
+    assert uniform_gathered(PhiloxStream(5), 4, 10, 0, source) is None  # graph-safe mode
+    with tensors_only():
+        assert uniform_gathered(fused, 4, 10, 0, source) is None
+    with pytest.raises(IndexError, match="outside the 300 rows"):
+        uniform_gathered(fused, 64, 300, 50, source)

@@ -188,3 +188,42 @@ def test_block_stream_checkpoint_is_the_plain_one():
         PhiloxStream(1, block=-1)
     with pytest.raises(ValueError, match=r"position \(.*\) must be an int >= 0"):
         a.seek(-3)
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+def test_block_draws_with_an_offset_are_new_tensors(monkeypatch, kernels):
+    """``randint(n, high, offset)`` is ``offset + randint(n, high)``; what it returns is the
+    caller's: editing it does not change the draws a seek back replays."""
+    from torchstore.samplers import philox as philox_module
+
+    monkeypatch.setattr(philox_module, "KERNELS", kernels)
+    blocked = PhiloxStream(4, block=32)
+    plain = PhiloxStream(4)
+    for n, offset in [(5, 100), (20, 0), (30, 7)]:  # the last one crosses into a new block
+        got = blocked.randint(n, 90, offset)
+        assert torch.equal(got, plain.randint(n, 90) + offset)
+        got.fill_(-1)
+    blocked.seek(0)
+    plain.seek(0)
+    assert torch.equal(blocked.randint(55, 90), plain.randint(55, 90))
+
+
+def test_block_mode_counts_the_position_on_the_host_and_shows_it_when_read():
+    s = PhiloxStream(2, block=16)
+    s.randint(5, 10)
+    s.uniform(40)  # crosses two blocks
+    assert int(s.position) == 45
+    assert int(s.state_dict()["position"]) == 45
+    s.randint(3, 10)
+    s.seek(10)
+    assert int(s.position) == 10
+    s.randint(2, 10)
+    moved = s.to("cpu")
+    assert int(moved.position) == 12
+    words, first = s.block_words(4)
+    assert words.shape[1] == 4 and int(s.position) == 16
+    reference = PhiloxStream(2)
+    reference.seek(12)
+    assert torch.equal(torch.from_numpy(words[first : first + 4]), reference.words(4))
+    with pytest.raises(ValueError, match="block mode"):
+        PhiloxStream(2).block_words(4)

@@ -54,7 +54,7 @@ from torchstore.data.columns import column_key, set_nested
 from torchstore.data.packed import tensordict_of
 from torchstore.data.store import TrajectoryStore
 from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
-from torchstore.samplers.draws import uniform_rows
+from torchstore.samplers.draws import uniform_gathered, uniform_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.windows import choose_windows, window_counts
 
@@ -312,17 +312,14 @@ class OfflineDataModule(StoreDataModule):
 
     def _draw_plain_rows(self) -> TensorDict | dict:
         """:meth:`_assemble` of uniformly drawn rows, less its general cases: per batch a
-        stream draw, one gather, one ``as_strided`` per column and the container."""
-        n, rows = self.batch_size, self.train_rows
+        stream draw, one gather, one view per column and the container."""
+        n = self.batch_size
         if self.window is not None:  # store rows a new tensor; packed positions to gather at
             at, index = self.window.draw_plain(self.philox, n)
             packed = self.window.packed
+            leaves = packed.gather_leaves(at, self._batch_plan(packed))
         else:
-            # always a new tensor: the draw is a view of the stream's cached block, which a
-            # caller editing the batch's index must not reach (exact resume replays it)
-            index = at = self.philox.randint(n, rows.total) + rows.first_row
-            packed = self.resident_view.packed
-        leaves = self._batch_plan(packed).leaves(packed.gather_blocks(at), n, fresh=True)
+            leaves, index = self._draw_resident_rows(n)
         if self._derived:
             nxt = leaves["next"]
             nxt["terminated"] = nxt["done"] & ~nxt["truncated"]
@@ -330,6 +327,22 @@ class OfflineDataModule(StoreDataModule):
         if self.output is Output.DICT:
             return leaves
         return tensordict_of(leaves, torch.Size([n]), self.device)
+
+    def _draw_resident_rows(self, n: int) -> tuple[dict, torch.Tensor]:
+        """The leaves and store rows of ``n`` uniform rows of the resident training rows:
+        on the CPU the draw and the gather are one compiled call."""
+        rows, packed = self.train_rows, self.resident_view.packed
+        plan = self._batch_plan(packed)
+        sources = packed.block_arrays() if plan.cuts_arrays else None
+        if sources is not None and len(sources) == 1:
+            drawn = uniform_gathered(self.philox, n, rows.total, rows.first_row, sources[0])
+            if drawn is not None:
+                index, gathered = drawn
+                return plan.leaves_of_arrays([gathered], n), index
+        # a new tensor (not a view of the stream's block), so a caller editing the batch's
+        # index does not reach the draws an exact resume replays
+        index = self.philox.randint(n, rows.total, rows.first_row)
+        return packed.gather_leaves(index, plan), index
 
     def _make_val(self, i: int) -> TensorDict | dict:
         if self.window_length is not None:

@@ -7,7 +7,8 @@ Lightning DataModules are faces over these functions, so the same seed and strea
 give the same rows on every face.
 
 - :func:`uniform_rows`: uniform over a (ring) range of ``count`` rows starting at ``start``
-  (all rows, or ERE's newest ``c_k``);
+  (all rows, or ERE's newest ``c_k``); :func:`uniform_gathered` draws and gathers in one
+  CPU call;
 - :func:`prioritized_rows`: proportional to the sum-tree's leaves over the whole tree or a
   ring range, with :func:`importance_weight`;
 - :func:`importance_weight`: the one importance-weight formula;
@@ -25,13 +26,14 @@ Examples:
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from torchstore.samplers.philox import PhiloxStream, cpu_kernels
 from torchstore.samplers.sumtree import SumTree
 
-__all__ = ["importance_weight", "uniform_rows", "prioritized_rows"]
+__all__ = ["importance_weight", "uniform_rows", "uniform_gathered", "prioritized_rows"]
 
 
 def importance_weight(value: Tensor, p_min: Tensor, beta: float) -> Tensor:
@@ -71,6 +73,26 @@ def uniform_rows(
     if capacity is None:
         return offset if isinstance(start, int) and start == 0 else offset + start
     return (offset + start) % capacity
+
+
+def uniform_gathered(
+    stream: PhiloxStream, n: int, count: int, start: int, source: np.ndarray
+) -> tuple[Tensor, np.ndarray] | None:
+    """:func:`uniform_rows` over ``[start, start + count)`` and the rows of ``source`` (a
+    CPU block as a 2-D numpy array) it drew, in one compiled call: ``(index, rows)``, a new
+    tensor and a new array. None where the stream has no CPU kernel (graph-safe mode
+    ``block=0``, an accelerator, kernels off); nothing is drawn then.
+
+    The same stream positions and rows as :func:`uniform_rows`. For a small batch, the
+    calls saved are most of the cost: a 256-row draw and gather of a pendulum row about a
+    third of ``uniform_rows`` and a gather apart (one thread).
+    """
+    kernels = cpu_kernels(stream.key) if stream.block else None
+    if kernels is None:
+        return None
+    words, first = stream.block_words(n)
+    index, rows = kernels.draw_gather(words, first, count, start, source, n)
+    return torch.from_numpy(index), rows
 
 
 def prioritized_rows(

@@ -41,15 +41,15 @@ from __future__ import annotations
 import numba
 import numpy as np
 import torch
-from llvmlite import ir
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 from torch import Tensor
+
+from torchstore.data.rowgather import gather_rows, prefetch
 
 __all__ = [
     "philox_words",
     "randint_words",
+    "randint_rows",
+    "draw_gather",
     "uniform_words",
     "bucket_sorted",
     "descend_whole",
@@ -67,30 +67,6 @@ _SHIFT32 = np.uint64(32)
 _NO_RAW = np.empty(0, dtype=np.float64)
 #: how many draws ahead the descent asks for the cache line it will read
 _AHEAD = 16
-
-
-@intrinsic
-def _prefetch(typingctx, array, index):  # pragma: no cover - compiled
-    """Ask the CPU to start loading ``array[index]``'s cache line: a hint (no fault, no
-    value). The descent is latency bound: a line requested ``_AHEAD`` draws before it is
-    read arrives while the draws in between are walked (the descent 1.4-1.6x at 1 M
-    leaves). The update's writes gained nothing from it, so it has none."""
-
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        data = context.make_array(array_type)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(
-            context, builder, array_type, data, [args[1]], wraparound=False
-        )
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all levels, data
-        return context.get_dummy_value()
-
-    return types.void(array, index), codegen
-
-
 #: counters a Philox kernel call works on at a time: four word arrays of this many fit in L1
 _PHILOX_LANES = 256
 
@@ -163,8 +139,9 @@ def philox_words(key: Tensor, stream: int, offset: int, n: int) -> Tensor:
 
 
 @numba.njit(cache=True, nogil=True)
-def _randint(words, n, out):  # pragma: no cover - compiled
-    # randint_below's exact 32-bit limb products, in uint64 (every product < 2**64)
+def _randint(words, n, out, offset):  # pragma: no cover - compiled
+    # randint_below's exact 32-bit limb products, in uint64 (every product < 2**64), plus
+    # offset
     n1 = np.uint64(n) >> _SHIFT32
     n0 = np.uint64(n) & _MASK32
     for i in range(out.shape[0]):
@@ -174,13 +151,45 @@ def _randint(words, n, out):  # pragma: no cover - compiled
         p01 = x0 * n1
         p10 = x1 * n0
         mid = hi00 + (p01 & _MASK32) + (p10 & _MASK32)
-        out[i] = np.int64(x1 * n1 + (p01 >> _SHIFT32) + (p10 >> _SHIFT32) + (mid >> _SHIFT32))
+        draw = x1 * n1 + (p01 >> _SHIFT32) + (p10 >> _SHIFT32) + (mid >> _SHIFT32)
+        out[i] = np.int64(draw) + offset
 
 
 def randint_words(words: Tensor, n: int) -> Tensor:
     """:func:`~torchstore.samplers.philox.randint_below` of ``[k, >= 2]`` words, one bound."""
     out = np.empty(words.shape[0], dtype=np.int64)
-    _randint(words.numpy(), n, out)
+    _randint(words.numpy(), n, out, 0)
+    return torch.from_numpy(out)
+
+
+@numba.njit(cache=True, nogil=True)
+def _draw_gather(words, first, n, offset, src, index, out):  # pragma: no cover - compiled
+    _randint(words[first : first + index.shape[0]], n, index, offset)
+    return gather_rows(src, index, out)
+
+
+def draw_gather(
+    words: np.ndarray, first: int, n: int, offset: int, src: np.ndarray, count: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` uniform rows of ``src`` in one call: ``index = offset +
+    randint_below(words[first : first + count], n)`` and ``src[index]`` (see
+    :func:`torchstore.data.rowgather.gather_rows`), as new arrays.
+
+    Raises:
+        IndexError: if a drawn row lies outside ``src`` (``offset + n > len(src)``).
+    """
+    index = np.empty(count, dtype=np.int64)
+    out = np.empty((count, src.shape[1]), dtype=src.dtype)
+    bad = _draw_gather(words, first, n, offset, src, index, out)
+    if bad >= 0:
+        raise IndexError(f"row {int(index[bad])} is outside the {src.shape[0]} rows gathered from")
+    return index, out
+
+
+def randint_rows(words: np.ndarray, first: int, count: int, n: int, offset: int) -> Tensor:
+    """``offset + randint_below(words[first : first + count], n)`` as a new tensor."""
+    out = np.empty(count, dtype=np.int64)
+    _randint(words[first : first + count], n, out, offset)
     return torch.from_numpy(out)
 
 
@@ -287,8 +296,11 @@ def _descend(nodes, depth, u, out_index, out_value, capacity, ratio):  # pragma:
             node[j] = 2 + go
     for _ in range(depth // 2):
         for j in range(n):
+            # latency bound: a line asked for _AHEAD draws early arrives while the draws
+            # in between are walked (the descent 1.4-1.6x at 1 M leaves; the update's
+            # writes gained nothing from it, so it has none)
             if j + _AHEAD < n:
-                _prefetch(nodes, 8 * node[j + _AHEAD])
+                prefetch(nodes, 8 * node[j + _AHEAD])
             g = 8 * node[j]
             s0 = nodes[g]
             s1 = nodes[g + 2]

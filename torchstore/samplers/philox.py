@@ -66,7 +66,7 @@ def cpu_kernels(t: Tensor) -> ModuleType | None:
     kernels (and numba) on first use only.
     """
     global _kernels
-    if not KERNELS or t.device.type != "cpu" or torch.compiler.is_compiling():
+    if not KERNELS or not t.is_cpu or torch.compiler.is_compiling():
         return None
     if t.dtype in _HALF_DTYPES:  # numba has no bfloat16 and only partial float16
         return None
@@ -253,8 +253,9 @@ class PhiloxStream:
     - ``block=k`` (eager loops on the host's schedule): draws are computed ``k`` counters at
       a time (an eager Philox call is a few hundred small tensor operations, about a
       millisecond for any size up to a few thousand) and handed out in order; integers and
-      floats made from a block are cached per bound. The position tensor is still updated
-      after every draw, and a checkpoint holds the same numbers in both modes.
+      floats made from a block are cached per bound. The position is counted on the host
+      and written to the position tensor when the tensor is read, so a checkpoint holds
+      the same numbers in both modes.
 
     Examples:
         >>> s = PhiloxStream(seed=7)
@@ -288,10 +289,26 @@ class PhiloxStream:
         self.position = torch.zeros((), dtype=torch.int64, device=device)
         self._forget_block()
 
+    @property
+    def position(self) -> Tensor:
+        """The number of the next draw: a 0-d int64 tensor on the stream's device."""
+        if self._position_behind:  # block mode counts on the host (a fill_ per draw cost
+            self._position_behind = False  # about a tenth of a 256-row batch's draw)
+            self._position.fill_(self._host_position)
+        return self._position
+
+    @position.setter
+    def position(self, value: Tensor) -> None:
+        self._position = value
+        self._position_behind = False
+
     def _forget_block(self) -> None:
         self._host_position: int | None = 0 if self.block else None
         self._block_start = 0
+        self._block_end = -1  # the position after the block's last draw (none yet: -1)
         self._block_words: Tensor | None = None
+        #: the block's words as a numpy array when a CPU kernel computed them
+        self._block_array: Any = None
         self._derived: dict[Any, Tensor] = {}
 
     @property
@@ -300,10 +317,12 @@ class PhiloxStream:
 
     def to(self, device: torch.device | str) -> PhiloxStream:
         """Move the key and position (in place) to ``device``."""
+        position = self.position  # synced
         self.key = self.key.to(device)
         self.stream_id = self.stream_id.to(device)
-        self.position = self.position.to(device)
-        self._block_words, self._derived = None, {}
+        self.position = position.to(device)
+        self._block_words, self._block_array, self._derived = None, None, {}
+        self._block_end = -1
         return self
 
     def seek(self, position: int) -> None:
@@ -319,14 +338,25 @@ class PhiloxStream:
             self._host_position = int(self.position)
         pos = self._host_position
         lo = pos - self._block_start
-        words = self._block_words
-        if words is None or lo < 0 or lo + n > words.shape[0]:
+        if lo < 0 or pos + n > self._block_end:
             size = max(n, self.block)
-            self._block_words = self._compute(pos, size)
-            self._block_start, self._derived, lo = pos, {}, 0
+            self._block_words = words = self._compute(pos, size)
+            self._block_array = words.numpy() if cpu_kernels(words) is not None else None
+            self._block_start, self._block_end, self._derived, lo = pos, pos + size, {}, 0
         self._host_position = pos + n
-        self.position.fill_(pos + n)
+        self._position_behind = True
         return slice(lo, lo + n)
+
+    def block_words(self, n: int) -> tuple[Any, int]:
+        """Block mode on the CPU (for a compiled kernel that reads the words itself): the
+        words of the next ``n`` draws as ``(the block's [k, 4] int64 numpy array, the row
+        of the first draw)``; the position advances by ``n``."""
+        if not self.block or not self.key.is_cpu:
+            raise ValueError("block_words needs a CPU stream in block mode (block > 0)")
+        span = self._span(n)
+        if self._block_array is None:  # the block was computed while tracing
+            self._block_array = self._block_words.numpy()
+        return self._block_array, span.start
 
     def _compute(self, position: int, n: int) -> Tensor:
         """Words of draws ``position .. position + n - 1`` (eager; a CPU kernel when it can)."""
@@ -357,16 +387,21 @@ class PhiloxStream:
             return self._derived[key][span]
         return uniform_from_words(self.words(n), dtype)
 
-    def randint(self, n: int, high: Tensor | int) -> Tensor:
-        """``n`` integers in ``[0, high)``; ``high`` may be a device tensor (see
-        :func:`randint_below`)."""
+    def randint(self, n: int, high: Tensor | int, offset: int = 0) -> Tensor:
+        """``n`` integers in ``[offset, offset + high)``, a new tensor; ``high`` may be a
+        device tensor (see :func:`randint_below`)."""
         if self.block and isinstance(high, int):
             span = self._span(n)
+            kernels = None if self._block_array is None else cpu_kernels(self.key)
+            if kernels is not None:
+                return kernels.randint_rows(self._block_array, span.start, n, high, offset)
             key = ("int", high)
             if key not in self._derived:
                 self._derived[key] = randint_below(self._block_words, high)
-            return self._derived[key][span]
-        return randint_below(self.words(n), high)
+            draws = self._derived[key][span]
+            return draws + offset if offset else draws.clone()
+        draws = randint_below(self.words(n), high)
+        return draws + offset if offset else draws
 
     def state_dict(self) -> dict:
         return {"seed": self.seed, "stream": self.stream, "position": self.position.clone()}
