@@ -582,11 +582,13 @@ def gather_order_section(ring: Ring, image_rows: int) -> list[tuple]:
     ):
         pool = [torch.randint(rows, (batch,), generator=gen) for _ in range(POOL)]
         idx, pre = Cycle(pool), Cycle([torch.sort(i).values for i in pool])
-        rows_np, source = Cycle([i.numpy() for i in pool]), block.numpy()
+        source = block.numpy()
 
-        def prefetched(rows_np=rows_np, source=source):
+        def prefetched(idx=idx, source=source):
+            # the next rows of the floor's own cycle: none of them was just read by the
+            # case before (pre() hands out this round's rows sorted)
             out = np.empty_like(source, shape=(batch, source.shape[1]))
-            rowgather.gather_rows(source, rows_np(), out)
+            rowgather.gather_rows(source, idx().numpy(), out)
             return out
 
         floor, torch_sorted, bucketed, presorted, kernel = median_per_call_interleaved(

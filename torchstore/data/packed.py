@@ -288,10 +288,12 @@ class PackedColumns:
     def gather_blocks(
         self, index: torch.Tensor, out: list[torch.Tensor] | None = None
     ) -> list[torch.Tensor]:
-        """One ``index_select`` per block; into ``out`` when given (preallocated, no allocation).
-
-        A block whose row is a single word is gathered as a 1-D tensor of words, which is
-        several times faster than a 2-D gather of one-element rows.
+        """Each block's rows at ``index``; into ``out`` when given (preallocated, no
+        allocation). On the CPU one compiled, prefetching copy per block
+        (:mod:`torchstore.data.rowgather`); elsewhere (or for an index or ``out`` it does
+        not take) one ``index_select`` per block, a block whose row is a single word
+        gathered as a 1-D tensor of words (several times faster than a 2-D gather of
+        one-element rows).
         """
         arrays = self._kernel_gather(index, out)
         if arrays is not None:
@@ -334,15 +336,18 @@ class PackedColumns:
         kernels = gather_kernels()
         if kernels is None:
             return None
-        if out is not None and not all(d.is_cpu and d.is_contiguous() for d in out):
-            return None
         n = index.shape[0]
+        if out is not None and not all(
+            d.is_cpu and d.is_contiguous() and d.dtype == b.dtype and d.shape == (n, *b.shape[1:])
+            for d, b in zip(out, self.blocks, strict=True)
+        ):
+            return None  # index_select's own checks and conversions apply
         rows = index.numpy()
         sources = self.block_arrays()
         arrays = []
         for b, source in enumerate(sources):
             if out is not None:
-                dest = out[b].numpy().reshape(n, source.shape[1])
+                dest = out[b].numpy()
             elif n * self._block_row_bytes[b] >= RECYCLE_BYTES:
                 dest = self._recycled.empty(n, source.shape[1], self.blocks[b].dtype).numpy()
             else:
