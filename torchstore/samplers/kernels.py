@@ -164,6 +164,8 @@ def randint_words(words: Tensor, n: int) -> Tensor:
 
 @numba.njit(cache=True, nogil=True)
 def _draw_gather(words, first, n, offset, src, index, out):  # pragma: no cover - compiled
+    # gather_rows is compiled into this function, and numba's on-disk cache is keyed on
+    # this file alone: a change to rowgather.gather_rows must come with an edit here
     _randint(words[first : first + index.shape[0]], n, index, offset)
     return gather_rows(src, index, out)
 
