@@ -13,6 +13,7 @@ block, a gather is one ``index_select``, and the batch's leaves are views into i
 
 from __future__ import annotations
 
+import importlib
 import os
 from array import array
 from collections.abc import Callable, Iterable, Mapping
@@ -706,31 +707,25 @@ def row_kernels() -> ModuleType | None:
     Kernels run outside ``torch.compile`` tracing while ``TORCHSTORE_KERNELS`` is not
     ``0``; numba is imported on the first call that takes them.
     """
-    global _rowcopy
-    if not _ROW_KERNELS or torch.compiler.is_compiling():
-        return None
-    if _rowcopy is None:
-        from torchstore.data import rowcopy
-
-        _rowcopy = rowcopy
-    return _rowcopy
+    return _kernel_module("rowcopy")
 
 
 def gather_kernels() -> ModuleType | None:
     """:mod:`torchstore.data.rowgather` when gathers may take its compiled kernel, else
     None (the same switch as :func:`row_kernels`)."""
-    global _rowgather
+    return _kernel_module("rowgather")
+
+
+def _kernel_module(name: str) -> ModuleType | None:
     if not _ROW_KERNELS or torch.compiler.is_compiling():
         return None
-    if _rowgather is None:
-        from torchstore.data import rowgather
+    module = _KERNEL_MODULES.get(name)
+    if module is None:
+        module = _KERNEL_MODULES[name] = importlib.import_module(f"torchstore.data.{name}")
+    return module
 
-        _rowgather = rowgather
-    return _rowgather
 
-
-_rowcopy = None
-_rowgather = None
+_KERNEL_MODULES: dict[str, ModuleType] = {}
 _STRIDED = torch.strided
 _ROW_KERNELS = os.environ.get("TORCHSTORE_KERNELS", "1") != "0"
 
