@@ -186,10 +186,18 @@ def _find_ends(steps, envs, table, end_rows, counts, stops):  # pragma: no cover
 
 @numba.njit(inline="always")
 def _copy_bytes(dest, src, width):  # pragma: no cover - compiled
-    """``memcpy`` as 8-, 4- and 1-byte moves of constant size (inlined, not a libc call per
-    column of a row): a warm 1000-row walker chunk 0.65x the time, a cold one the same."""
+    """``memcpy`` as 32-, 16-, 8-, 4- and 1-byte moves of constant size (inlined vector
+    moves, not a libc call per column of a row): a warm 1000-row walker chunk 0.65x the
+    time of the libc calls, a cold one the same; the 32- and 16-byte moves (a 96-byte
+    ``obs`` is three, not twelve) made a whole ``rb.extend`` another 8 % faster."""
     i = 0
-    while i + 8 <= width:
+    while i + 32 <= width:
+        _memcpy(dest + i, src + i, 32)
+        i += 32
+    if i + 16 <= width:
+        _memcpy(dest + i, src + i, 16)
+        i += 16
+    if i + 8 <= width:
         _memcpy(dest + i, src + i, 8)
         i += 8
     if i + 4 <= width:
