@@ -439,13 +439,21 @@ class PackedColumns:
         TensorDict is built without re-validating leaves, which are correct by
         construction (see :func:`tensordict_of`).
         """
+        n = blocks[0].shape[0] if blocks else 0
+        leaves = self._plain_plan(names, raw).leaves(blocks, n)
+        return self._batch(leaves, n, extra)
+
+    def _plain_plan(self, names: Iterable[str] | None, raw: bool) -> BatchPlan:
         if names is not None and type(names) is not tuple:
             names = tuple(names)
         plan = self._plain_plans.get((names, raw))
         if plan is None:
             plan = self._plain_plans[(names, raw)] = self.batch_plan(names, raw=raw)
-        n = blocks[0].shape[0] if blocks else 0
-        leaves = plan.leaves(blocks, n)
+        return plan
+
+    def _batch(
+        self, leaves: dict, n: int, extra: Mapping[str | tuple[str, ...], torch.Tensor] | None
+    ) -> TensorDict:
         if extra:
             for key, value in extra.items():
                 if type(key) is str:
@@ -454,9 +462,18 @@ class PackedColumns:
                     set_nested(leaves, key, value)
         return tensordict_of(leaves, torch.Size([n]), self.device)
 
-    def gather(self, index: torch.Tensor, *, raw: bool = False) -> TensorDict:
-        """Rows at ``index`` (int64 on this device): a TensorDict of batch size ``[len(index)]``."""
-        return self.batch_from_blocks(self.gather_blocks(index), raw=raw)
+    def gather(
+        self,
+        index: torch.Tensor,
+        *,
+        raw: bool = False,
+        extra: Mapping[str | tuple[str, ...], torch.Tensor] | None = None,
+    ) -> TensorDict:
+        """Rows at ``index`` (int64 on this device): a TensorDict of batch size
+        ``[len(index)]`` in fresh memory (:meth:`gather_leaves`); ``extra`` adds leaves as
+        :meth:`batch_from_blocks` does."""
+        leaves = self.gather_leaves(index, self._plain_plan(None, raw))
+        return self._batch(leaves, index.shape[0], extra)
 
     def slice(self, start: int, stop: int, *, raw: bool = False) -> TensorDict:
         """Contiguous rows ``[start, stop)`` as views (no copy unless dequantised)."""

@@ -1256,7 +1256,7 @@ class StoreReplay(TensorStorage):
             # bounds itself; anything it refuses (negative indices included) goes the
             # checked way below.
             try:
-                return self._from_blocks(self._packed.gather_blocks(index), index)
+                return self._gathered(index)
             except (IndexError, RuntimeError):
                 pass
         if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
@@ -1369,9 +1369,7 @@ class StoreReplay(TensorStorage):
         if not self._returns_index:
             out = self._packed.batch_from_blocks(blocks)
         else:
-            index = index() if callable(index) else index
-            if self._width > 1:
-                index = index // self._width  # torchrl's writer stores the time row
+            index = self._row_index(index() if callable(index) else index)
             out = self._packed.batch_from_blocks(blocks, extra={_INDEX_KEY: index})
         if self._row_batch:
             n = out.batch_size[0]
@@ -1381,6 +1379,19 @@ class StoreReplay(TensorStorage):
             if self._returns_index:
                 out.set(_INDEX_KEY, index.reshape(n, *[1] * len(self._row_batch)).expand(out.shape))
         return out
+
+    def _gathered(self, index: torch.Tensor) -> Any:
+        """The rows at a 1-D index of rows, as :meth:`get` returns them; plain TensorDict
+        rows through the compiled cut of :meth:`PackedColumns.gather`."""
+        if self._tensor_mode or self._treespec is not None or self._row_batch:
+            return self._from_blocks(self._packed.gather_blocks(index), index)
+        extra = {_INDEX_KEY: self._row_index(index)} if self._returns_index else None
+        return self._packed.gather(index, extra=extra)
+
+    def _row_index(self, index: torch.Tensor) -> torch.Tensor:
+        """The ``index`` leaf of rows at flat positions ``index``: torchrl's writer stores
+        the time row."""
+        return index // self._width if self._width > 1 else index
 
     def _slice(self, start: int, stop: int) -> Any:
         blocks = [b[start:stop] for b in self._packed.blocks]
