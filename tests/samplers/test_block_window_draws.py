@@ -117,3 +117,17 @@ def test_plain_draws_return_new_tensors(store_path):
         assert torch.equal(a.draw_plain(sa, 8)[1], b.draw_plain(sb, 8)[1])
         a.close()
         b.close()
+
+
+def test_a_block_streams_draws_are_mapped_ahead(store_path):
+    """A block-mode stream hands the window a view of its block, which the run lookup maps
+    once for the phase's next batches instead of once a batch."""
+    with TrajectoryStore(store_path) as store:
+        window = make(store, list(range(len(LENGTHS))), k=9, budget=400)
+        stream = PhiloxStream(5, block=256)
+        window.draw_plain(stream, 8)
+        ahead = window._ahead
+        assert ahead is not None and window.schedule.left > 0
+        window.draw_plain(stream, 8)
+        assert window._ahead is ahead
+        window.close()

@@ -227,3 +227,9 @@ def test_block_mode_counts_the_position_on_the_host_and_shows_it_when_read():
     assert torch.equal(torch.from_numpy(words[first : first + 4]), reference.words(4))
     with pytest.raises(ValueError, match="block mode"):
         PhiloxStream(2).block_words(4)
+    # a view of the block's cached integers, for callers that read the block through it
+    view = s.randint_view(3, 10)
+    assert view._base is not None and int(s.position) == 19
+    assert torch.equal(view, reference.randint(3, 10))
+    with pytest.raises(ValueError, match="block mode"):
+        PhiloxStream(2).randint_view(3, 10)

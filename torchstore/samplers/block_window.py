@@ -428,7 +428,7 @@ class BlockWindow:
         """``(packed, store_row)`` of uniform draws ``g`` of the phase, by the runs.
 
         On the CPU, draws that are a slice of a stream's computed block (what
-        :meth:`PhiloxStream.randint` returns in block mode) are mapped ahead: the draws of
+        :meth:`PhiloxStream.randint_view` returns) are mapped ahead: the draws of
         the block from ``g`` on, as many as the phase has left (at most ``_AHEAD``), in
         one numpy pass kept until the phase ends; a batch then takes two slices of that
         map, the store rows copied (they leave with the batch). Mapping 256 draws on their
@@ -522,7 +522,7 @@ class BlockWindow:
         """
         self._ready()
         if self.tree is None:
-            g = stream.randint(n, self._total)
+            g = self._uniform_draws(stream, n)
             if not segments:
                 return (*self._lookup(g, fresh=True), None, None)
             packed, seg = self._segments()[0].locate(g)
@@ -548,7 +548,14 @@ class BlockWindow:
         tensor; ``packed`` may be a view of the window's map of the phase's draws: gather
         with it, do not edit it."""
         self._ready()
-        return self._lookup(stream.randint(n, self._total), fresh=False)
+        return self._lookup(self._uniform_draws(stream, n), fresh=False)
+
+    def _uniform_draws(self, stream: Any, n: int) -> torch.Tensor:
+        """``n`` uniform draws of the phase's rows; from a block-mode stream, a view of its
+        block that :meth:`_lookup` maps ahead."""
+        if getattr(stream, "block", 0):
+            return stream.randint_view(n, self._total)
+        return stream.randint(n, self._total)
 
     def draw_windows(self, stream: Any, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``n`` windows of ``window`` rows of the current phase.

@@ -394,17 +394,27 @@ class PhiloxStream:
         """``n`` integers in ``[offset, offset + high)``, a new tensor; ``high`` may be a
         device tensor (see :func:`randint_below`)."""
         if self.block and isinstance(high, int):
-            span = self._span(n)
             kernels = None if self._block_array is None else cpu_kernels(self.key)
             if kernels is not None:
-                return kernels.randint_rows(self._block_array, span.start, n, high, offset)
-            key = ("int", high)
-            if key not in self._derived:
-                self._derived[key] = randint_below(self._block_words, high)
-            draws = self._derived[key][span]
+                first = self._span(n).start
+                return kernels.randint_rows(self._block_array, first, n, high, offset)
+            draws = self.randint_view(n, high)
             return draws + offset if offset else draws.clone()
         draws = randint_below(self.words(n), high)
         return draws + offset if offset else draws
+
+    def randint_view(self, n: int, high: int) -> Tensor:
+        """Block mode: :meth:`randint`'s draws as a view of the block's cached integers
+        below ``high`` (made once per block and bound; read it, do not edit it). A caller
+        that maps draws ahead reads the block's next draws through the view's ``_base``
+        (the window's run lookup does)."""
+        if not self.block:
+            raise ValueError("randint_view needs a stream in block mode (block > 0)")
+        span = self._span(n)
+        key = ("int", high)
+        if key not in self._derived:
+            self._derived[key] = randint_below(self._block_words, high)
+        return self._derived[key][span]
 
     def state_dict(self) -> dict:
         return {"seed": self.seed, "stream": self.stream, "position": self.position.clone()}
