@@ -224,10 +224,36 @@ def _counting_preadv(monkeypatch) -> list[int]:
     return calls
 
 
-def test_rows_of_4_kib_land_straight_in_the_destination_across_chunk_gaps(frames_path, monkeypatch):
+@pytest.fixture(params=["compiled", "xxhash"])
+def verifier(request, monkeypatch):
+    """How a direct read reads and checks its chunks: one compiled call a span (the
+    default), or ``os.preadv`` and ``xxhash`` chunk by chunk (compiled kernels off).
+    Counts the chunks of each compiled call."""
+    import torchstore.samplers.block_read as block_read
+
+    calls: list[int] = []
+    if request.param == "xxhash":
+        monkeypatch.setattr(block_read, "_direct_kernels", lambda: None)
+        return request.param, calls
+    kernels = block_read._direct_kernels()
+
+    class Counted:
+        @staticmethod
+        def read_rows(*args):
+            calls.append(args[4].shape[0])
+            return kernels.read_rows(*args)
+
+    monkeypatch.setattr(block_read, "_direct_kernels", lambda: Counted)
+    return request.param, calls
+
+
+def test_rows_of_4_kib_land_straight_in_the_destination_across_chunk_gaps(
+    frames_path, monkeypatch, verifier
+):
     """A frame column is read with one iovec a row into the destination (strided like a
     window slot, or contiguous), a run of chunks in one call across the small gaps the
-    store leaves between them; the rows are the store's."""
+    store leaves between them; the rows are the store's, every chunk verified (a span's
+    chunks in one compiled call by default)."""
     calls = _counting_preadv(monkeypatch)
     with TrajectoryStore(frames_path) as store:
         stats: dict = {}
@@ -248,16 +274,21 @@ def test_rows_of_4_kib_land_straight_in_the_destination_across_chunk_gaps(frames
             flat = np.zeros((hi - lo, 64, 64), dtype=np.uint8)
             reader.read("frame", lo, hi, flat)
             np.testing.assert_array_equal(flat, expected)
+        mode, compiled = verifier
         calls.clear()
+        compiled.clear()
         reader.read("frame", 0, FRAME_ROWS, np.empty((FRAME_ROWS, 64, 64), dtype=np.uint8))
         reader.close()
     chunks = -(-FRAME_ROWS // chunk)
-    assert len(calls) < chunks / 4  # spans of many chunks, not a call a chunk
-    assert sum(calls) >= FRAME_ROWS  # an iovec a row at least (and the gaps)
     assert stats["direct_chunks"] > 100 and stats["store_reads"] == 0
+    if mode == "compiled":  # spans of many chunks, read and checked in one call each
+        assert not calls and sum(compiled) == chunks and len(compiled) < chunks / 4
+    else:
+        assert len(calls) < chunks / 4  # spans of many chunks, not a call a chunk
+        assert sum(calls) >= FRAME_ROWS  # an iovec a row at least (and the gaps)
 
 
-def test_a_damaged_frame_chunk_fails_its_checksum_in_a_direct_read(frames_path, tmp_path):
+def test_a_damaged_frame_chunk_fails_its_checksum_in_a_direct_read(frames_path, tmp_path, verifier):
     bad = _flip_a_byte(frames_path, tmp_path / "bad.h5", "frame", chunk=3, at=4099)
     with TrajectoryStore(bad) as store:
         chunk = store._ds.columns["frame"].block_rows
@@ -269,6 +300,8 @@ def test_a_damaged_frame_chunk_fails_its_checksum_in_a_direct_read(frames_path, 
         with pytest.raises(IntegrityError, match="column 'frame'.*checksum"):
             reader.read("frame", 0, FRAME_ROWS, out)
         reader.close()
+    mode, verified = verifier
+    assert (mode == "compiled") == bool(verified)
 
 
 def test_a_landing_never_sits_1_to_31_bytes_past_its_source_or_its_copy_before_it(store_path):
@@ -292,3 +325,27 @@ def test_a_landing_never_sits_1_to_31_bytes_past_its_source_or_its_copy_before_i
             else:
                 assert (to - at) % 4096 not in slow
         reader.close()
+
+
+def test_a_failed_compiled_read_falls_back_to_os_preadv(frames_path, monkeypatch):
+    """When the compiled read reports a failed call (-1: a signal, too many iovecs), the
+    span is read again through ``os.preadv`` and checked chunk by chunk: same rows."""
+    import torchstore.samplers.block_read as block_read
+
+    class Failing:
+        @staticmethod
+        def read_rows(*args):
+            return -1
+
+    monkeypatch.setattr(block_read, "_direct_kernels", lambda: Failing)
+    calls = _counting_preadv(monkeypatch)
+    with TrajectoryStore(frames_path) as store:
+        stats: dict = {}
+        reader = ChunkReader(
+            store, ["frame"], buffer_bytes=1 << 20, lock=threading.Lock(), stats=stats
+        )
+        out = np.zeros((FRAME_ROWS - 7, 2, 64, 64), dtype=np.uint8)
+        reader.read("frame", 7, FRAME_ROWS, out[:, 0])
+        np.testing.assert_array_equal(out[:, 0], store.read_column("frame", 7, FRAME_ROWS))
+        reader.close()
+    assert calls and stats["store_reads"] == 0

@@ -52,6 +52,16 @@ _SLOW = 32
 _LEAD = 64
 
 
+def _direct_kernels() -> Any:
+    """:mod:`torchstore.samplers.direct_read` while compiled kernels are on
+    (``TORCHSTORE_KERNELS`` is not ``0``), else None; numba is imported on first use."""
+    if os.environ.get("TORCHSTORE_KERNELS", "1") == "0":
+        return None
+    from torchstore.samplers import direct_read
+
+    return direct_read
+
+
 def _byte_rows(out: np.ndarray) -> np.ndarray | None:
     """``out`` (``[n, *shape]``) as ``[n, row bytes]`` uint8 rows, a view; ``None`` when a
     row's bytes are not contiguous."""
@@ -301,9 +311,9 @@ class ChunkReader:
             counts = [min(col.rows, z - a - i * col.rows) for i in range(end - c)]
         dst = None if out_rows is None else out_rows[s - lo : e - lo]
         direct = col.direct and dst is not None
+        matched = None
         if direct:
-            rows, parts = self._direct_parts(col, dst, s - a, z - e, at, counts)
-            got = os.preadv(self._fd, parts, first)
+            got, matched = self._read_direct(col, first, dst, s - a, z - e, at, counts, sums)
         else:
             # the copy's destination at the span's first row, where one memcpy a chunk
             # lands there (contiguous rows; see _landing)
@@ -317,8 +327,8 @@ class ChunkReader:
             ca, n = a + i * col.rows, counts[i]
             if got < at[i] + n * rnb:
                 ok = False
-            elif direct:
-                ok = col.table._verified_parts(sums[i], rows[ca - a : ca - a + n], n)
+            elif matched is not None:
+                ok = bool(matched[i])
             else:
                 chunk = landing[at[i] : at[i] + n * rnb].reshape(n, rnb)
                 ok = col.table._verified(sums[i], chunk)
@@ -352,6 +362,50 @@ class ChunkReader:
                 parts.append(trash[:gap])
             parts.extend(rows[i * col.rows : i * col.rows + counts[i]])
         return rows, parts
+
+    def _read_direct(
+        self,
+        col: _Column,
+        first: int,
+        dst: np.ndarray,
+        head: int,
+        tail: int,
+        at: list,
+        counts: list,
+        sums: np.ndarray,
+    ) -> tuple[int, np.ndarray]:
+        """A direct read of a span at file offset ``first``: the bytes read, and whether
+        each chunk matched its hash.
+
+        The rows land as :meth:`_direct_parts` places them: ``head`` rows at the buffer's
+        start, ``dst``'s rows, then ``tail`` rows after the first ``head`` in the buffer.
+        With the compiled kernels on, the read and every chunk's check are one call that
+        holds no GIL (:mod:`torchstore.samplers.direct_read`); with them off, or should
+        that call fail, ``os.preadv`` of the rows' views and ``xxhash`` chunk by chunk."""
+        rnb = col.row_nbytes
+        kernels = _direct_kernels()
+        ok = np.zeros(len(counts), dtype=np.bool_)
+        if kernels is not None:
+            spare = self._buffer_at + rnb * np.arange(head + tail, dtype=np.int64)
+            inside = dst.__array_interface__["data"][0] + dst.strides[0] * np.arange(
+                dst.shape[0], dtype=np.int64
+            )
+            addresses = np.concatenate([spare[:head], inside, spare[head:]])
+            counted = np.asarray(counts, dtype=np.int64)
+            trash = self._buffer_at + (head + tail) * rnb
+            got = kernels.read_rows(
+                self._fd, first, addresses, rnb, counted, np.asarray(at, dtype=np.int64),
+                trash, sums[: len(counts)], ok,
+            )  # fmt: skip
+            if got >= 0:
+                return got, ok
+        rows, parts = self._direct_parts(col, dst, head, tail, at, counts)
+        got = os.preadv(self._fd, parts, first)
+        start = 0
+        for i, n in enumerate(counts):
+            ok[i] = col.table._verified_parts(sums[i], rows[start : start + n], n)
+            start += n
+        return got, ok
 
     def _landing(self, offset: int, nbytes: int, to: int | None) -> np.ndarray:
         """``nbytes`` of the buffer to read the file's bytes at ``offset`` into, to be
