@@ -381,15 +381,17 @@ def bench_store(args, name: str, path: Path, columns, rows: int, episode: int, w
             },
         }
         res.update(spawn_median(cases, args.repeats))
-    fit_base = {**base, "cold": False, "fit": True, "batches": args.fit_steps}
-    fits = spawn_median(
-        {
-            "resident": {**fit_base, "budget": None},
-            "window": {**fit_base, "budget": budget},
-            f"window reuse {r:g}": {**fit_base, "budget": budget, "reuse": r},
-        },
-        args.repeats,
-    )
+    fits = {}
+    if args.fit_steps:  # --fit-steps 0 leaves the Lightning table out
+        fit_base = {**base, "cold": False, "fit": True, "batches": args.fit_steps}
+        fits = spawn_median(
+            {
+                "resident": {**fit_base, "budget": None},
+                "window": {**fit_base, "budget": budget},
+                f"window reuse {r:g}": {**fit_base, "budget": budget, "reuse": r},
+            },
+            args.repeats,
+        )
     print_table(
         f"{name}: OfflineDataModule, {BATCH}-row batches, {args.batches} batches "
         f"(median of {args.repeats})",
@@ -409,6 +411,8 @@ def bench_store(args, name: str, path: Path, columns, rows: int, episode: int, w
             for label, x in res.items()
         ],
     )
+    if not fits:
+        return
     print_table(
         f"{name}: Lightning fit, {args.fit_steps} steps (linear model)",
         ("case", "steps/s", "vs resident", "CPU: thread / process", "peak RSS MiB"),
