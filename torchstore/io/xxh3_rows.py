@@ -17,7 +17,9 @@ bytes (the "long" path of the published algorithm): 64-byte stripes accumulated 
 shifted key, the lanes merged and avalanched. Shorter inputs (another code path of the
 algorithm) are not taken: :func:`xxh3_64` says so, and :func:`verify_rows` reports such a
 block as not verified, for the caller's checked read. The tests compare every result with
-``xxhash.xxh3_64_intdigest``.
+``xxhash.xxh3_64_intdigest``. Words are read in the machine's byte order, which is the
+algorithm's on little-endian machines (x86-64, AArch64); elsewhere no block would match,
+and every block would be read again through the store's own checked read.
 """
 
 from __future__ import annotations
