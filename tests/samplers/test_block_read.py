@@ -349,3 +349,45 @@ def test_a_failed_compiled_read_falls_back_to_os_preadv(frames_path, monkeypatch
         np.testing.assert_array_equal(out[:, 0], store.read_column("frame", 7, FRAME_ROWS))
         reader.close()
     assert calls and stats["store_reads"] == 0
+
+
+def test_the_compiled_read_checks_each_chunk_and_stops_at_a_short_read(tmp_path):
+    """``read_rows`` on a file of three 2-row chunks with gaps between them: every chunk
+    lands in its scattered rows and matches; a file cut inside the last chunk reports how
+    far it got and leaves that chunk unverified; a closed file reports -1."""
+    import xxhash
+
+    from torchstore.samplers.direct_read import read_rows
+
+    rng = np.random.default_rng(9)
+    rnb, offset, at = 300, 4096, np.array([0, 700, 1500], dtype=np.int64)
+    chunks = [rng.integers(0, 256, (2, rnb), dtype=np.uint8) for _ in at]
+    blob = bytearray(offset + int(at[-1]) + 2 * rnb)
+    sums = np.zeros((3, 2, 2), dtype=np.uint64)
+    for i, chunk in enumerate(chunks):
+        blob[offset + at[i] : offset + at[i] + 2 * rnb] = chunk.tobytes()
+        sums[i, 1] = (2, xxhash.xxh3_64_intdigest(chunk.tobytes()))
+    path = tmp_path / "chunks.bin"
+    path.write_bytes(bytes(blob))
+    memory = np.zeros((6, rnb + 40), dtype=np.uint8)
+    rows = memory[:, 20:].__array_interface__["data"][0] + memory.strides[0] * np.arange(6)
+    counts, ok = np.array([2, 2, 2], dtype=np.int64), np.zeros(3, dtype=np.bool_)
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert read_rows(fd, offset, rows.astype(np.int64), rnb, counts, at, sums, ok) == 2100
+        assert ok.all()
+        np.testing.assert_array_equal(memory[:, 20 : 20 + rnb], np.concatenate(chunks))
+        assert not memory[:, :20].any() and not memory[:, 20 + rnb :].any()
+    finally:
+        os.close(fd)
+
+    path.write_bytes(bytes(blob[: offset + 1500 + rnb + 10]))  # cut inside the last chunk
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = read_rows(fd, offset, rows.astype(np.int64), rnb, counts, at, sums, ok)
+        assert got == 1500 + rnb + 10 and ok.tolist() == [True, True, False]
+    finally:
+        os.close(fd)
+    assert read_rows(fd, offset, rows.astype(np.int64), rnb, counts, at, sums, ok) == -1
+    assert not ok.any()

@@ -392,10 +392,9 @@ class ChunkReader:
             )
             addresses = np.concatenate([spare[:head], inside, spare[head:]])
             counted = np.asarray(counts, dtype=np.int64)
-            trash = self._buffer_at + (head + tail) * rnb
             got = kernels.read_rows(
                 self._fd, first, addresses, rnb, counted, np.asarray(at, dtype=np.int64),
-                trash, sums[: len(counts)], ok,
+                sums[: len(counts)], ok,
             )  # fmt: skip
             if got >= 0:
                 return got, ok
