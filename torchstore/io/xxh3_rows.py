@@ -8,8 +8,9 @@ pixel block straight into the rows of its slot, one row per iovec, so each check
 back the GIL, and the thread that samples batches waits for the GIL between them:
 measured with a window over 84x84x3 pixel rows (4 blocks resident, reuse 4), the sampling
 thread drew 18 % more batches a second with the hashing left out, and about as few as
-before with every Python call kept but no bytes hashed. Here a whole span of chunks is
-verified in one call.
+before with every Python call kept but no bytes hashed. Here the check is compiled and
+holds no GIL: :func:`verify_rows` checks any number of blocks in one call, and the refill's
+compiled read (:mod:`torchstore.samplers.direct_read`) calls it as each chunk arrives.
 
 The function is XXH3_64bits with seed 0 and the default secret for inputs longer than 240
 bytes (the "long" path of the published algorithm): 64-byte stripes accumulated into eight
@@ -102,8 +103,8 @@ def _accumulate(typingctx, acc, address, key, first):  # pragma: no cover - comp
     """One stripe: the 64 bytes at ``address`` into the eight lanes ``acc`` with the key
     words ``key[first:first + 8]``. Written as two 4-lane vectors (LLVM then multiplies
     with ``vpmuludq`` where AVX2 is there): each lane adds its neighbour's input word and
-    the product of its keyed word's two 32-bit halves. Scalar code ran at 6-10 GB/s here,
-    this at about twice that."""
+    the product of its keyed word's two 32-bit halves. About 24 GB/s here over 1 MiB
+    (the same loop in scalar code: 6-10 GB/s; the ``xxhash`` package: 28-44 GB/s)."""
 
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
