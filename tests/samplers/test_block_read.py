@@ -391,3 +391,28 @@ def test_the_compiled_read_checks_each_chunk_and_stops_at_a_short_read(tmp_path)
         os.close(fd)
     assert read_rows(fd, offset, rows.astype(np.int64), rnb, counts, at, sums, ok) == -1
     assert not ok.any()
+
+
+def test_a_compiled_read_that_cannot_be_built_falls_back_with_one_warning(frames_path, monkeypatch):
+    """Where the compiled read raises (its ``preadv`` symbol missing on a platform, say),
+    the reader warns once, reads through ``os.preadv`` from then on, and returns the rows."""
+    import torchstore.samplers.block_read as block_read
+    from torchstore.samplers import direct_read
+
+    tries = []
+
+    def broken(*args):
+        tries.append(1)
+        raise RuntimeError("no symbol preadv")
+
+    monkeypatch.setattr(direct_read, "read_rows", broken)
+    monkeypatch.setattr(block_read, "_DIRECT_FAILED", [])
+    with TrajectoryStore(frames_path) as store:
+        reader = ChunkReader(store, ["frame"], buffer_bytes=1 << 20, lock=threading.Lock())
+        out = np.empty((FRAME_ROWS, 64, 64), dtype=np.uint8)
+        with pytest.warns(RuntimeWarning, match="compiled read failed.*no symbol preadv"):
+            reader.read("frame", 0, FRAME_ROWS // 2, out[: FRAME_ROWS // 2])
+        reader.read("frame", FRAME_ROWS // 2, FRAME_ROWS, out[FRAME_ROWS // 2 :])
+        np.testing.assert_array_equal(out, store.read_column("frame", 0, FRAME_ROWS))
+        reader.close()
+    assert len(tries) == 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import warnings
 from typing import Any
 
 import h5py
@@ -54,12 +55,28 @@ _LEAD = 64
 
 def _direct_kernels() -> Any:
     """:mod:`torchstore.samplers.direct_read` while compiled kernels are on
-    (``TORCHSTORE_KERNELS`` is not ``0``), else None; numba is imported on first use."""
-    if os.environ.get("TORCHSTORE_KERNELS", "1") == "0":
+    (``TORCHSTORE_KERNELS`` is not ``0``) and have not failed to build here, else None;
+    numba is imported on first use."""
+    if _DIRECT_FAILED or os.environ.get("TORCHSTORE_KERNELS", "1") == "0":
         return None
     from torchstore.samplers import direct_read
 
     return direct_read
+
+
+_DIRECT_FAILED: list[str] = []  # why the compiled read could not run here (once said)
+
+
+def _direct_failed(exc: Exception) -> None:
+    """The compiled read raised (it could not be built here: no ``preadv`` symbol to link,
+    say): warn once, and read through ``os.preadv`` from now on."""
+    _DIRECT_FAILED.append(f"{type(exc).__name__}: {exc}")
+    warnings.warn(
+        "torchstore: window refills read through os.preadv, the compiled read failed "
+        f"({_DIRECT_FAILED[0][:300]})",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def _byte_rows(out: np.ndarray) -> np.ndarray | None:
@@ -392,10 +409,14 @@ class ChunkReader:
             )
             addresses = np.concatenate([spare[:head], inside, spare[head:]])
             counted = np.asarray(counts, dtype=np.int64)
-            got = kernels.read_rows(
-                self._fd, first, addresses, rnb, counted, np.asarray(at, dtype=np.int64),
-                sums[: len(counts)], ok,
-            )  # fmt: skip
+            try:
+                got = kernels.read_rows(
+                    self._fd, first, addresses, rnb, counted, np.asarray(at, dtype=np.int64),
+                    sums[: len(counts)], ok,
+                )  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - a build failure: fall back, said once
+                _direct_failed(exc)
+                got = -1
             if got >= 0:
                 return got, ok
         rows, parts = self._direct_parts(col, dst, head, tail, at, counts)
