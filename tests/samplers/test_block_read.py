@@ -416,3 +416,29 @@ def test_a_compiled_read_that_cannot_be_built_falls_back_with_one_warning(frames
         np.testing.assert_array_equal(out, store.read_column("frame", 0, FRAME_ROWS))
         reader.close()
     assert len(tries) == 1
+
+
+def test_2_kib_rows_go_straight_with_the_compiled_read_and_through_the_buffer_without(
+    tmp_path, monkeypatch
+):
+    """Rows of 2 KiB are read straight into their rows by the compiled read, and through
+    the buffer with the kernels off (where an iovec and a hash call a row cost more than
+    the copy): the same rows either way."""
+    path = tmp_path / "mid.h5"
+    rng = np.random.default_rng(11)
+    with TrajectoryStoreWriter(path, [ColumnSpec("img", torch.uint8, (32, 64))]) as w:
+        for _ in range(6):
+            w.add_episode({"img": rng.integers(0, 256, (100, 32, 64), dtype=np.uint8)})
+    for kernels in ("1", "0"):
+        monkeypatch.setenv("TORCHSTORE_KERNELS", kernels)
+        with TrajectoryStore(path) as store:
+            stats: dict = {}
+            reader = ChunkReader(
+                store, ["img"], buffer_bytes=1 << 20, lock=threading.Lock(), stats=stats
+            )
+            assert reader._columns["img"].direct == (kernels == "1")
+            wide = np.zeros((590, 2, 32, 64), dtype=np.uint8)
+            reader.read("img", 5, 595, wide[:, 1])
+            np.testing.assert_array_equal(wide[:, 1], store.read_column("img", 5, 595))
+            assert not wide[:, 0].any() and stats["store_reads"] == 0
+            reader.close()

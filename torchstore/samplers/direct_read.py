@@ -2,7 +2,7 @@
 call that holds no GIL (numba; libc's ``preadv`` and the xxh3 check of
 :mod:`torchstore.io.xxh3_rows`).
 
-:class:`~torchstore.samplers.block_read.ChunkReader` reads rows of 4 KiB or more (pixels)
+:class:`~torchstore.samplers.block_read.ChunkReader` reads rows of 2 KiB or more (pixels)
 with one iovec a row straight into a window's slot. Through ``os.preadv`` that takes a
 Python list of a few hundred row views a span, built and converted while the refill thread
 holds the GIL, which the thread sampling batches then waits for. Here the iovecs are
