@@ -15,6 +15,7 @@ from torchstore.data.columns import ColumnSpec
 from torchstore.data.store import TrajectoryStore
 from torchstore.data.writer import TrajectoryStoreWriter
 from torchstore.errors import IntegrityError
+from torchstore.samplers import philox
 from torchstore.samplers.block_read import ChunkReader
 from torchstore.samplers.block_window import BlockWindow
 from torchstore.samplers.philox import PhiloxStream
@@ -225,7 +226,7 @@ def _counting_preadv(monkeypatch) -> list[int]:
 
 
 @pytest.fixture(params=["compiled", "xxhash"])
-def verifier(request, monkeypatch):
+def read_path(request, monkeypatch):
     """How a direct read reads and checks its chunks: one compiled call a span (the
     default), or ``os.preadv`` and ``xxhash`` chunk by chunk (compiled kernels off).
     Counts the chunks of each compiled call."""
@@ -248,7 +249,7 @@ def verifier(request, monkeypatch):
 
 
 def test_rows_of_4_kib_land_straight_in_the_destination_across_chunk_gaps(
-    frames_path, monkeypatch, verifier
+    frames_path, monkeypatch, read_path
 ):
     """A frame column is read with one iovec a row into the destination (strided like a
     window slot, or contiguous), a run of chunks in one call across the small gaps the
@@ -274,7 +275,7 @@ def test_rows_of_4_kib_land_straight_in_the_destination_across_chunk_gaps(
             flat = np.zeros((hi - lo, 64, 64), dtype=np.uint8)
             reader.read("frame", lo, hi, flat)
             np.testing.assert_array_equal(flat, expected)
-        mode, compiled = verifier
+        mode, compiled = read_path
         calls.clear()
         compiled.clear()
         reader.read("frame", 0, FRAME_ROWS, np.empty((FRAME_ROWS, 64, 64), dtype=np.uint8))
@@ -288,7 +289,9 @@ def test_rows_of_4_kib_land_straight_in_the_destination_across_chunk_gaps(
         assert sum(calls) >= FRAME_ROWS  # an iovec a row at least (and the gaps)
 
 
-def test_a_damaged_frame_chunk_fails_its_checksum_in_a_direct_read(frames_path, tmp_path, verifier):
+def test_a_damaged_frame_chunk_fails_its_checksum_in_a_direct_read(
+    frames_path, tmp_path, read_path
+):
     bad = _flip_a_byte(frames_path, tmp_path / "bad.h5", "frame", chunk=3, at=4099)
     with TrajectoryStore(bad) as store:
         chunk = store._ds.columns["frame"].block_rows
@@ -300,7 +303,7 @@ def test_a_damaged_frame_chunk_fails_its_checksum_in_a_direct_read(frames_path, 
         with pytest.raises(IntegrityError, match="column 'frame'.*checksum"):
             reader.read("frame", 0, FRAME_ROWS, out)
         reader.close()
-    mode, verified = verifier
+    mode, verified = read_path
     assert (mode == "compiled") == bool(verified)
 
 
@@ -429,14 +432,14 @@ def test_2_kib_rows_go_straight_with_the_compiled_read_and_through_the_buffer_wi
     with TrajectoryStoreWriter(path, [ColumnSpec("img", torch.uint8, (32, 64))]) as w:
         for _ in range(6):
             w.add_episode({"img": rng.integers(0, 256, (100, 32, 64), dtype=np.uint8)})
-    for kernels in ("1", "0"):
-        monkeypatch.setenv("TORCHSTORE_KERNELS", kernels)
+    for kernels in (True, False):
+        monkeypatch.setattr(philox, "KERNELS", kernels)
         with TrajectoryStore(path) as store:
             stats: dict = {}
             reader = ChunkReader(
                 store, ["img"], buffer_bytes=1 << 20, lock=threading.Lock(), stats=stats
             )
-            assert reader._columns["img"].direct == (kernels == "1")
+            assert reader._columns["img"].direct == kernels
             wide = np.zeros((590, 2, 32, 64), dtype=np.uint8)
             reader.read("img", 5, 595, wide[:, 1])
             np.testing.assert_array_equal(wide[:, 1], store.read_column("img", 5, 595))

@@ -30,6 +30,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from torchstore.samplers import philox
+
 __all__ = ["ChunkReader"]
 
 #: most bytes one ``preadv`` reads (the reusable buffer: small enough that the hash and
@@ -60,11 +62,17 @@ _SLOW = 32
 _LEAD = 64
 
 
+def _compiled_read_on() -> bool:
+    """Whether direct reads take the compiled read: the samplers' kernel switch is on
+    (:data:`torchstore.samplers.philox.KERNELS`; ``TORCHSTORE_KERNELS=0`` turns it off)
+    and the read has not failed to build here."""
+    return philox.KERNELS and not _DIRECT_FAILED
+
+
 def _direct_kernels() -> Any:
-    """:mod:`torchstore.samplers.direct_read` while compiled kernels are on
-    (``TORCHSTORE_KERNELS`` is not ``0``) and have not failed to build here, else None;
+    """:mod:`torchstore.samplers.direct_read` while :func:`_compiled_read_on`, else None;
     numba is imported on first use."""
-    if _DIRECT_FAILED or os.environ.get("TORCHSTORE_KERNELS", "1") == "0":
+    if not _compiled_read_on():
         return None
     from torchstore.samplers import direct_read
 
@@ -183,8 +191,7 @@ class ChunkReader:
             self.buffer_bytes = 0
             self._columns.clear()
             self.close()
-        compiled = not _DIRECT_FAILED and os.environ.get("TORCHSTORE_KERNELS", "1") != "0"
-        least = DIRECT_ROW_BYTES if compiled else DIRECT_ROW_BYTES_UNCOMPILED
+        least = DIRECT_ROW_BYTES if _compiled_read_on() else DIRECT_ROW_BYTES_UNCOMPILED
         for col in self._columns.values():
             # a direct read holds the rows of its first and last chunk that are not asked
             # for, and the gaps, in the buffer
