@@ -445,7 +445,9 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=2000)
     ap.add_argument("--fit-steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument(
+        "--dir", type=Path, default=None, help="scratch folder for the stores (made if missing)"
+    )
     ap.add_argument("--keep", action="store_true")
     ap.add_argument(
         "--drop-caches",
@@ -458,6 +460,8 @@ def main() -> None:
     if args.case is not None:
         print(json.dumps(run_case(json.loads(args.case))))
         return
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="beyond_memory_", dir=args.dir))
     try:
         warm = root / "warm.h5"

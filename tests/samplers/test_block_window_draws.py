@@ -131,3 +131,48 @@ def test_a_block_streams_draws_are_mapped_ahead(store_path):
         window.draw_plain(stream, 8)
         assert window._ahead is ahead
         window.close()
+
+
+@pytest.mark.parametrize(
+    "episodes, kw",
+    [
+        (list(range(len(LENGTHS))), {}),
+        (list(range(0, len(LENGTHS), 2)), {}),
+        (list(range(len(LENGTHS))), {"rank": 1, "world_size": 2, "reuse": 3}),
+    ],
+)
+def test_drawn_and_gathered_in_one_call_are_the_plain_draws(store_path, episodes, kw):
+    """``draw_plain_gathered`` (the compiled draw, run lookup and gather) gives the stream
+    positions, store rows and row bytes of ``draw_plain`` and a gather, over phase changes
+    and epochs."""
+    with TrajectoryStore(store_path) as store:
+        fused, plain = make(store, episodes, **kw), make(store, episodes, **kw)
+        sf, sp = PhiloxStream(5, block=256), PhiloxStream(5, block=256)
+        for _ in range(300):
+            source = fused.packed.block_arrays()[0]
+            row, gathered = fused.draw_plain_gathered(sf, 8, source)
+            packed, expected_row = plain.draw_plain(sp, 8)
+            assert torch.equal(row, expected_row)
+            np.testing.assert_array_equal(gathered, plain.packed.block_arrays()[0][packed.numpy()])
+            assert int(sf.position) == int(sp.position)
+            assert fused.state_dict() == plain.state_dict()
+        assert plain.schedule.epoch >= 1
+        fused.close()
+        plain.close()
+
+
+def test_drawn_and_gathered_needs_the_compiled_path(store_path, monkeypatch):
+    """Without a block-mode stream or with the kernels off it draws nothing and says so."""
+    from torchstore.samplers import philox
+
+    with TrajectoryStore(store_path) as store:
+        window = make(store, list(range(len(LENGTHS))))
+        source = window.packed.block_arrays()[0]
+        stream = PhiloxStream(5)  # not in block mode
+        assert window.draw_plain_gathered(stream, 8, source) is None
+        assert int(stream.position) == 0 and window.schedule.phase == 0
+        monkeypatch.setattr(philox, "KERNELS", False)
+        block_stream = PhiloxStream(5, block=256)
+        assert window.draw_plain_gathered(block_stream, 8, source) is None
+        assert int(block_stream.position) == 0
+        window.close()

@@ -347,12 +347,7 @@ class PackedColumns:
         sources = self.block_arrays()
         arrays = []
         for b, source in enumerate(sources):
-            if out is not None:
-                dest = out[b].numpy()
-            elif n * self._block_row_bytes[b] >= RECYCLE_BYTES:
-                dest = self._recycled.empty(n, source.shape[1], self.blocks[b].dtype).numpy()
-            else:
-                dest = np.empty((n, source.shape[1]), dtype=source.dtype)
+            dest = self.batch_array(b, n) if out is None else out[b].numpy()
             bad = kernels.gather_rows(source, rows, dest)
             if bad >= 0:
                 raise IndexError(
@@ -361,6 +356,15 @@ class PackedColumns:
                 )
             arrays.append(dest)
         return arrays
+
+    def batch_array(self, b: int, n: int) -> np.ndarray:
+        """Fresh CPU memory for ``n`` rows of block ``b`` (a C-contiguous numpy array), for a
+        gather to fill: a batch of :data:`RECYCLE_BYTES` or more reuses the memory of an
+        earlier batch that is gone (see :mod:`torchstore.data.recycled`)."""
+        block = self.blocks[b]
+        if n * self._block_row_bytes[b] >= RECYCLE_BYTES:
+            return self._recycled.empty(n, block.shape[1], block.dtype).numpy()
+        return np.empty((n, block.shape[1]), dtype=self.block_arrays()[b].dtype)
 
     def gather_leaves(self, index: torch.Tensor, plan: BatchPlan) -> dict:
         """``plan``'s nested dict of leaves at rows ``index``, in fresh memory: on the CPU

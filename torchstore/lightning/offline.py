@@ -314,10 +314,8 @@ class OfflineDataModule(StoreDataModule):
         """:meth:`_assemble` of uniformly drawn rows, less its general cases: per batch a
         stream draw, one gather, one view per column and the container."""
         n = self.batch_size
-        if self.window is not None:  # store rows a new tensor; packed positions to gather at
-            at, index = self.window.draw_plain(self.philox, n)
-            packed = self.window.packed
-            leaves = packed.gather_leaves(at, self._batch_plan(packed))
+        if self.window is not None:
+            leaves, index = self._draw_window_rows(n)
         else:
             leaves, index = self._draw_resident_rows(n)
         if self._derived:
@@ -327,6 +325,20 @@ class OfflineDataModule(StoreDataModule):
         if self.output is Output.DICT:
             return leaves
         return tensordict_of(leaves, torch.Size([n]), self.device)
+
+    def _draw_window_rows(self, n: int) -> tuple[dict, torch.Tensor]:
+        """:meth:`_draw_resident_rows` from the window's active blocks."""
+        window = self.window
+        packed = window.packed
+        plan = self._batch_plan(packed)
+        sources = packed.block_arrays() if plan.cuts_arrays else None
+        if sources is not None and len(sources) == 1:
+            drawn = window.draw_plain_gathered(self.philox, n, sources[0])
+            if drawn is not None:
+                index, gathered = drawn
+                return plan.leaves_of_arrays([gathered], n), index
+        at, index = window.draw_plain(self.philox, n)  # packed positions to gather at
+        return packed.gather_leaves(at, plan), index
 
     def _draw_resident_rows(self, n: int) -> tuple[dict, torch.Tensor]:
         """The leaves and store rows of ``n`` uniform rows of the resident training rows:

@@ -50,6 +50,7 @@ __all__ = [
     "randint_words",
     "randint_rows",
     "draw_gather",
+    "draw_runs_gather",
     "uniform_words",
     "bucket_sorted",
     "descend_whole",
@@ -186,6 +187,55 @@ def draw_gather(
     if bad >= 0:
         raise IndexError(f"row {int(index[bad])} is outside the {src.shape[0]} rows gathered from")
     return index, out
+
+
+@numba.njit(cache=True, nogil=True)
+def _draw_runs_gather(
+    words, first, n, run_end, packed_off, store_off, src, at, index, out
+):  # pragma: no cover - compiled
+    # gather_rows is compiled in here too: see _draw_gather
+    _randint(words[first : first + at.shape[0]], n, at, 0)
+    runs = run_end.shape[0]
+    for i in range(at.shape[0]):
+        x = at[i]
+        lo, hi = 0, runs  # the first run ending past x (numpy's searchsorted, side="right")
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if run_end[mid] > x:
+                hi = mid
+            else:
+                lo = mid + 1
+        q = min(lo, runs - 1)
+        at[i] = x + packed_off[q]
+        index[i] = x + store_off[q]
+    return gather_rows(src, at, out)
+
+
+def draw_runs_gather(
+    words: np.ndarray,
+    first: int,
+    n: int,
+    runs: tuple[np.ndarray, np.ndarray, np.ndarray],
+    src: np.ndarray,
+    out: np.ndarray,
+) -> np.ndarray:
+    """``len(out)`` uniform draws over ``n`` units laid out in runs, mapped and gathered in
+    one call: draw ``x = randint_below(words[first : ...], n)`` lies in run ``q`` (the first
+    whose ``run_end`` exceeds ``x``), at row ``x + packed_off[q]`` of ``src`` and store row
+    ``x + store_off[q]``; ``runs`` is ``(run_end, packed_off, store_off)``, int64. Writes the
+    rows into ``out`` and returns the store rows, a new array.
+
+    Raises:
+        IndexError: if a mapped row lies outside ``src``.
+    """
+    count = out.shape[0]
+    at = np.empty(count, dtype=np.int64)
+    index = np.empty(count, dtype=np.int64)
+    run_end, packed_off, store_off = runs
+    bad = _draw_runs_gather(words, first, n, run_end, packed_off, store_off, src, at, index, out)
+    if bad >= 0:
+        raise IndexError(f"row {int(at[bad])} is outside the {src.shape[0]} rows gathered from")
+    return index
 
 
 def randint_rows(words: np.ndarray, first: int, count: int, n: int, offset: int) -> Tensor:
