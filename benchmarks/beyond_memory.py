@@ -14,7 +14,9 @@ pixels); the defaults are small enough for a shared 2-core machine.
 For each store, every case runs in a fresh Python process (so its peak RSS is its own) and
 prints, for an ``OfflineDataModule`` with ``batch_size=256``:
 
-- batches/s drawing ``--batches`` batches with ``resident="all"`` and with a budget of
+- batches/s drawing ``--batches`` pixel batches (``--walker-batches`` walker ones: a walker
+  batch takes tens of microseconds, so its cases draw ten times as many to run about a
+  second) with ``resident="all"`` and with a budget of
   ``--fraction`` of the store (``resident="<bytes>B"``, ``--blocks`` resident blocks), warm
   and cold (the store's pages dropped from the page cache with ``posix_fadvise(DONTNEED)``
   before the run, which needs no privileges; where it is unavailable the cold row says so;
@@ -43,7 +45,8 @@ hashed and copied, which costs more CPU than gathering the batch, and cold, more
 bandwidth than a disk of a few hundred MB/s gives: only a larger reuse can keep up there.
 
 Usage: python benchmarks/beyond_memory.py [--walker-rows 1000000] [--pixel-frames 10000]
-       [--fraction 0.1] [--blocks 4] [--reuse 4] [--batches 2000] [--fit-steps 300]
+       [--fraction 0.1] [--blocks 4] [--reuse 4] [--batches 2000]
+       [--walker-batches 20000] [--fit-steps 300]
        [--repeats 1] [--dir DIR] [--keep] [--drop-caches]
 """
 
@@ -351,7 +354,9 @@ def _cpu_ratios(r: dict, ref: dict) -> str:
     return f"{thread:.2f}x / {r['cpu_per_s'] / ref['cpu_per_s']:.2f}x"
 
 
-def bench_store(args, name: str, path: Path, columns, rows: int, episode: int, warm: Path):
+def bench_store(
+    args, name: str, path: Path, columns, rows: int, episode: int, warm: Path, batches: int
+):
     t0 = time.perf_counter()
     write_store(path, columns, rows, episode)
     with TrajectoryStore(path) as store:
@@ -365,7 +370,7 @@ def bench_store(args, name: str, path: Path, columns, rows: int, episode: int, w
         f"({args.fraction:.0%}), {args.blocks} resident blocks + 1 refilling",
         flush=True,
     )
-    base = dict(store=str(path), warm=str(warm), blocks=args.blocks, batches=args.batches)
+    base = dict(store=str(path), warm=str(warm), blocks=args.blocks, batches=batches)
     base.update(fit=False, reuse=1.0, drop_all=args.drop_caches)
     r = args.reuse
     res = {}
@@ -393,7 +398,7 @@ def bench_store(args, name: str, path: Path, columns, rows: int, episode: int, w
             args.repeats,
         )
     print_table(
-        f"{name}: OfflineDataModule, {BATCH}-row batches, {args.batches} batches "
+        f"{name}: OfflineDataModule, {BATCH}-row batches, {batches} batches "
         f"(median of {args.repeats})",
         (
             "case",
@@ -442,7 +447,14 @@ def main() -> None:
         default=4.0,
         help="resident_reuse of the second windowed case (the first uses 1)",
     )
-    ap.add_argument("--batches", type=int, default=2000)
+    ap.add_argument("--batches", type=int, default=2000, help="batches a pixel case draws")
+    ap.add_argument(
+        "--walker-batches",
+        type=int,
+        default=20000,
+        help="batches a walker case draws (about a second: shorter runs measure the noise of "
+        "a shared machine, and reach few refills)",
+    )
     ap.add_argument("--fit-steps", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument(
@@ -467,9 +479,27 @@ def main() -> None:
         warm = root / "warm.h5"
         write_store(warm, WALKER, 2000, 100)
         if args.walker_rows:
-            bench_store(args, "walker", root / "walker.h5", WALKER, args.walker_rows, 1000, warm)
+            bench_store(
+                args,
+                "walker",
+                root / "walker.h5",
+                WALKER,
+                args.walker_rows,
+                1000,
+                warm,
+                args.walker_batches,
+            )
         if args.pixel_frames:
-            bench_store(args, "pixels", root / "pixels.h5", PIXELS, args.pixel_frames, 500, warm)
+            bench_store(
+                args,
+                "pixels",
+                root / "pixels.h5",
+                PIXELS,
+                args.pixel_frames,
+                500,
+                warm,
+                args.batches,
+            )
     finally:
         if args.keep:
             print(f"\nstores kept in {root}")
