@@ -2,8 +2,8 @@
 
 Same state in, same bits out: tree nodes after batched updates (duplicates, zeros, ragged
 capacities), descents (indices, values, totals), Philox words at any offset and sub-stream,
-a prioritized sampler's rows and importance weights for the same stream state, and a fused
-uniform draw and gather.
+a prioritized sampler's rows and importance weights for the same stream state, a fused
+uniform draw and gather, and one over runs of rows (a window's active blocks).
 """
 
 from __future__ import annotations
@@ -213,3 +213,49 @@ def test_a_fused_draw_and_gather_is_the_draw_then_the_gather():
         assert uniform_gathered(fused, 4, 10, 0, source) is None
     with pytest.raises(IndexError, match="outside the 300 rows"):
         uniform_gathered(fused, 64, 300, 50, source)
+
+
+@given(
+    lengths=st.lists(st.integers(1, 40), min_size=1, max_size=8),
+    gaps=st.lists(st.integers(0, 9), min_size=8, max_size=8),
+    n=st.integers(1, 90),
+    position=st.integers(0, 500),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_draw_over_runs_maps_and_gathers_as_numpy_does(lengths, gaps, n, position):
+    """``draw_runs_gather``: the stream's integers below the runs' total, each placed in its
+    run as ``searchsorted(run_end, x, side="right")`` places it, and those rows gathered."""
+    from torchstore.samplers import kernels
+
+    run_end = np.cumsum(lengths).astype(np.int64)
+    starts, at = [], 0
+    for length, gap in zip(lengths, gaps):  # runs laid out in order with gaps between
+        at += gap
+        starts.append(at)
+        at += length
+    packed_off = np.array(starts, dtype=np.int64) - (run_end - np.array(lengths))
+    store_off = packed_off + 1000
+    source = np.arange(at * 2, dtype=np.float32).reshape(at, 2)
+    stream, plain = PhiloxStream(3, block=128), PhiloxStream(3, block=128)
+    stream.seek(position)
+    plain.seek(position)
+    words, first = stream.block_words(n)
+    out = np.empty((n, 2), dtype=np.float32)
+    index = kernels.draw_runs_gather(
+        words, first, int(run_end[-1]), (run_end, packed_off, store_off), source, out
+    )
+    x = uniform_rows(plain, n, int(run_end[-1])).numpy()
+    q = run_end.searchsorted(x, side="right")
+    np.testing.assert_array_equal(index, x + store_off[q])
+    np.testing.assert_array_equal(out, source[x + packed_off[q]])
+
+
+def test_a_draw_over_runs_refuses_rows_outside_the_source():
+    from torchstore.samplers import kernels
+
+    words, first = PhiloxStream(1, block=64).block_words(16)
+    runs = (np.array([50], dtype=np.int64), np.array([40], dtype=np.int64), np.zeros(1, np.int64))
+    out = np.zeros((16, 1), dtype=np.int32)
+    with pytest.raises(IndexError, match="outside the 60 rows"):
+        kernels.draw_runs_gather(words, first, 50, runs, np.ones((60, 1), np.int32), out)
+    assert not out.any()  # every row checked before any is written
