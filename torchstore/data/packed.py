@@ -364,7 +364,7 @@ class PackedColumns:
         block = self.blocks[b]
         if n * self._block_row_bytes[b] >= RECYCLE_BYTES:
             return self._recycled.empty(n, block.shape[1], block.dtype).numpy()
-        return np.empty((n, block.shape[1]), dtype=self.block_arrays()[b].dtype)
+        return np.empty((n, block.shape[1]), dtype=numpy_dtype(block.dtype))
 
     def gather_leaves(self, index: torch.Tensor, plan: BatchPlan) -> dict:
         """``plan``'s nested dict of leaves at rows ``index``, in fresh memory: on the CPU
