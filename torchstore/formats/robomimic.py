@@ -1,0 +1,269 @@
+"""robomimic-layout HDF5 into a store: every key exact, demos in robomimic's order.
+
+The layout (:mod:`torchstore.formats.robomimic_layout`) is the one robomimic, MimicGen,
+LIBERO and Isaac Lab write. Each per-step dataset becomes a column: ``obs/<k>`` stays
+``obs/<k>`` (``batch["obs", k]``), ``next_obs/<k>`` becomes ``next/obs/<k>``, ``actions``
+``action``, ``rewards`` ``reward`` (float; integer rewards, as LIBERO writes them, are cast
+exactly to float64), ``dones`` ``done`` (bool, when every value is 0 or 1; otherwise the
+column keeps the name ``dones`` and its dtype), and every other key keeps its path
+(``states``, ``robot_states``, Isaac Lab's ``states/articulation/...``). Images stay uint8.
+
+Kept in the store's metadata, so :func:`~torchstore.formats.export_robomimic` writes the
+file back byte for byte per dataset: the file's and ``data``'s attributes (``env_args``,
+LIBERO's ``problem_info`` and ``bddl_file_name``, ...), the key map with each dataset's
+dtype, storage options and attributes, and the filter keys (``mask/<name>``), which also
+become named episode sets (``metadata["episode_sets"]["train"]``: episode numbers). Each
+episode's metadata holds its demo name, its attributes (``model_file``, ``init_state``,
+``seed``, ``success``, ...) and its per-demo arrays (Isaac Lab's ``initial_state/...``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from torchstore.data.columns import ColumnSpec
+from torchstore.errors import ColumnError, DatasetFormatError, TorchstoreError
+from torchstore.formats.robomimic_layout import (
+    DemoKey,
+    RobomimicLayout,
+    encode_attr,
+    encode_attrs,
+    read_layout,
+    storage_options,
+)
+
+__all__ = ["import_robomimic", "open_robomimic"]
+
+#: Bytes of rows read and committed at once (whole demos; one commit each).
+_SLAB_BYTES = 256 << 20
+_EXACT_FLOAT = 2**53  # integers up to this magnitude are exact in float64
+
+
+def open_robomimic(source: str | os.PathLike) -> h5py.File:
+    """Open a robomimic-layout file for reading, or a DatasetFormatError naming it."""
+    path = Path(source)
+    if not path.is_file():
+        raise DatasetFormatError(f"{path}: no such file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        raise DatasetFormatError(
+            f"{path}: not a readable HDF5 file (truncated or damaged?): {exc}"
+        ) from None
+
+
+def _read(where: str, ds: h5py.Dataset, out: np.ndarray) -> None:
+    try:
+        if out.size:
+            ds.read_direct(out)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise DatasetFormatError(
+            f"{where}: cannot be read (truncated or damaged file?): {exc}"
+        ) from None
+
+
+def _settle_casts(f: h5py.File, layout: RobomimicLayout, label: str) -> None:
+    """``dones`` become bool and integer ``rewards`` float64 only where that is exact."""
+    for key in layout.keys:
+        dtype = np.dtype(key.dtype)
+        if key.column == "done":
+            ok = dtype.kind in "biuf" and all(
+                np.isin(_whole(f, label, demo, key.path), (0, 1)).all() for demo in layout.demos
+            )
+            key.cast = ok and dtype != np.bool_
+            key.column = "done" if ok else key.path
+        elif key.column == "reward" and dtype.kind in "biu":
+            ok = all(
+                np.abs(_whole(f, label, demo, key.path).astype(np.float64)).max(initial=0)
+                < _EXACT_FLOAT
+                for demo in layout.demos
+            )
+            key.cast, key.column = ok, "reward" if ok else key.path
+        elif key.column == "reward" and dtype.kind != "f":
+            key.column = key.path
+
+
+def _whole(f: h5py.File, label: str, demo: str, path: str) -> np.ndarray:
+    ds = f[f"data/{demo}/{path}"]
+    out = np.empty(ds.shape, ds.dtype)
+    _read(f"{label} data/{demo} key '{path}'", ds, out)
+    return out
+
+
+def _column_dtype(key: DemoKey) -> np.dtype:
+    if not key.cast:
+        return np.dtype(key.dtype)
+    return np.dtype(np.bool_) if key.column == "done" else np.dtype(np.float64)
+
+
+def _columns(layout: RobomimicLayout, label: str) -> list[ColumnSpec]:
+    specs = []
+    for key in layout.keys:
+        try:
+            specs.append(ColumnSpec(key.column, _column_dtype(key), tuple(key.shape)))
+        except ColumnError as exc:
+            raise DatasetFormatError(
+                f"{label}: key '{key.path}' cannot be a column: {exc}"
+            ) from None
+    return specs
+
+
+def _episode_meta(f: h5py.File, label: str, demo: str, per_demo: list[str]) -> dict[str, Any]:
+    group = f[f"data/{demo}"]
+    meta: dict[str, Any] = {"demo": demo, "attrs": encode_attrs(group.attrs)}
+    arrays = {}
+    for path in per_demo:
+        if path in group:
+            ds = group[path]
+            value = np.empty(ds.shape, ds.dtype)
+            _read(f"{label} data/{demo} key '{path}'", ds, value)
+            arrays[path] = {
+                "value": encode_attr(value),
+                "options": storage_options(ds),
+                "attrs": encode_attrs(ds.attrs),
+            }
+    if arrays:
+        meta["arrays"] = arrays
+    return meta
+
+
+def _batches(layout: RobomimicLayout, row_bytes: int) -> Iterator[list[int]]:
+    """Consecutive demo numbers of at most ``_SLAB_BYTES`` of rows (or one demo) each."""
+    batch: list[int] = []
+    size = 0
+    for i, length in enumerate(layout.lengths):
+        if batch and size + length * row_bytes > _SLAB_BYTES:
+            yield batch
+            batch, size = [], 0
+        batch.append(i)
+        size += length * row_bytes
+    if batch:
+        yield batch
+
+
+def _read_batch(
+    f: h5py.File, label: str, layout: RobomimicLayout, batch: list[int]
+) -> dict[str, np.ndarray]:
+    total = sum(layout.lengths[i] for i in batch)
+    rows: dict[str, np.ndarray] = {}
+    for key in layout.keys:
+        out = np.empty((total, *key.shape), np.dtype(key.dtype))
+        at = 0
+        for i in batch:
+            demo, n = layout.demos[i], layout.lengths[i]
+            _read(
+                f"{label} data/{demo} key '{key.path}'",
+                f[f"data/{demo}/{key.path}"],
+                out[at : at + n],
+            )
+            at += n
+        rows[key.column] = out.astype(_column_dtype(key)) if key.cast else out
+    return rows
+
+
+def _metadata(f: h5py.File, layout: RobomimicLayout, source: str) -> dict[str, Any]:
+    index = {demo: i for i, demo in enumerate(layout.demos)}
+    return {
+        "robomimic": {
+            "source": source,
+            "variant": layout.variant,
+            "root_attrs": encode_attrs(f.attrs),
+            "data_attrs": encode_attrs(f["data"].attrs),
+            "keys": [k.to_json() for k in layout.keys],
+            "per_demo": layout.per_demo,
+            "masks": layout.masks,
+        },
+        "episode_sets": {
+            name: [index[d] for d in mask["demos"]] for name, mask in layout.masks.items()
+        },
+    }
+
+
+def _env_id(f: h5py.File) -> str | None:
+    try:
+        env_args = json.loads(f["data"].attrs.get("env_args", "{}"))
+    except (TypeError, ValueError):
+        return None
+    name = env_args.get("env_name") if isinstance(env_args, dict) else None
+    return name if isinstance(name, str) and name else None
+
+
+def import_robomimic(
+    source: str | os.PathLike,
+    dest: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Import a robomimic-layout HDF5 file (robomimic, MimicGen, LIBERO, Isaac Lab) into a
+    new store at ``dest``.
+
+    Args:
+        source: the ``.hdf5`` file.
+        dest: the store file to write; written beside and renamed into place when whole,
+            so a failed or killed import leaves nothing at ``dest``.
+        overwrite: replace an existing store at ``dest``.
+        progress: draw a progress bar (on a terminal; a few lines elsewhere).
+
+    Raises:
+        DatasetFormatError: the file is unreadable or truncated, has no demos, a demo's
+            keys have different lengths, demos have different keys, or a filter key names
+            unknown demos; the message names the file, the demo and the key.
+
+    Examples:
+        >>> import_robomimic("lift/ph/image.hdf5", "lift.h5")  # doctest: +SKIP
+    """
+    from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.io.destination import check_destination
+    from torchstore.io.progress import progress_bar
+
+    label = str(source)
+    dest = check_destination(dest, sources=[source], overwrite=overwrite, what="store")
+    with open_robomimic(source) as f:
+        try:
+            layout = read_layout(f, label)
+            _settle_casts(f, layout, label)
+        except (KeyError, OSError, RuntimeError) as exc:
+            raise DatasetFormatError(f"{label}: cannot be read (damaged?): {exc}") from None
+        specs = _columns(layout, label)
+        row_bytes = sum(s.storage_dtype.itemsize * int(np.prod(s.shape)) for s in specs)
+        partial = dest.with_name(f".{dest.name}.importing")
+        partial.unlink(missing_ok=True)
+        bar = progress_bar(
+            enabled=progress, total=sum(layout.lengths), unit="step", desc=f"import {label}"
+        )
+        try:
+            with TrajectoryStoreWriter(
+                partial,
+                specs,
+                env_id=_env_id(f),
+                metadata=_metadata(f, layout, label),
+                overwrite=True,
+            ) as writer:
+                for batch in _batches(layout, max(row_bytes, 1)):
+                    rows = _read_batch(f, label, layout, batch)
+                    metas = [
+                        _episode_meta(f, label, layout.demos[i], layout.per_demo) for i in batch
+                    ]
+                    writer.add_episodes(rows, [layout.lengths[i] for i in batch], metas)
+                    if bar is not None:
+                        bar.update(sum(layout.lengths[i] for i in batch))
+            os.replace(partial, dest)
+        except BaseException as exc:
+            partial.unlink(missing_ok=True)
+            if isinstance(exc, (KeyError, OSError, RuntimeError)) and not isinstance(
+                exc, TorchstoreError
+            ):
+                raise DatasetFormatError(f"{label}: cannot be read (damaged?): {exc}") from None
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+    return dest

@@ -1,0 +1,201 @@
+"""A store as a robomimic-layout HDF5 file that robomimic's ``SequenceDataset`` loads.
+
+A store imported from robomimic (or LIBERO, Isaac Lab) is written back as it came: the
+same dataset names, dtypes, storage options and attributes, the same demo names, filter
+keys and file attributes, so every dataset is byte-equal to the original. Any other store
+is written in robomimic's own names: ``obs/<k>`` -> ``obs/<k>`` (a plain ``obs`` column
+-> ``obs/obs``), ``next/obs/<k>`` -> ``next_obs/<k>``, ``action`` -> ``actions``,
+``reward`` -> ``rewards``, ``done`` -> ``dones`` (int64 0/1, as robomimic writes them),
+other columns under their own name; ``env_args`` names the store's env id, and the
+store's named episode sets become filter keys. Quantised columns are written dequantised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from torchstore.data.columns import ColumnSpec, numpy_dtype
+from torchstore.errors import DatasetFormatError
+from torchstore.formats.robomimic_layout import DemoKey, decode_attr, decode_attrs
+
+__all__ = ["export_robomimic"]
+
+#: robomimic's EnvType for environments that are not robosuite's (gym-style).
+_GYM_ENV_TYPE = 2
+_BACK = {"action": "actions", "reward": "rewards", "done": "dones"}
+
+
+def _foreign_key(spec: ColumnSpec) -> DemoKey:
+    """Where a column of a store that did not come from robomimic goes."""
+    name = spec.name
+    if name in ("obs", "next/obs"):
+        path = "obs/obs" if name == "obs" else "next_obs/obs"
+    elif name.startswith("next/obs/"):
+        path = "next_obs/" + name.removeprefix("next/obs/")
+    else:
+        path = _BACK.get(name, name)
+    dtype = np.dtype(np.int64) if name == "done" else numpy_dtype(spec.dtype)
+    return DemoKey(
+        path=path,
+        column=name,
+        dtype=dtype.str,
+        shape=list(spec.shape),
+        cast=name == "done" or spec.quantize is not None,
+    )
+
+
+def _keys(store: Any, recorded: dict[str, Any] | None) -> list[DemoKey]:
+    columns = {c.name: c for c in store.columns}
+    if recorded is not None:
+        keys = [DemoKey.from_json(k) for k in recorded["keys"]]
+        if {k.column for k in keys} == set(columns):
+            return keys
+    return [_foreign_key(spec) for spec in store.columns]
+
+
+def _demo_names(store: Any, recorded: bool) -> list[str]:
+    names = [f"demo_{i}" for i in range(store.num_episodes)]
+    if not recorded:
+        return names
+    kept = [store.episode_metadata(i).get("demo") for i in range(store.num_episodes)]
+    if all(isinstance(n, str) for n in kept) and len(set(kept)) == len(kept):
+        return kept
+    return names
+
+
+def _data_attrs(store: Any, recorded: dict[str, Any] | None) -> dict[str, Any]:
+    if recorded is not None:
+        attrs = {k: decode_attr(v) for k, v in recorded["data_attrs"].items()}
+        total = attrs.get("total")
+        attrs["total"] = np.asarray(
+            store.num_rows, np.asarray(total).dtype if total is not None else np.int64
+        )[()]
+        return attrs
+    env_args = {
+        "env_name": store.manifest.env_id or "unknown",
+        "type": _GYM_ENV_TYPE,
+        "env_kwargs": {},
+    }
+    return {"total": np.int64(store.num_rows), "env_args": json.dumps(env_args)}
+
+
+def _write_masks(f: h5py.File, store: Any, names: list[str], recorded: dict | None) -> None:
+    sets = store.manifest.metadata.get("episode_sets") or {}
+    masks = (recorded or {}).get("masks", {})
+    for name, episodes in sets.items():
+        demos = [names[int(i)] for i in episodes if 0 <= int(i) < len(names)]
+        width = max((len(d.encode()) for d in demos), default=1)
+        dtype = masks.get(name, {}).get("dtype", f"|S{width}")
+        if np.dtype(dtype).kind == "S" and np.dtype(dtype).itemsize < width:
+            dtype = f"|S{width}"
+        f.create_dataset(f"mask/{name}", data=np.array(demos, dtype=np.dtype(dtype)))
+
+
+def _column_values(store: Any, key: DemoKey, start: int, stop: int) -> np.ndarray:
+    spec = store.column(key.column)
+    if spec.quantize is not None:
+        values = store.read_slab(start, stop, [spec.name])[spec.key].numpy()
+    else:
+        values = store.read_column(spec.name, start, stop)
+    target = np.dtype(key.dtype)
+    return values.astype(target) if values.dtype != target else values
+
+
+def _write_demo(group: h5py.Group, store: Any, keys: list[DemoKey], episode: int) -> None:
+    start, stop = store.episodes.range(episode)
+    for key in keys:
+        ds = group.create_dataset(
+            key.path, data=_column_values(store, key, start, stop), **key.options
+        )
+        decode_attrs(key.attrs, ds.attrs)
+
+
+def _write_episode_meta(group: h5py.Group, meta: dict[str, Any], length: int) -> None:
+    decode_attrs(meta.get("attrs", {}), group.attrs)
+    if "num_samples" in group.attrs:
+        dtype = np.asarray(group.attrs["num_samples"]).dtype
+        group.attrs["num_samples"] = np.asarray(length, dtype)[()]
+    else:
+        group.attrs["num_samples"] = np.int64(length)
+    for path, entry in (meta.get("arrays") or {}).items():
+        ds = group.create_dataset(
+            path, data=decode_attr(entry["value"]), **entry.get("options", {})
+        )
+        decode_attrs(entry.get("attrs", {}), ds.attrs)
+
+
+def _write_file(f: h5py.File, store: Any, bar: Any) -> None:
+    recorded = store.manifest.metadata.get("robomimic")
+    keys = _keys(store, recorded)
+    names = _demo_names(store, recorded is not None)
+    if recorded is not None:
+        decode_attrs(recorded.get("root_attrs", {}), f.attrs)
+    data = f.create_group("data")
+    for name, value in _data_attrs(store, recorded).items():
+        data.attrs[name] = value
+    for i, name in enumerate(names):
+        group = data.create_group(name)
+        _write_demo(group, store, keys, i)
+        meta = store.episode_metadata(i) if recorded is not None else {}
+        start, stop = store.episodes.range(i)
+        _write_episode_meta(group, meta, stop - start)
+        if bar is not None:
+            bar.update(stop - start)
+    _write_masks(f, store, names, recorded)
+
+
+def export_robomimic(
+    store: Any,
+    dest: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Write ``store`` (a store or its path) as a robomimic-layout HDF5 file at ``dest``.
+
+    The file is written beside ``dest`` and renamed into place when whole: a failed or
+    killed export leaves nothing at ``dest`` (or the file that was there).
+
+    Raises:
+        DestinationError, DestinationExistsError: ``dest`` is the store itself, a folder,
+            or exists without ``overwrite``.
+        DatasetFormatError: the store is empty.
+
+    Examples:
+        >>> export_robomimic("demos.h5", "demos.hdf5")  # doctest: +SKIP
+    """
+    from torchstore.data.store import TrajectoryStore
+    from torchstore.io.destination import check_destination
+    from torchstore.io.progress import progress_bar
+
+    own = not isinstance(store, TrajectoryStore)
+    opened = TrajectoryStore(store) if own else store
+    try:
+        if opened.num_episodes == 0:
+            raise DatasetFormatError(f"{opened.path} holds no committed episodes to export")
+        dest = check_destination(dest, sources=[opened.path], overwrite=overwrite, what="file")
+        partial = dest.with_name(f".{dest.name}.exporting")
+        partial.unlink(missing_ok=True)
+        bar = progress_bar(
+            enabled=progress, total=opened.num_rows, unit="step", desc=f"export {dest.name}"
+        )
+        try:
+            with h5py.File(partial, "w") as f:
+                _write_file(f, opened, bar)
+            os.replace(partial, dest)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+    finally:
+        if own:
+            opened.close()
+    return dest

@@ -1,0 +1,306 @@
+"""What a robomimic-layout HDF5 file holds, read without its arrays: demos, keys, attributes.
+
+robomimic, MimicGen, LIBERO and Isaac Lab's recorders share one layout::
+
+    data/                      attrs: total, env_args (JSON), ... (LIBERO: problem_info,
+      demo_0/                         bddl_file_name, env_name, ...)
+        obs/<key>              [T, ...]  (images uint8 [T, H, W, 3])
+        next_obs/<key>         [T, ...]
+        actions, rewards, dones, states, ...   [T, ...]
+        initial_state/...      (Isaac Lab: one row per demo, not per step)
+                               attrs: num_samples, model_file, seed, success, init_state, ...
+    mask/<filter>              demo names as bytes (train, valid, 20_percent, ...)
+
+Every dataset with a row per step becomes a store column; the names map onto the store's
+own (``actions`` -> ``action``, ``next_obs/<k>`` -> ``next/obs/<k>``, ...) and the map is
+kept in the store's metadata, so the export writes the original names, dtypes and storage
+options back. Attributes (of the file, ``data``, each demo and each dataset) are kept as
+JSON: strings as they are, anything else as its dtype, shape and bytes (exact).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from torchstore.errors import DatasetFormatError
+
+__all__ = [
+    "DemoKey",
+    "RobomimicLayout",
+    "decode_attr",
+    "decode_attrs",
+    "demo_order",
+    "encode_attr",
+    "encode_attrs",
+    "read_layout",
+    "storage_options",
+    "store_name",
+]
+
+_DEMO = re.compile(r"^demo_(\d+)$")
+#: Groups of a demo that hold one entry per demo, not one row per step (Isaac Lab).
+PER_DEMO_GROUPS = ("initial_state",)
+#: robomimic name -> store name for the keys with a store meaning (reserved columns).
+_RENAMES = {"actions": "action", "rewards": "reward", "dones": "done"}
+
+
+def demo_order(names: list[str]) -> list[str]:
+    """Demo names in robomimic's order: ``demo_N`` by the integer N (``demo_2`` before
+    ``demo_10``), then any other group names as strings."""
+    return sorted(
+        names,
+        key=lambda n: (0, int(m.group(1)), n) if (m := _DEMO.match(n)) else (1, 0, n),
+    )
+
+
+def encode_attr(value: Any) -> Any:
+    """An HDF5 attribute value as JSON, exactly: a str stays a str, anything else becomes
+    ``{"ndarray": {"dtype", "shape", "base64"}}`` of its numpy form."""
+    if isinstance(value, str):
+        return value
+    array = np.asarray(value)
+    if array.dtype.kind == "O":  # variable-length strings in an array attribute
+        return {"strings": [v.decode() if isinstance(v, bytes) else str(v) for v in array.flat]}
+    return {
+        "ndarray": {
+            "dtype": array.dtype.str,
+            "shape": list(array.shape),
+            "base64": base64.b64encode(np.ascontiguousarray(array).tobytes()).decode(),
+        }
+    }
+
+
+def decode_attr(value: Any) -> Any:
+    """The inverse of :func:`encode_attr`: the value to write back as the attribute."""
+    if isinstance(value, str):
+        return value
+    if "strings" in value:
+        return np.array(value["strings"], dtype=h5py.string_dtype())
+    spec = value["ndarray"]
+    raw = base64.b64decode(spec["base64"])
+    array = np.frombuffer(raw, dtype=np.dtype(spec["dtype"])).reshape(spec["shape"])
+    return array[()] if array.ndim == 0 else array
+
+
+def encode_attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
+    return {name: encode_attr(attrs[name]) for name in attrs}
+
+
+def decode_attrs(encoded: dict[str, Any], attrs: h5py.AttributeManager) -> None:
+    for name, value in encoded.items():
+        attrs[name] = decode_attr(value)
+
+
+@dataclass
+class DemoKey:
+    """One per-step dataset of every demo: where it lives, what the store calls it."""
+
+    path: str  # inside a demo group, e.g. "obs/agentview_image"
+    column: str  # the store column, e.g. "obs/agentview_image"
+    dtype: str  # numpy dtype string of the file's dataset
+    shape: list[int]  # per-row shape
+    cast: bool = False  # the column holds another dtype (dones -> bool, int rewards -> float)
+    options: dict[str, Any] = field(default_factory=dict)  # chunks, compression, ...
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DemoKey:
+        return cls(**data)
+
+
+def store_name(path: str) -> str:
+    """The store column for a robomimic dataset path (before any dtype fallback)."""
+    if path in _RENAMES:
+        return _RENAMES[path]
+    if path.startswith("next_obs/"):
+        return "next/obs/" + path.removeprefix("next_obs/")
+    return path
+
+
+def storage_options(ds: h5py.Dataset) -> dict[str, Any]:
+    """The creation options that make a dataset written back like the original."""
+    options: dict[str, Any] = {}
+    if ds.chunks is not None:
+        options["chunks"] = True  # the original shape of chunk depends on its length
+    if ds.compression is not None:
+        options["compression"] = ds.compression
+        if ds.compression_opts is not None:
+            options["compression_opts"] = ds.compression_opts
+    if ds.shuffle:
+        options["shuffle"] = True
+    if ds.fletcher32:
+        options["fletcher32"] = True
+    return options
+
+
+@dataclass
+class RobomimicLayout:
+    """The demos of a file in robomimic's order, their lengths, and the per-step keys."""
+
+    path: Path
+    demos: list[str]
+    lengths: list[int]
+    keys: list[DemoKey]
+    per_demo: list[str]  # dataset paths kept per demo (Isaac Lab's initial_state/...)
+    masks: dict[str, dict[str, Any]]  # filter name -> {"dtype", "demos"}
+    variant: str  # "robomimic", "libero" or "isaaclab"
+
+
+def _datasets(group: h5py.Group) -> dict[str, h5py.Dataset]:
+    found: dict[str, h5py.Dataset] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found[name] = obj
+
+    group.visititems(visit)
+    return found
+
+
+def _demo_length(where: str, group: h5py.Group, datasets: dict[str, h5py.Dataset]) -> int:
+    if "num_samples" in group.attrs:
+        return int(np.asarray(group.attrs["num_samples"]))
+    if "actions" in datasets:
+        return int(datasets["actions"].shape[0])
+    raise DatasetFormatError(f"{where}: no num_samples attribute and no 'actions' to count steps")
+
+
+def _is_per_demo(path: str, ds: h5py.Dataset) -> bool:
+    return ds.ndim == 0 or path.split("/", 1)[0] in PER_DEMO_GROUPS
+
+
+def _check_rows(where: str, path: str, ds: h5py.Dataset, length: int) -> None:
+    if ds.shape[0] != length:
+        raise DatasetFormatError(
+            f"{where}: key '{path}' has {ds.shape[0]} rows, but the demo has {length} steps "
+            "(num_samples); every per-step key must have one row per step"
+        )
+
+
+def _scan_demo(where: str, group: h5py.Group) -> tuple[int, dict[str, h5py.Dataset], set[str]]:
+    datasets = _datasets(group)
+    length = _demo_length(where, group, datasets)
+    if length <= 0:
+        raise DatasetFormatError(f"{where}: a demo of {length} steps; a store has no row for it")
+    rows = {}
+    per_demo = set()
+    for path, ds in datasets.items():
+        if _is_per_demo(path, ds):
+            per_demo.add(path)
+            continue
+        _check_rows(where, path, ds, length)
+        rows[path] = ds
+    return length, rows, per_demo
+
+
+def _keys_of(where: str, rows: dict[str, h5py.Dataset]) -> dict[str, DemoKey]:
+    return {
+        path: DemoKey(
+            path=path,
+            column=store_name(path),
+            dtype=ds.dtype.str,
+            shape=list(ds.shape[1:]),
+            options=storage_options(ds),
+            attrs=encode_attrs(ds.attrs),
+        )
+        for path, ds in rows.items()
+    }
+
+
+def _same_keys(where: str, first: dict[str, DemoKey], rows: dict[str, h5py.Dataset]) -> None:
+    if set(rows) != set(first):
+        missing = sorted(set(first) - set(rows))
+        extra = sorted(set(rows) - set(first))
+        raise DatasetFormatError(
+            f"{where}: its keys differ from the first demo's (missing {missing[:5]}, "
+            f"extra {extra[:5]}); every demo of a store has the same columns"
+        )
+    for path, ds in rows.items():
+        key = first[path]
+        if ds.dtype.str != key.dtype or list(ds.shape[1:]) != key.shape:
+            raise DatasetFormatError(
+                f"{where}: key '{path}' is {ds.dtype} {tuple(ds.shape[1:])} per step, the "
+                f"first demo's is {np.dtype(key.dtype)} {tuple(key.shape)}"
+            )
+
+
+def _masks(f: h5py.File, label: str, demos: set[str]) -> dict[str, dict[str, Any]]:
+    masks: dict[str, dict[str, Any]] = {}
+    group = f.get("mask")
+    if not isinstance(group, h5py.Group):
+        return masks
+    for name, ds in group.items():
+        if not isinstance(ds, h5py.Dataset):
+            continue
+        names = [v.decode() if isinstance(v, bytes) else str(v) for v in np.asarray(ds[()]).flat]
+        unknown = sorted(set(names) - demos)
+        if unknown:
+            raise DatasetFormatError(
+                f"{label}: filter key mask/{name} names demos that are not in data/: {unknown[:5]}"
+            )
+        masks[name] = {"dtype": ds.dtype.str, "demos": names}
+    return masks
+
+
+def _variant(data: h5py.Group, per_demo: list[str]) -> str:
+    """Which recorder wrote the file, from what it adds to robomimic's layout."""
+    if "problem_info" in data.attrs or "bddl_file_name" in data.attrs:
+        return "libero"
+    try:
+        env_args = json.loads(data.attrs.get("env_args", "{}"))
+    except (TypeError, ValueError):
+        env_args = {}
+    if per_demo or (
+        isinstance(env_args, dict) and "type" in env_args and "env_kwargs" not in env_args
+    ):
+        return "isaaclab"
+    return "robomimic"
+
+
+def read_layout(f: h5py.File, label: str) -> RobomimicLayout:
+    """Scan an open file's demos (shapes and attributes only; no array is read).
+
+    Raises:
+        DatasetFormatError: no ``data`` group or no demo in it, a demo whose keys have
+            different lengths, keys that differ between demos, a filter key naming
+            unknown demos (the message names the file, the demo and the key).
+    """
+    data = f.get("data")
+    if not isinstance(data, h5py.Group):
+        raise DatasetFormatError(f"{label}: no 'data' group, so not a robomimic-layout file")
+    demos = demo_order([n for n, g in data.items() if isinstance(g, h5py.Group)])
+    if not demos:
+        raise DatasetFormatError(f"{label}: the 'data' group holds no demos")
+    lengths: list[int] = []
+    keys: dict[str, DemoKey] = {}
+    per_demo: set[str] = set()
+    for name in demos:
+        where = f"{label} data/{name}"
+        length, rows, extra = _scan_demo(where, data[name])
+        if not keys:
+            keys = _keys_of(where, rows)
+            if not keys:
+                raise DatasetFormatError(f"{where}: no per-step datasets")
+        _same_keys(where, keys, rows)
+        per_demo |= extra
+        lengths.append(length)
+    return RobomimicLayout(
+        path=Path(label),
+        demos=demos,
+        lengths=lengths,
+        keys=list(keys.values()),
+        per_demo=sorted(per_demo),
+        masks=_masks(f, label, set(demos)),
+        variant=_variant(data, sorted(per_demo)),
+    )
