@@ -45,7 +45,7 @@ DEFAULT_DEMO = REPO_ROOT / "data" / "reach_demo.h5"
 CONFIG_FILE = "config.yaml"
 POLICY_FILE = "policy.safetensors"
 #: Recipes whose runs save a policy :func:`load_policy` can rebuild.
-RECIPE_NAMES = ("bc", "offline_rl", "sac", "distributed_sac")
+RECIPE_NAMES = ("bc", "bc_robomimic", "offline_rl", "sac", "distributed_sac")
 
 
 def filter_third_party_warnings() -> None:

@@ -38,6 +38,7 @@ GROUPS = ("store", "sampler", "datamodule", "model", "trainer", "hydra/job_loggi
 #: (top-level config, overrides): together they select every file under configs/.
 COMPOSITIONS = [
     ("bc", []),
+    ("bc_robomimic", ["store.path=lift.h5"]),
     ("offline_rl", []),
     ("offline_rl", ["datamodule.sampler=prioritized"]),
     ("sac", []),

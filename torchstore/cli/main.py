@@ -410,7 +410,10 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
     _add_core_commands(sub)
+    from torchstore.cli.formats import add_commands as add_format_commands
     from torchstore.cli.remote import add_commands
+
+    add_format_commands(sub, _writes)  # import (any format, sniffed), export --to
 
     add_commands(sub)  # catalog, pull, push, sync, remote index, datasets, list, project
     rerun = "run the same command again to continue"

@@ -165,6 +165,11 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         seed = int_in_range("seed", seed, 0, 2**63, high_text="2**63")
         _check_device(device)
         self.seed = seed
+        if self.windowed and isinstance(val_episodes, str):
+            raise ValueError(
+                f"a named validation set (val_episodes={val_episodes!r}) is scattered over "
+                f"the store; with resident={resident!r} use a count or a fraction"
+            )
         self.val_episodes = val_episodes
         self.shard_episodes = bool(shard_episodes)
         self.output = choice(Output, output, "output")
@@ -183,7 +188,9 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         with self._opened() as opened:
             if opened.num_episodes == 0:
                 raise ValueError(f"store {self.store_path} holds no committed episodes")
-            self.split: EpisodeSplit = split_episodes(opened.num_episodes, val_episodes)
+            self.split: EpisodeSplit = split_episodes(
+                opened.num_episodes, val_episodes, opened.manifest.metadata.get("episode_sets")
+            )
             for name in self._required_columns():
                 opened.column(name)  # ColumnError naming the columns there are
             self._check_options(opened)
@@ -271,7 +278,9 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             device = torch.device(self.device_request)
         self.rank, self.world_size = rank_info(trainer)
         with self._opened() as store:
-            self.split = split_episodes(store.num_episodes, self.val_episodes)
+            self.split = split_episodes(
+                store.num_episodes, self.val_episodes, store.manifest.metadata.get("episode_sets")
+            )
             train = self.split.train
             if self.shard_episodes:
                 train = shard_episodes(train, self.rank, self.world_size)

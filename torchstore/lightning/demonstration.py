@@ -82,7 +82,9 @@ class DemonstrationDataModule(StoreDataModule):
         device: ``"auto"`` (the trainer's root device, else cuda when available, else
             cpu) or a device.
         val_episodes: whole episodes held out, the store's last ones: a fraction in
-            ``[0, 1)`` (rounded half up, at least one when positive) or an int count.
+            ``[0, 1)`` (rounded half up, at least one when positive) or an int count; or
+            the name of one of the store's episode sets (``metadata["episode_sets"]``,
+            e.g. ``"valid"``, robomimic's filter key) with ``resident="all"``.
             ``val_dataloader()`` takes every row of them as ``t``, in order.
         seed: key of the Philox stream; the DDP rank is its sub-stream.
         normalize: normalise floating obs and action columns (``normalizer`` is ``None``
@@ -135,7 +137,7 @@ class DemonstrationDataModule(StoreDataModule):
         action_horizon: int = 1,
         steps_per_epoch: int | None = None,
         device: str | torch.device = "auto",
-        val_episodes: float | int = 0.0,
+        val_episodes: float | int | str = 0.0,
         seed: int = 0,
         normalize: bool = True,
         normalization: str | Normalization = "mean_std",

@@ -99,7 +99,9 @@ class OfflineDataModule(StoreDataModule):
             available, else cpu) or a device; the rows are made resident there once.
         val_episodes: whole episodes held out for validation, the store's **last** ones:
             a fraction in ``[0, 1)`` (rounded half up, at least one when positive) or an
-            int count. ``val_dataloader()`` iterates their rows in order.
+            int count; or the name of one of the store's episode sets
+            (``metadata["episode_sets"]``, e.g. robomimic's ``"valid"`` filter key) with
+            ``resident="all"``. ``val_dataloader()`` iterates their rows in order.
         layout: ``"flat"`` or ``"torchrl"``.
         seed: key of the Philox stream; the DDP rank is its sub-stream.
         output: ``"tensordict"`` or ``"dict"`` (plain nested dicts of tensors).
@@ -148,7 +150,7 @@ class OfflineDataModule(StoreDataModule):
         steps_per_epoch: int | None = None,
         columns: Sequence[str | tuple[str, ...]] | None = None,
         device: str | torch.device = "auto",
-        val_episodes: float | int = 0.0,
+        val_episodes: float | int | str = 0.0,
         layout: str | Layout = "flat",
         seed: int = 0,
         output: str | Output = "tensordict",

@@ -15,7 +15,7 @@ import torch
 
 from torchstore.validation import fraction, non_negative_int
 
-__all__ = ["EpisodeSplit", "split_episodes", "shard_episodes", "validation_count"]
+__all__ = ["EpisodeSplit", "named_split", "split_episodes", "shard_episodes", "validation_count"]
 
 _COUNT_HINT = "; pass an int for a count of episodes"
 
@@ -57,8 +57,40 @@ def validation_count(val_episodes: float | int, num_episodes: int) -> int:
     return count
 
 
-def split_episodes(num_episodes: int, val_episodes: float | int) -> EpisodeSplit:
-    """Train on the first episodes, validate on the last ``validation_count(...)``."""
+def named_split(num_episodes: int, name: str, episode_sets: dict | None) -> EpisodeSplit:
+    """Validate on the store's episode set ``name`` (e.g. robomimic's ``valid`` filter key,
+    kept as ``metadata["episode_sets"]``), train on every other episode.
+
+    Raises:
+        ValueError: the store has no such set, it names episodes the store lacks, or it
+            leaves no training episode.
+    """
+    sets = episode_sets or {}
+    if name not in sets:
+        raise ValueError(
+            f"val_episodes={name!r} names no episode set of the store; its sets: "
+            f"{sorted(sets) or 'none'} (metadata['episode_sets'])"
+        )
+    val = torch.tensor(sorted({int(i) for i in sets[name]}), dtype=torch.int64)
+    if len(val) and (int(val[0]) < 0 or int(val[-1]) >= num_episodes):
+        raise ValueError(
+            f"episode set {name!r} names episodes outside the store's 0..{num_episodes - 1}"
+        )
+    keep = torch.ones(num_episodes, dtype=torch.bool)
+    keep[val] = False
+    train = torch.arange(num_episodes, dtype=torch.int64)[keep]
+    if len(train) == 0:
+        raise ValueError(f"episode set {name!r} holds every episode: none would train")
+    return EpisodeSplit(train=train, val=val)
+
+
+def split_episodes(
+    num_episodes: int, val_episodes: float | int | str, episode_sets: dict | None = None
+) -> EpisodeSplit:
+    """Train on the first episodes, validate on the last ``validation_count(...)``; a str
+    names one of the store's episode sets to validate on (:func:`named_split`)."""
+    if isinstance(val_episodes, str):
+        return named_split(num_episodes, val_episodes, episode_sets)
     n_val = validation_count(val_episodes, num_episodes)
     ids = torch.arange(num_episodes, dtype=torch.int64)
     return EpisodeSplit(train=ids[: num_episodes - n_val], val=ids[num_episodes - n_val :])

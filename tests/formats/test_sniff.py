@@ -1,0 +1,149 @@
+"""``torchstore import SRC DEST`` tells all seven formats apart, and ``export --to`` writes four."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.formats.robomimic_files import write_robomimic
+from tests.minari_datasets.test_d4rl import _d4rl_file
+from tests.motion.lafan_fixtures import LinearMotion, frames_of, write_csv
+from torchstore import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
+from torchstore.cli import main
+from torchstore.demo import write_demo_store
+from torchstore.errors import DatasetFormatError
+from torchstore.formats.sniff import FORMATS, sniff_format
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _robomimic(tmp: Path) -> Path:
+    return write_robomimic(tmp / "lift.hdf5", lengths=(3, 4))
+
+
+def _d4rl(tmp: Path) -> Path:
+    _d4rl_file(tmp / "hopper.hdf5")
+    return tmp / "hopper.hdf5"
+
+
+def _zarr(tmp: Path) -> Path:
+    return shutil.copytree(FIXTURES / "pusht_tiny.zarr", tmp / "pusht.zarr")
+
+
+def _zarr_zip(tmp: Path) -> Path:
+    return Path(shutil.copy(FIXTURES / "pusht_tiny.zarr.zip", tmp / "pusht.zarr.zip"))
+
+
+def _rlds(tmp: Path) -> Path:
+    return shutil.copytree(FIXTURES / "rlds_tiny", tmp / "rlds_tiny")
+
+
+def _lafan(tmp: Path) -> Path:
+    return write_csv(tmp / "walk1_subject1.csv", frames_of(LinearMotion(), 12))
+
+
+def _demo_store(tmp: Path) -> Path:
+    return write_demo_store(tmp / "pendulum.h5", episodes=3, steps=10)
+
+
+def _lerobot(tmp: Path) -> Path:
+    from torchstore.lerobot import export_lerobot
+
+    return export_lerobot(_demo_store(tmp), tmp / "lerobot", fps=10, progress=False).path
+
+
+def _minari(tmp: Path) -> Path:
+    pytest.importorskip("minari")
+    from torchstore.minari import export_minari
+
+    cols = [ColumnSpec("obs", "float32", (3,)), ColumnSpec("next/obs", "float32", (3,)),
+            ColumnSpec("action", "float32", (1,)), ColumnSpec("reward", "float64"),
+            ColumnSpec("terminated", "bool"), ColumnSpec("truncated", "bool")]  # fmt: skip
+    with TrajectoryStoreWriter(tmp / "s.h5", cols, env_id="Pendulum-v1") as w:
+        for n in (4, 5):
+            w.add_episode({"obs": np.ones((n, 3), np.float32), "next": {"obs": np.ones((n, 3), np.float32)},
+                           "action": np.zeros((n, 1), np.float32), "reward": np.ones(n),
+                           "terminated": np.arange(n) == n - 1, "truncated": np.zeros(n, bool)})  # fmt: skip
+    return export_minari(tmp / "s.h5", "pendulum/demo-v0", root=tmp / "minari", progress=False)
+
+
+SOURCES = {
+    "robomimic": _robomimic,
+    "d4rl": _d4rl,
+    "zarr": _zarr,
+    "zarr zip": _zarr_zip,
+    "rlds": _rlds,
+    "lerobot": _lerobot,
+    "minari": _minari,
+    "lafan": _lafan,
+}
+
+
+@pytest.mark.parametrize("case", SOURCES)
+def test_import_sniffs_the_format_and_writes_a_store(case, tmp_path, capsys):
+    src = SOURCES[case](tmp_path)
+    fmt = case.split()[0]
+    assert sniff_format(src) == fmt
+    dest = tmp_path / "out" / "store.h5"
+    assert main(["import", str(src), str(dest), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"reading {src} as {fmt}" in out and f"wrote {dest}" in out
+    assert TrajectoryStore(dest).num_episodes > 0
+
+
+def test_every_format_is_covered():
+    assert {c.split()[0] for c in SOURCES} == set(FORMATS)
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda p: p.write_text("hello") and p, "no format torchstore knows"),
+        (lambda p: (p.mkdir(), p)[1], "a folder of no format"),
+        (lambda p: _h5(p), "no format torchstore knows"),
+    ],
+)
+def test_what_it_cannot_identify_is_one_line_naming_the_formats(make, words, tmp_path, capsys):
+    src = make(tmp_path / "thing")
+    with pytest.raises(DatasetFormatError, match=words):
+        sniff_format(src)
+    assert main(["import", str(src), str(tmp_path / "s.h5")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and all(f in err[0] for f in FORMATS)
+    assert not (tmp_path / "s.h5").exists()
+
+
+def _h5(path: Path) -> Path:
+    with h5py.File(path, "w") as f:
+        f["x"] = np.zeros(3)
+    return path
+
+
+def test_a_store_is_not_imported_again(tmp_path, capsys):
+    store = _demo_store(tmp_path)
+    assert main(["import", str(store), str(tmp_path / "s.h5")]) == 1
+    assert "already a torchstore store" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("to", ["robomimic", "zarr", "lerobot"])
+def test_export_writes_each_format_and_import_reads_it_back(to, tmp_path, capsys):
+    src = write_robomimic(tmp_path / "lift.hdf5", lengths=(3, 4))
+    store = tmp_path / "s.h5"
+    assert main(["import", str(src), str(store), "--no-progress"]) == 0
+    dest = tmp_path / {"robomimic": "out.hdf5", "zarr": "out.zarr", "lerobot": "out_lerobot"}[to]
+    args = ["--fps", "10"] if to == "lerobot" else []
+    if to == "lerobot":
+        from torchstore.lerobot import export_lerobot
+
+        export_lerobot(store, dest, fps=10, progress=False)
+    else:
+        assert main(["export", str(store), str(dest), "--to", to, "--no-progress", *args]) == 0
+    back = tmp_path / "back.h5"
+    assert main(["import", str(dest), str(back), "--no-progress"]) == 0
+    assert f"as {to}" in capsys.readouterr().out
+    a, b = TrajectoryStore(store), TrajectoryStore(back)
+    assert b.num_rows == a.num_rows and b.num_episodes == a.num_episodes
