@@ -50,8 +50,17 @@ def camera_encoder(channels: int, features: int) -> nn.Module:
 class VisuomotorPolicy(L.LightningModule):
     """Observation history (cameras and low-dim keys) -> action chunk ``[B, T_a, A]``."""
 
-    def __init__(self, low_dim: dict, rgb: dict, n_obs_steps: int, horizon: int,
-                 action_dim: int, hidden: int, features: int, lr: float):  # fmt: skip
+    def __init__(
+        self,
+        low_dim: dict,
+        rgb: dict,
+        n_obs_steps: int,
+        horizon: int,
+        action_dim: int,
+        hidden: int,
+        features: int,
+        lr: float,
+    ):
         super().__init__()
         self.low_dim, self.rgb = dict(low_dim), dict(rgb)  # column -> per-step size / channels
         self.horizon, self.action_dim, self.lr = horizon, action_dim, lr
@@ -98,16 +107,24 @@ def _sizes(store, cfg: DictConfig) -> tuple[dict, dict]:
     for k in cfg.obs.rgb:
         spec = store.column(k)
         if spec.dtype != torch.uint8 or len(spec.shape) != 3:
-            raise ValueError(f"obs.rgb key {k!r} is {spec.dtype} {tuple(spec.shape)}, not uint8 HWC")
+            raise ValueError(
+                f"obs.rgb key {k!r} is {spec.dtype} {tuple(spec.shape)}, not uint8 HWC"
+            )
         rgb[k] = int(spec.shape[-1])
     return low_dim, rgb
 
 
 def _model(cfg: DictConfig, low_dim: dict, rgb: dict, action_dim: int) -> VisuomotorPolicy:
     return VisuomotorPolicy(
-        low_dim, rgb, cfg.datamodule.n_obs_steps, cfg.datamodule.action_horizon, action_dim,
-        cfg.model.hidden, cfg.model.features, cfg.model.lr,
-    )  # fmt: skip
+        low_dim,
+        rgb,
+        cfg.datamodule.n_obs_steps,
+        cfg.datamodule.action_horizon,
+        action_dim,
+        cfg.model.hidden,
+        cfg.model.features,
+        cfg.model.lr,
+    )
 
 
 def policy_from_weights(cfg: DictConfig, state: dict[str, torch.Tensor]) -> VisuomotorPolicy:

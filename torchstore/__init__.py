@@ -40,6 +40,14 @@ if TYPE_CHECKING:
     from torchstore.data.replay import StoreReplay
     from torchstore.data.verify import verify_store
     from torchstore.datasets import load
+    from torchstore.formats import (
+        export_robomimic,
+        export_zarr,
+        import_rlds,
+        import_robomimic,
+        import_zarr,
+        sniff_format,
+    )
     from torchstore.gym import RecordEpisodes, record
     from torchstore.minari import export_minari, import_d4rl, import_minari
     from torchstore.samplers import (
@@ -80,6 +88,13 @@ _EXPORTS = {
     "import_minari": "torchstore.minari.importer",
     "export_minari": "torchstore.minari.exporter",
     "import_d4rl": "torchstore.minari.d4rl",
+    # the demonstration formats: names resolved by torchstore.formats' own lazy table
+    "import_robomimic": "torchstore.formats",
+    "export_robomimic": "torchstore.formats",
+    "import_zarr": "torchstore.formats",
+    "export_zarr": "torchstore.formats",
+    "import_rlds": "torchstore.formats",
+    "sniff_format": "torchstore.formats",
     "verify_store": "torchstore.data.verify",
     "load": "torchstore.datasets",
 }
@@ -113,6 +128,12 @@ __all__ = [
     "import_minari",
     "export_minari",
     "import_d4rl",
+    "import_robomimic",
+    "export_robomimic",
+    "import_zarr",
+    "export_zarr",
+    "import_rlds",
+    "sniff_format",
     "verify_store",
     "load",
     "TorchstoreError",

@@ -28,9 +28,15 @@ def lift(tmp_path_factory):
 
 def _dm(store, **kwargs):
     return DemonstrationDataModule(
-        store, batch_size=8, obs_keys=["obs/object", "obs/agentview_image"],
-        action_keys=["action"], n_obs_steps=2, action_horizon=4, device="cpu", **kwargs,
-    )  # fmt: skip
+        store,
+        batch_size=8,
+        obs_keys=["obs/object", "obs/agentview_image"],
+        action_keys=["action"],
+        n_obs_steps=2,
+        action_horizon=4,
+        device="cpu",
+        **kwargs,
+    )
 
 
 def test_the_valid_filter_key_is_the_validation_set(lift):
@@ -58,10 +64,17 @@ def test_a_named_set_the_store_lacks_is_named_with_the_sets_it_has(lift):
 
 def test_the_recipe_trains_from_the_imported_store(lift, tmp_path):
     _, store = lift
-    cmd = [sys.executable, str(ROOT / "recipes" / "bc_robomimic.py"), f"store.path={store}",
-           "trainer.max_steps=6", "trainer.val_check_interval=3", "datamodule.val_episodes=valid",
-           "trainer.enable_progress_bar=false", "datamodule.batch_size=8",
-           "'obs.low_dim=[obs/object,obs/robot0_eef_pos]'"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "recipes" / "bc_robomimic.py"),
+        f"store.path={store}",
+        "trainer.max_steps=6",
+        "trainer.val_check_interval=3",
+        "datamodule.val_episodes=valid",
+        "trainer.enable_progress_bar=false",
+        "datamodule.batch_size=8",
+        "'obs.low_dim=[obs/object,obs/robot0_eef_pos]'",
+    ]
     cmd[-1] = cmd[-1].strip("'")
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -74,6 +87,14 @@ def test_the_recipe_trains_from_the_imported_store(lift, tmp_path):
 
     saved = load_policy(run)
     assert saved.recipe == "bc_robomimic" and saved.step == 6 and saved.complete
-    obs = TensorDict({"obs": {"object": torch.zeros(1, 2, 10), "robot0_eef_pos": torch.zeros(1, 2, 3),
-                   "agentview_image": torch.zeros(1, 2, 12, 10, 3, dtype=torch.uint8)}}, [1])  # fmt: skip
+    obs = TensorDict(
+        {
+            "obs": {
+                "object": torch.zeros(1, 2, 10),
+                "robot0_eef_pos": torch.zeros(1, 2, 3),
+                "agentview_image": torch.zeros(1, 2, 12, 10, 3, dtype=torch.uint8),
+            }
+        },
+        [1],
+    )
     assert saved.policy(obs).shape == (1, 8, 7)

@@ -60,14 +60,26 @@ def _minari(tmp: Path) -> Path:
     pytest.importorskip("minari")
     from torchstore.minari import export_minari
 
-    cols = [ColumnSpec("obs", "float32", (3,)), ColumnSpec("next/obs", "float32", (3,)),
-            ColumnSpec("action", "float32", (1,)), ColumnSpec("reward", "float64"),
-            ColumnSpec("terminated", "bool"), ColumnSpec("truncated", "bool")]  # fmt: skip
+    cols = [
+        ColumnSpec("obs", "float32", (3,)),
+        ColumnSpec("next/obs", "float32", (3,)),
+        ColumnSpec("action", "float32", (1,)),
+        ColumnSpec("reward", "float64"),
+        ColumnSpec("terminated", "bool"),
+        ColumnSpec("truncated", "bool"),
+    ]
     with TrajectoryStoreWriter(tmp / "s.h5", cols, env_id="Pendulum-v1") as w:
         for n in (4, 5):
-            w.add_episode({"obs": np.ones((n, 3), np.float32), "next": {"obs": np.ones((n, 3), np.float32)},
-                           "action": np.zeros((n, 1), np.float32), "reward": np.ones(n),
-                           "terminated": np.arange(n) == n - 1, "truncated": np.zeros(n, bool)})  # fmt: skip
+            w.add_episode(
+                {
+                    "obs": np.ones((n, 3), np.float32),
+                    "next": {"obs": np.ones((n, 3), np.float32)},
+                    "action": np.zeros((n, 1), np.float32),
+                    "reward": np.ones(n),
+                    "terminated": np.arange(n) == n - 1,
+                    "truncated": np.zeros(n, bool),
+                }
+            )
     return export_minari(tmp / "s.h5", "pendulum/demo-v0", root=tmp / "minari", progress=False)
 
 

@@ -26,7 +26,7 @@ def _import_robomimic(a: argparse.Namespace) -> None:
 
 
 def _import_zarr(a: argparse.Namespace) -> None:
-    from torchstore.formats.zarr_replay import import_zarr
+    from torchstore.formats.zarr_import import import_zarr
 
     import_zarr(a.source, a.dest, overwrite=a.overwrite, progress=not a.no_progress)
 
@@ -98,7 +98,7 @@ def _export(a: argparse.Namespace) -> None:
 
         path = export_robomimic(a.store, a.dest, overwrite=a.overwrite, progress=progress)
     elif a.to == "zarr":
-        from torchstore.formats.zarr_replay import export_zarr
+        from torchstore.formats.zarr_export import export_zarr
 
         path = export_zarr(a.store, a.dest, overwrite=a.overwrite, progress=progress)
     elif a.to == "lerobot":

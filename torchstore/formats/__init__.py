@@ -11,6 +11,12 @@ from torchstore._lazy import lazy_exports
 _EXPORTS = {
     "import_robomimic": ".robomimic",
     "export_robomimic": ".robomimic_export",
+    "import_rlds": ".rlds",
+    "locate_rlds": ".rlds",
+    "import_zarr": ".zarr_import",
+    "export_zarr": ".zarr_export",
+    "sniff_format": ".sniff",
+    "FORMATS": ".sniff",
 }
 
 __all__ = list(_EXPORTS)

@@ -27,6 +27,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+from h5py import h5d, h5s
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError, DatasetFormatError, TorchstoreError
@@ -59,10 +60,11 @@ def open_robomimic(source: str | os.PathLike) -> h5py.File:
         ) from None
 
 
-def _read(where: str, ds: h5py.Dataset, out: np.ndarray) -> None:
+def _read(where: str, ds: h5d.DatasetID, out: np.ndarray) -> None:
+    """Read all of ``ds`` into the C-contiguous ``out`` (low-level: no per-call wrapping)."""
     try:
         if out.size:
-            ds.read_direct(out)
+            ds.read(h5s.ALL, h5s.ALL, out)
     except (OSError, RuntimeError, ValueError) as exc:
         raise DatasetFormatError(
             f"{where}: cannot be read (truncated or damaged file?): {exc}"
@@ -75,25 +77,26 @@ def _settle_casts(f: h5py.File, layout: RobomimicLayout, label: str) -> None:
         dtype = np.dtype(key.dtype)
         if key.column == "done":
             ok = dtype.kind in "biuf" and all(
-                np.isin(_whole(f, label, demo, key.path), (0, 1)).all() for demo in layout.demos
+                np.isin(_whole(layout, label, i, key.path), (0, 1)).all()
+                for i in range(len(layout.demos))
             )
             key.cast = ok and dtype != np.bool_
             key.column = "done" if ok else key.path
         elif key.column == "reward" and dtype.kind in "biu":
             ok = all(
-                np.abs(_whole(f, label, demo, key.path).astype(np.float64)).max(initial=0)
+                np.abs(_whole(layout, label, i, key.path).astype(np.float64)).max(initial=0)
                 < _EXACT_FLOAT
-                for demo in layout.demos
+                for i in range(len(layout.demos))
             )
             key.cast, key.column = ok, "reward" if ok else key.path
         elif key.column == "reward" and dtype.kind != "f":
             key.column = key.path
 
 
-def _whole(f: h5py.File, label: str, demo: str, path: str) -> np.ndarray:
-    ds = f[f"data/{demo}/{path}"]
+def _whole(layout: RobomimicLayout, label: str, demo: int, path: str) -> np.ndarray:
+    ds = layout.datasets[demo][path]
     out = np.empty(ds.shape, ds.dtype)
-    _read(f"{label} data/{demo} key '{path}'", ds, out)
+    _read(f"{label} data/{layout.demos[demo]} key '{path}'", ds, out)
     return out
 
 
@@ -115,15 +118,15 @@ def _columns(layout: RobomimicLayout, label: str) -> list[ColumnSpec]:
     return specs
 
 
-def _episode_meta(f: h5py.File, label: str, demo: str, per_demo: list[str]) -> dict[str, Any]:
-    group = f[f"data/{demo}"]
-    meta: dict[str, Any] = {"demo": demo, "attrs": encode_attrs(group.attrs)}
+def _episode_meta(layout: RobomimicLayout, label: str, i: int) -> dict[str, Any]:
+    demo, found = layout.demos[i], layout.datasets[i]
+    meta: dict[str, Any] = {"demo": demo, "attrs": encode_attrs(layout.groups[i].attrs)}
     arrays = {}
-    for path in per_demo:
-        if path in group:
-            ds = group[path]
+    for path in layout.per_demo:
+        if path in found:
+            ds = h5py.Dataset(found[path])
             value = np.empty(ds.shape, ds.dtype)
-            _read(f"{label} data/{demo} key '{path}'", ds, value)
+            _read(f"{label} data/{demo} key '{path}'", found[path], value)
             arrays[path] = {
                 "value": encode_attr(value),
                 "options": storage_options(ds),
@@ -158,11 +161,8 @@ def _read_batch(
         at = 0
         for i in batch:
             demo, n = layout.demos[i], layout.lengths[i]
-            _read(
-                f"{label} data/{demo} key '{key.path}'",
-                f[f"data/{demo}/{key.path}"],
-                out[at : at + n],
-            )
+            ds = layout.datasets[i][key.path]
+            _read(f"{label} data/{demo} key '{key.path}'", ds, out[at : at + n])
             at += n
         rows[key.column] = out.astype(_column_dtype(key)) if key.cast else out
     return rows
@@ -249,9 +249,7 @@ def import_robomimic(
             ) as writer:
                 for batch in _batches(layout, max(row_bytes, 1)):
                     rows = _read_batch(f, label, layout, batch)
-                    metas = [
-                        _episode_meta(f, label, layout.demos[i], layout.per_demo) for i in batch
-                    ]
+                    metas = [_episode_meta(layout, label, i) for i in batch]
                     writer.add_episodes(rows, [layout.lengths[i] for i in batch], metas)
                     if bar is not None:
                         bar.update(sum(layout.lengths[i] for i in batch))

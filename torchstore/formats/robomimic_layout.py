@@ -29,6 +29,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+from h5py import h5d, h5o
 
 from torchstore.errors import DatasetFormatError
 
@@ -155,20 +156,25 @@ class RobomimicLayout:
     per_demo: list[str]  # dataset paths kept per demo (Isaac Lab's initial_state/...)
     masks: dict[str, dict[str, Any]]  # filter name -> {"dtype", "demos"}
     variant: str  # "robomimic", "libero" or "isaaclab"
+    # open h5py objects of the scan, reused by the reads (each lookup costs tens of us)
+    groups: list[h5py.Group] = field(default_factory=list, repr=False)
+    datasets: list[dict[str, h5d.DatasetID]] = field(default_factory=list, repr=False)
 
 
-def _datasets(group: h5py.Group) -> dict[str, h5py.Dataset]:
-    found: dict[str, h5py.Dataset] = {}
-
-    def visit(name: str, obj: Any) -> None:
-        if isinstance(obj, h5py.Dataset):
-            found[name] = obj
-
-    group.visititems(visit)
+def _datasets(group: h5py.Group) -> dict[str, h5d.DatasetID]:
+    """Every dataset under ``group`` by relative path, as low-level ids: a file holds
+    thousands, and h5py's high-level objects cost about twice the read of a small one."""
+    names: list[bytes] = []
+    h5o.visit(group.id, names.append)
+    found = {}
+    for name in names:
+        oid = h5o.open(group.id, name)
+        if isinstance(oid, h5d.DatasetID):
+            found[name.decode()] = oid
     return found
 
 
-def _demo_length(where: str, group: h5py.Group, datasets: dict[str, h5py.Dataset]) -> int:
+def _demo_length(where: str, group: h5py.Group, datasets: dict[str, h5d.DatasetID]) -> int:
     if "num_samples" in group.attrs:
         return int(np.asarray(group.attrs["num_samples"]))
     if "actions" in datasets:
@@ -176,11 +182,11 @@ def _demo_length(where: str, group: h5py.Group, datasets: dict[str, h5py.Dataset
     raise DatasetFormatError(f"{where}: no num_samples attribute and no 'actions' to count steps")
 
 
-def _is_per_demo(path: str, ds: h5py.Dataset) -> bool:
-    return ds.ndim == 0 or path.split("/", 1)[0] in PER_DEMO_GROUPS
+def _is_per_demo(path: str, ds: h5d.DatasetID) -> bool:
+    return len(ds.shape) == 0 or path.split("/", 1)[0] in PER_DEMO_GROUPS
 
 
-def _check_rows(where: str, path: str, ds: h5py.Dataset, length: int) -> None:
+def _check_rows(where: str, path: str, ds: h5d.DatasetID, length: int) -> None:
     if ds.shape[0] != length:
         raise DatasetFormatError(
             f"{where}: key '{path}' has {ds.shape[0]} rows, but the demo has {length} steps "
@@ -188,7 +194,9 @@ def _check_rows(where: str, path: str, ds: h5py.Dataset, length: int) -> None:
         )
 
 
-def _scan_demo(where: str, group: h5py.Group) -> tuple[int, dict[str, h5py.Dataset], set[str]]:
+def _scan_demo(
+    where: str, group: h5py.Group
+) -> tuple[int, dict[str, h5d.DatasetID], set[str], dict[str, h5d.DatasetID]]:
     datasets = _datasets(group)
     length = _demo_length(where, group, datasets)
     if length <= 0:
@@ -201,12 +209,14 @@ def _scan_demo(where: str, group: h5py.Group) -> tuple[int, dict[str, h5py.Datas
             continue
         _check_rows(where, path, ds, length)
         rows[path] = ds
-    return length, rows, per_demo
+    return length, rows, per_demo, datasets
 
 
-def _keys_of(where: str, rows: dict[str, h5py.Dataset]) -> dict[str, DemoKey]:
-    return {
-        path: DemoKey(
+def _keys_of(where: str, rows: dict[str, h5d.DatasetID]) -> dict[str, DemoKey]:
+    keys = {}
+    for path, oid in rows.items():
+        ds = h5py.Dataset(oid)
+        keys[path] = DemoKey(
             path=path,
             column=store_name(path),
             dtype=ds.dtype.str,
@@ -214,11 +224,10 @@ def _keys_of(where: str, rows: dict[str, h5py.Dataset]) -> dict[str, DemoKey]:
             options=storage_options(ds),
             attrs=encode_attrs(ds.attrs),
         )
-        for path, ds in rows.items()
-    }
+    return keys
 
 
-def _same_keys(where: str, first: dict[str, DemoKey], rows: dict[str, h5py.Dataset]) -> None:
+def _same_keys(where: str, first: dict[str, DemoKey], rows: dict[str, h5d.DatasetID]) -> None:
     if set(rows) != set(first):
         missing = sorted(set(first) - set(rows))
         extra = sorted(set(rows) - set(first))
@@ -285,9 +294,12 @@ def read_layout(f: h5py.File, label: str) -> RobomimicLayout:
     lengths: list[int] = []
     keys: dict[str, DemoKey] = {}
     per_demo: set[str] = set()
+    groups, handles = [], []
     for name in demos:
         where = f"{label} data/{name}"
-        length, rows, extra = _scan_demo(where, data[name])
+        groups.append(data[name])
+        length, rows, extra, found = _scan_demo(where, groups[-1])
+        handles.append(found)
         if not keys:
             keys = _keys_of(where, rows)
             if not keys:
@@ -303,4 +315,6 @@ def read_layout(f: h5py.File, label: str) -> RobomimicLayout:
         per_demo=sorted(per_demo),
         masks=_masks(f, label, set(demos)),
         variant=_variant(data, sorted(per_demo)),
+        groups=groups,
+        datasets=handles,
     )

@@ -1,0 +1,234 @@
+"""RLDS in: ``import_rlds`` (no TensorFlow) next to tensorflow-datasets reading the same shards.
+
+Needs TensorFlow and tensorflow-datasets, so run it from the venv of
+``tests/formats/tfds_venv.sh`` (torchstore is installed there editable)::
+
+    bash tests/formats/tfds_venv.sh
+    /tmp/tfds/bin/python benchmarks/formats_rlds.py [--episodes 200] [--steps 100]
+        [--side 128] [--shards 8] [--repeat 3] [--data DIR] [--quick]
+
+The dataset is written once with tfds's own writer (``tfds.dataset_builders.
+store_as_tfds_dataset``, as tests/formats/make_rlds_fixture.py does), Open X-Embodiment
+shaped: ``--episodes`` episodes of about ``--steps`` steps (80% to 120%), each step a
+``--side`` x ``--side`` JPEG camera, float32 state[8], float64 joints[3], a zlib int32[2, 3]
+tensor, float32 action[7], reward, discount, three flags, a language instruction and a
+float32 embedding[4]. With ``--data`` it is kept there and reused.
+
+Timed in turn (A B C A B C ...), medians over ``--repeat`` runs, all over the same shards:
+
+- ``import_rlds``: the whole import, two passes (the strings, then decoding) and the HDF5
+  write with its checksums, into a new store;
+- tfds, per episode: ``builder_from_directory(...).as_dataset()`` with ``tfds.as_numpy``,
+  each episode's ``steps`` dataset drained to numpy (images decoded), as RLDS readers do;
+- tfds, flat: the same with ``flat_map`` over the steps, ``batch(256)`` and ``prefetch``,
+  tfds's fastest idiom here (decode only: nothing written).
+
+Then peak RSS (``VmHWM`` of a fresh process for each) of ``import_rlds`` (and of tfds's
+flat read) over one shard
+and over ten (the one shard's records ten times over, listed in an edited
+``dataset_info.json``): flat memory means the two are close. Target: ``import_rlds`` at
+least as fast as tfds (ratio >= 1x). No timing is asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TORCHSTORE_DISABLE_PROGRESS", "1")
+
+from _timing import median_per_call_interleaved, print_table  # noqa: E402
+
+from torchstore.formats import import_rlds  # noqa: E402
+
+
+def make_dataset(folder: Path, episodes: int, steps: int, side: int, shards: int) -> Path:
+    """The version folder of a tfds-written dataset (reused when already there)."""
+    marker = folder / "made.json"
+    wanted = {"episodes": episodes, "steps": steps, "side": side, "shards": shards}
+    if marker.is_file() and json.loads(marker.read_text()) == wanted:
+        return Path(json.loads((folder / "where.json").read_text()))
+    shutil.rmtree(folder, ignore_errors=True)
+    from tests.formats.make_rlds_fixture import write_dataset
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(int(steps * 0.8), int(steps * 1.2) + 1, episodes).tolist()
+    started = time.perf_counter()
+    version = write_dataset(
+        folder / "data", lengths=lengths, image=(side, side, 3), wrist=None, shards=shards
+    )
+    print(f"wrote the dataset with tfds in {time.perf_counter() - started:.0f} s: {version}")
+    (folder / "where.json").write_text(json.dumps(str(version)))
+    marker.write_text(json.dumps(wanted))
+    return version
+
+
+def tfds_per_episode(version: Path) -> int:
+    import tensorflow_datasets as tfds
+
+    ds = tfds.builder_from_directory(str(version)).as_dataset(split="train", shuffle_files=False)
+    n = 0
+    for episode in tfds.as_numpy(ds):
+        for step in episode["steps"]:
+            n += step["observation"]["image"].shape[0] > 0
+    return n
+
+
+def tfds_flat(version: Path) -> int:
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    ds = tfds.builder_from_directory(str(version)).as_dataset(split="train", shuffle_files=False)
+    ds = ds.flat_map(lambda e: e["steps"]).batch(256).prefetch(tf.data.AUTOTUNE)
+    n = 0
+    for batch in tfds.as_numpy(ds):
+        n += len(batch["observation"]["image"])
+    return n
+
+
+def replicate(version: Path, target: Path, times: int) -> Path:
+    """A copy of ``version`` whose split is its first shard ``times`` over (hard links)."""
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    info = json.loads((version / "dataset_info.json").read_text())
+    split = next(s for s in info["splits"] if s["name"] == "train")
+    name = info["name"]
+    first = version / f"{name}-train.tfrecord-00000-of-{len(split['shardLengths']):05d}"
+    for i in range(times):
+        os.link(first, target / f"{name}-train.tfrecord-{i:05d}-of-{times:05d}")
+    split["shardLengths"] = [split["shardLengths"][0]] * times
+    split.pop("numBytes", None)
+    (target / "dataset_info.json").write_text(json.dumps(info))
+    shutil.copy(version / "features.json", target / "features.json")
+    return target
+
+
+def child_import(source: str, dest: str) -> None:
+    """Run in a fresh process: import, then print the seconds and peak RSS as JSON."""
+    started = time.perf_counter()
+    import_rlds(source, dest, overwrite=True, progress=False)
+    seconds = time.perf_counter() - started
+    print(json.dumps({"seconds": seconds, "rss_mb": peak_rss_mb()}))
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM, which starts afresh at exec (``ru_maxrss`` does not:
+    a child started from a parent holding TensorFlow would report the parent's peak)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child_tfds(source: str) -> None:
+    """Run in a fresh process: tfds's flat read, then print the seconds and peak RSS."""
+    started = time.perf_counter()
+    tfds_flat(Path(source))
+    seconds = time.perf_counter() - started
+    print(json.dumps({"seconds": seconds, "rss_mb": peak_rss_mb()}))
+
+
+def child_run(source: Path, dest: Path | None) -> dict:
+    how = ["--child-import", str(source), str(dest)] if dest else ["--child-tfds", str(source)]
+    out = subprocess.run(
+        [sys.executable, __file__, *how],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    if dest:
+        dest.unlink(missing_ok=True)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--side", type=int, default=128)
+    p.add_argument("--shards", type=int, default=8)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--data", type=Path, default=None, help="keep (and reuse) the dataset here")
+    p.add_argument("--quick", action="store_true", help="20 episodes, 1 repeat")
+    p.add_argument("--child-import", nargs=2, help=argparse.SUPPRESS)
+    p.add_argument("--child-tfds", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.child_import:
+        child_import(*a.child_import)
+        return
+    if a.child_tfds:
+        child_tfds(a.child_tfds)
+        return
+    if a.quick:
+        a.episodes, a.repeat, a.shards = 20, 1, 2
+    tmp = Path(tempfile.mkdtemp(prefix="rlds-bench-"))
+    try:
+        version = make_dataset(a.data or tmp / "ds", a.episodes, a.steps, a.side, a.shards)
+        run(version, tmp, a)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(version: Path, tmp: Path, a: argparse.Namespace) -> None:
+    info = json.loads((version / "dataset_info.json").read_text())
+    episodes = sum(int(n) for n in info["splits"][0]["shardLengths"])
+    dest = tmp / "store.h5"
+    steps = tfds_flat(version)
+    size = sum(p.stat().st_size for p in version.glob("*.tfrecord-*")) / 2**20
+    print(f"{episodes} episodes, {steps} steps, {size:.0f} MiB of shards, {os.cpu_count()} CPUs")
+
+    def ours() -> None:
+        import_rlds(version, dest, progress=False)
+
+    cases = [ours, lambda: tfds_per_episode(version), lambda: tfds_flat(version)]
+    # the previous run's store is deleted untimed: freeing a GB-sized file is the
+    # filesystem's work (0.3 s here), not the import's
+    setups = [lambda: dest.unlink(missing_ok=True), None, None]
+    times = median_per_call_interleaved(cases, repeats=a.repeat, warmup=1, setups=setups)
+    names = [
+        "import_rlds (decode + store write)",
+        "tfds as_numpy, per episode",
+        "tfds flat, batch(256)",
+    ]
+    rows = [
+        (n, f"{t:.2f}", f"{steps / t:,.0f}", f"{times[1] / t:.2f}x", f"{times[2] / t:.2f}x")
+        for n, t in zip(names, times)
+    ]
+    print_table(
+        f"median of {a.repeat} (s)",
+        ("case", "seconds", "steps/s", "tfds per-episode / this", "tfds flat / this"),
+        rows,
+    )
+    one = replicate(version, tmp / "x1", 1)
+    ten = replicate(version, tmp / "x10", 10)
+    results = {
+        (who, label): child_run(folder, tmp / f"{label}.h5" if who == "import_rlds" else None)
+        for who in ("import_rlds", "tfds flat")
+        for label, folder in (("1x", one), ("10x", ten))
+    }
+    print_table(
+        "peak RSS over 1x and 10x the shards (a fresh process each)",
+        ("case", "shards", "seconds", "peak RSS MiB"),
+        [
+            (who, label, f"{r['seconds']:.1f}", f"{r['rss_mb']:.0f}")
+            for (who, label), r in results.items()
+        ],
+    )
+
+
+if __name__ == "__main__":
+    main()
