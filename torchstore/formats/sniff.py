@@ -26,8 +26,6 @@ import os
 import zipfile
 from pathlib import Path
 
-import h5py
-
 from torchstore.errors import DatasetFormatError
 
 __all__ = ["FORMATS", "sniff_format", "rlds_folder"]
@@ -41,6 +39,8 @@ def _unknown(path: Path, why: str) -> DatasetFormatError:
 
 
 def _hdf5_format(path: Path) -> str | None:
+    import h5py
+
     from torchstore.io.destination import is_store_file
 
     if is_store_file(path):
@@ -120,6 +120,8 @@ def sniff_format(source: str | os.PathLike) -> str:
         DatasetFormatError: nothing is at ``source``, it is already a store, or it is none
             of the formats (one line naming the formats known).
     """
+    import h5py  # here, not at the top: `torchstore --help` lists FORMATS without h5py
+
     path = Path(source)
     if not path.exists():
         raise DatasetFormatError(f"{path}: no such file or folder")
