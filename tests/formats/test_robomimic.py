@@ -170,3 +170,26 @@ def test_an_existing_destination_is_kept(robomimic_file, tmp_path):
     with pytest.raises(DestinationExistsError):
         export_robomimic(dest, out, progress=False)
     assert TrajectoryStore(dest).num_episodes == 12
+
+
+def test_gzip_datasets_with_edge_chunks_export_exactly(tmp_path):
+    rng = np.random.default_rng(3)
+    src = tmp_path / "big.hdf5"
+    with h5py.File(src, "w") as f:
+        for i, n in enumerate((1999, 1001)):
+            demo = f.create_group(f"data/demo_{i}")
+            demo.create_dataset("actions", data=rng.normal(size=(n, 7)), compression="gzip")
+            demo.create_dataset(
+                "obs/cam", data=rng.integers(0, 255, (n, 9, 11, 3), np.uint8),
+                compression="gzip", compression_opts=6,
+            )  # fmt: skip
+            demo.attrs["num_samples"] = n
+        assert f["data/demo_0/obs/cam"].chunks[0] < 1999  # several chunks, a partial last one
+    store = import_robomimic(src, tmp_path / "s.h5", progress=False)
+    out = export_robomimic(store, tmp_path / "out.hdf5", progress=False)
+    with h5py.File(src, "r") as a, h5py.File(out, "r") as b:
+        for path in ("data/demo_0/obs/cam", "data/demo_1/obs/cam", "data/demo_1/actions"):
+            assert b[path].compression == "gzip"
+            assert b[path].compression_opts == a[path].compression_opts
+            assert b[path].chunks == a[path].chunks
+            assert np.array_equal(a[path][()], b[path][()]), path

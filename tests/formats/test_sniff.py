@@ -148,12 +148,7 @@ def test_export_writes_each_format_and_import_reads_it_back(to, tmp_path, capsys
     assert main(["import", str(src), str(store), "--no-progress"]) == 0
     dest = tmp_path / {"robomimic": "out.hdf5", "zarr": "out.zarr", "lerobot": "out_lerobot"}[to]
     args = ["--fps", "10"] if to == "lerobot" else []
-    if to == "lerobot":
-        from torchstore.lerobot import export_lerobot
-
-        export_lerobot(store, dest, fps=10, progress=False)
-    else:
-        assert main(["export", str(store), str(dest), "--to", to, "--no-progress", *args]) == 0
+    assert main(["export", str(store), str(dest), "--to", to, "--no-progress", *args]) == 0
     back = tmp_path / "back.h5"
     assert main(["import", str(dest), str(back), "--no-progress"]) == 0
     assert f"as {to}" in capsys.readouterr().out

@@ -104,7 +104,9 @@ def _export(a: argparse.Namespace) -> None:
     elif a.to == "lerobot":
         from torchstore.lerobot import export_lerobot
 
-        path = export_lerobot(a.store, a.dest, overwrite=a.overwrite, progress=progress).path
+        path = export_lerobot(
+            a.store, a.dest, fps=a.fps, overwrite=a.overwrite, progress=progress
+        ).path
     else:
         from torchstore.minari import export_minari
 
@@ -145,6 +147,12 @@ def add_commands(sub: argparse._SubParsersAction, writes: Callable) -> None:
         type=types.output_folder,
         default=None,
         help="minari: the datasets root (default: $MINARI_DATASETS_PATH, else ~/.minari/datasets)",
+    )
+    p.add_argument(
+        "--fps",
+        type=types.bounded_int(1, 1000),
+        default=None,
+        help="lerobot: frames per second (default: the fps a LeRobot import recorded)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing DEST")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

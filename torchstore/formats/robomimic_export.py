@@ -12,8 +12,12 @@ store's named episode sets become filter keys. Quantised columns are written deq
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +33,11 @@ __all__ = ["export_robomimic"]
 #: robomimic's EnvType for environments that are not robosuite's (gym-style).
 _GYM_ENV_TYPE = 2
 _BACK = {"action": "actions", "reward": "rewards", "done": "dones"}
+#: dataset options under which chunks may be deflated here and written as they are
+_GZIP_ONLY = {"chunks", "compression", "compression_opts"}
+_H5PY_GZIP_LEVEL = 4  # h5py's level for compression="gzip" without compression_opts
+_DEFLATE_THREADS = max(1, min(4, os.cpu_count() or 1))
+_SLAB_BYTES = 64 << 20  # rows read from the store at once (whole episodes)
 
 
 def _foreign_key(spec: ColumnSpec) -> DemoKey:
@@ -107,12 +116,49 @@ def _column_values(store: Any, key: DemoKey, start: int, stop: int) -> np.ndarra
     return values.astype(target) if values.dtype != target else values
 
 
-def _write_demo(group: h5py.Group, store: Any, keys: list[DemoKey], episode: int) -> None:
-    start, stop = store.episodes.range(episode)
+def _deflate_level(options: dict[str, Any]) -> int | None:
+    """The gzip level of a dataset whose only filter is gzip, else None."""
+    if options.get("compression") != "gzip" or set(options) - _GZIP_ONLY:
+        return None
+    return int(options.get("compression_opts", _H5PY_GZIP_LEVEL))
+
+
+def _write_deflated(
+    group: h5py.Group, path: str, values: np.ndarray, options: dict, level: int, pool: Any
+) -> h5py.Dataset:
+    """A gzip dataset whose chunks are deflated on ``pool``'s threads (zlib releases the GIL)
+    and written as they are: HDF5's own filter deflates one chunk at a time on one core,
+    which made an export of gzip images 2.6x the time of their import."""
+    ds = group.create_dataset(path, shape=values.shape, dtype=values.dtype, **options)
+    chunks = ds.chunks
+    if chunks is None or values.size == 0:
+        ds[...] = values
+        return ds
+
+    def deflate(start: tuple[int, ...]) -> tuple[tuple[int, ...], bytes]:
+        block = values[tuple(slice(s, s + c) for s, c in zip(start, chunks))]
+        if block.shape != chunks:  # an edge chunk is stored whole, the rest fill value 0
+            whole = np.zeros(chunks, values.dtype)
+            whole[tuple(slice(0, n) for n in block.shape)] = block
+            block = whole
+        return start, zlib.compress(np.ascontiguousarray(block).tobytes(), level)
+
+    grid = itertools.product(*(range(0, n, c) for n, c in zip(values.shape, chunks)))
+    for start, data in pool.map(deflate, grid):
+        ds.id.write_direct_chunk(start, data)
+    return ds
+
+
+def _write_demo(
+    group: h5py.Group, keys: list[DemoKey], columns: dict[str, np.ndarray], pool: Any
+) -> None:
     for key in keys:
-        ds = group.create_dataset(
-            key.path, data=_column_values(store, key, start, stop), **key.options
-        )
+        values = columns[key.column]
+        level = _deflate_level(key.options)
+        if level is None:
+            ds = group.create_dataset(key.path, data=values, **key.options)
+        else:
+            ds = _write_deflated(group, key.path, values, key.options, level, pool)
         decode_attrs(key.attrs, ds.attrs)
 
 
@@ -130,6 +176,25 @@ def _write_episode_meta(group: h5py.Group, meta: dict[str, Any], length: int) ->
         decode_attrs(entry.get("attrs", {}), ds.attrs)
 
 
+def _slabs(store: Any, keys: list[DemoKey]):
+    """``(episodes, first row, {column: rows})`` for runs of whole episodes of at most
+    ``_SLAB_BYTES``: one read per column a run, not one per demo (thousands of them)."""
+    row_bytes = max(1, sum(np.dtype(k.dtype).itemsize * math.prod(k.shape) for k in keys))
+    lengths = store.episodes.lengths.tolist()
+    batch: list[int] = []
+    rows = 0
+    for i, n in enumerate([*lengths, None]):
+        if batch and (n is None or (rows + n) * row_bytes > _SLAB_BYTES):
+            first = store.episodes.range(batch[0])[0]
+            stop = first + rows
+            slabs = {k.column: _column_values(store, k, first, stop) for k in keys}
+            yield batch, first, slabs
+            batch, rows = [], 0
+        if n is not None:
+            batch.append(i)
+            rows += n
+
+
 def _write_file(f: h5py.File, store: Any, bar: Any) -> None:
     recorded = store.manifest.metadata.get("robomimic")
     keys = _keys(store, recorded)
@@ -139,14 +204,17 @@ def _write_file(f: h5py.File, store: Any, bar: Any) -> None:
     data = f.create_group("data")
     for name, value in _data_attrs(store, recorded).items():
         data.attrs[name] = value
-    for i, name in enumerate(names):
-        group = data.create_group(name)
-        _write_demo(group, store, keys, i)
-        meta = store.episode_metadata(i) if recorded is not None else {}
-        start, stop = store.episodes.range(i)
-        _write_episode_meta(group, meta, stop - start)
-        if bar is not None:
-            bar.update(stop - start)
+    with ThreadPoolExecutor(_DEFLATE_THREADS, thread_name_prefix="deflate") as pool:
+        for batch, first, slabs in _slabs(store, keys):
+            for i in batch:
+                start, stop = store.episodes.range(i)
+                group = data.create_group(names[i])
+                columns = {c: v[start - first : stop - first] for c, v in slabs.items()}
+                _write_demo(group, keys, columns, pool)
+                meta = store.episode_metadata(i) if recorded is not None else {}
+                _write_episode_meta(group, meta, stop - start)
+                if bar is not None:
+                    bar.update(stop - start)
     _write_masks(f, store, names, recorded)
 
 
