@@ -215,6 +215,33 @@ def lightning_metrics_callback(log: MetricsLog, every: int = 10):
     return _CopyMetrics()
 
 
+def progress_lines_callback(log: logging.Logger, lines: int = 10):
+    """A Lightning callback logging ``step k/N (p%): metrics, steps/s`` about ``lines``
+    times over a run of ``max_steps`` (and at its last step): the progress bar's content
+    for a log file or a pipe."""
+    from lightning.pytorch.callbacks import Callback
+
+    class _ProgressLines(Callback):
+        def on_train_start(self, trainer, pl_module) -> None:
+            self.start, self.total = time.perf_counter(), trainer.max_steps
+            self.every = max(1, self.total // lines) if self.total > 0 else 100
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+            step = trainer.global_step
+            if step % self.every and step != self.total:
+                return
+            rate = step / max(time.perf_counter() - self.start, 1e-9)
+            shown = [
+                f"{k} {float(v):.4g}"
+                for k, v in sorted(trainer.callback_metrics.items())
+                if v.numel() == 1
+            ]
+            total = f"/{self.total} ({100 * step // self.total}%)" if self.total > 0 else ""
+            log.info(f"step {step}{total}: {', '.join(shown)}, {rate:.1f} steps/s")
+
+    return _ProgressLines()
+
+
 # --------------------------------------------------------------------------- the run
 class _Advert(logging.Filter):
     """Drops Lightning's advertising tip (it names a cloud service, not the run)."""
@@ -299,6 +326,20 @@ class Run:
         finally:
             self._deferring -= 1
         self.check()
+
+    def trainer(self, trainer_cfg: DictConfig, **kwargs: Any):
+        """The run's Lightning ``Trainer`` from its config, with the run's callbacks (metrics
+        into ``metrics.csv``, signals at step ends) and its progress shown as Lightning's bar
+        on a terminal, but as about ten plain lines when stdout is a file or a pipe (the bar
+        redraws thousands of times with carriage returns, which a log keeps every one of).
+        ``trainer.enable_progress_bar=false`` turns both off."""
+        callbacks = [lightning_metrics_callback(self.metrics), self.lightning_callback()]
+        if trainer_cfg.get("enable_progress_bar", True) and not sys.stdout.isatty():
+            callbacks.append(progress_lines_callback(self.log))
+            kwargs["enable_progress_bar"] = False
+        return instantiate(
+            trainer_cfg, callbacks=callbacks, default_root_dir=str(self.folder), **kwargs
+        )
 
     def lightning_callback(self):
         """A Lightning callback calling :meth:`check` after every training and validation step."""

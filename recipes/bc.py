@@ -27,7 +27,6 @@ import numpy as np
 import torch
 from _common import (
     RESULT_HEADER,
-    lightning_metrics_callback,
     mlp_io,
     open_demo_store,
     recipe_run,
@@ -188,11 +187,7 @@ def main(cfg: DictConfig) -> float:
             instantiate(cfg.model.optimizer),
             instantiate(cfg.model.scheduler) if cfg.model.get("scheduler") else None,
         )
-        trainer = instantiate(
-            cfg.trainer,
-            callbacks=[lightning_metrics_callback(run.metrics), run.lightning_callback()],
-            default_root_dir=str(run.folder),
-        )
+        trainer = run.trainer(cfg.trainer)
         run.policy_tensors = lambda: (policy_tensors(model, dm.normalizer), trainer.global_step)
         with run.interrupts_at_checks():
             trainer.fit(model, datamodule=dm)

@@ -26,7 +26,7 @@ import math
 import hydra
 import lightning as L
 import torch
-from _common import lightning_metrics_callback, open_demo_store, recipe_run, strip
+from _common import open_demo_store, recipe_run, strip
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
@@ -156,11 +156,7 @@ def main(cfg: DictConfig) -> float:
         with open_dict(cfg):  # what policy_from_weights needs to rebuild the network
             cfg.policy_shapes = {"low_dim": low_dim, "rgb": rgb, "action_dim": action_dim}
         (run.folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        trainer = instantiate(
-            cfg.trainer,
-            callbacks=[lightning_metrics_callback(run.metrics), run.lightning_callback()],
-            default_root_dir=str(run.folder),
-        )
+        trainer = run.trainer(cfg.trainer)
         run.policy_tensors = lambda: (
             {f"model.{k}": v for k, v in model.state_dict().items()},
             trainer.global_step,

@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from _common import (
     RESULT_HEADER,
-    lightning_metrics_callback,
     mlp_io,
     open_demo_store,
     recipe_run,
@@ -153,11 +152,7 @@ def main(cfg: DictConfig) -> float:
         obs_dim, action_dim = store.column(OBS).shape[0], store.column("action").shape[0]
         dm = instantiate(cfg.datamodule, store=store)
         model = TD3BC(cfg.model, obs_dim, action_dim)
-        trainer = instantiate(
-            cfg.trainer,
-            callbacks=[lightning_metrics_callback(run.metrics), run.lightning_callback()],
-            default_root_dir=str(run.folder),
-        )
+        trainer = run.trainer(cfg.trainer)
         run.policy_tensors = lambda: (policy_tensors(model), trainer.global_step)
         with run.interrupts_at_checks():
             trainer.fit(model, datamodule=dm)

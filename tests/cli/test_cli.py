@@ -286,3 +286,21 @@ def test_outputs_get_their_missing_folders_and_a_failure_leaves_none(tmp_path, c
     assert main(["import-lafan", str(good), str(tmp_path / "new" / "sub" / "x.h5")]) == 0
     with TrajectoryStore(tmp_path / "new" / "sub" / "x.h5") as store:
         assert store.num_rows == 10
+
+
+def test_python_m_torchstore_runs_the_command_line(tmp_path):
+    """``python -m torchstore`` is the ``torchstore`` command, as ``python -m pip`` is pip."""
+    run = subprocess.run(
+        [sys.executable, "-m", "torchstore", "--version"], capture_output=True, text=True
+    )
+    assert run.returncode == 0 and run.stdout.startswith("torchstore ")
+    path = tmp_path / "demo.h5"
+    cmd = [sys.executable, "-m", "torchstore", "demo", str(path), "--episodes", "2", "--steps", "5"]
+    assert subprocess.run(cmd, capture_output=True, text=True).returncode == 0
+    bad = subprocess.run(
+        [sys.executable, "-m", "torchstore", "import", str(path), str(tmp_path / "again.h5")],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
+    assert "already a torchstore store" in bad.stderr
