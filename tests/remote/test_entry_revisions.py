@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -285,3 +287,18 @@ def test_sync_retried_after_an_identical_sync_reports_file_paths(tmp_path, monke
     assert raced
     assert result.uploaded == ("data/log.json",)
     assert result.unchanged == ("data/fixed.json",)
+
+
+def test_a_refused_remote_index_prints_one_line_as_a_user_sees_it(tmp_path):
+    """Folders left out are logged only once the index is written; a refusal names them in
+    its one line (a subprocess: the logging handler writes to the real stderr)."""
+    loc = tmp_path / "loc"
+    make_dataset(loc / "ds")
+    (loc / "empty").mkdir()
+    cmd = [sys.executable, "-m", "torchstore", "remote", "index", str(loc)]
+    bad = subprocess.run([*cmd, "--kind", "empty=policy"], capture_output=True, text=True)
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "'empty'" in bad.stderr and "empty/" in bad.stderr
+    assert not (loc / "index.json").exists()
+    good = subprocess.run(cmd, capture_output=True, text=True)
+    assert good.returncode == 0 and "empty/ has no file to publish" in good.stderr

@@ -238,6 +238,8 @@ def write_index(directory: str | os.PathLike, *, kinds: dict[str, str] | None = 
     if (directory / INDEX_NAME).exists():
         old = parse_index((directory / INDEX_NAME).read_bytes(), source=str(directory / INDEX_NAME))
     entries = []
+    notes: list[str] = []  # logged once the index is written: a refusal stays one line
+    empty: list[str] = []
     for sub in sorted(
         p
         for p in directory.iterdir()
@@ -251,10 +253,10 @@ def write_index(directory: str | os.PathLike, *, kinds: dict[str, str] | None = 
             entries.append(entry)
             continue
         found, refused = scan_folder(sub)
-        for rel, reason in refused:
-            log.warning("index %s: leaving out %s/%s: %s", directory, name, rel, reason)
+        notes += [f"index {directory}: leaving out {name}/{rel}: {why}" for rel, why in refused]
         if not found:
-            log.warning("index %s: %s/ has no file to publish; it is not an entry", directory, name)
+            notes.append(f"index {directory}: {name}/ has no file to publish; it is not an entry")
+            empty.append(f"{name}/")
             continue
         files = tuple(_describe(rel, path)[0] for rel, path in found)
         if name in kinds:
@@ -268,11 +270,15 @@ def write_index(directory: str | os.PathLike, *, kinds: dict[str, str] | None = 
         entries.append(RemoteEntry(name, kind, files))
     unknown = sorted(set(kinds) - {e.name for e in entries})
     if unknown:
+        skipped = f"; not entries, having no file to publish: {', '.join(empty)}" if empty else ""
         raise UnknownEntryError(
             f"--kind names {', '.join(map(repr, unknown))}, which "
             f"{'is' if len(unknown) == 1 else 'are'} "
-            f"not an entry of {directory} (entries: {', '.join(e.name for e in entries) or 'none'})"
+            f"not an entry of {directory} (entries: {', '.join(e.name for e in entries) or 'none'}"
+            f"{skipped})"
         )
+    for note in notes:
+        log.warning(note)
     target = directory / INDEX_NAME
     tmp = directory / f".{INDEX_NAME}.tmp-{os.getpid()}"
     tmp.write_bytes(dump_index(entries))
