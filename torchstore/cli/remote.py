@@ -229,6 +229,9 @@ def _list(args: argparse.Namespace) -> None:
 
 @_one_line_errors
 def _project_push(args: argparse.Namespace) -> None:
+    if args.dry_run:
+        _project_push_dry_run(args)
+        return
     from torchstore.project import push_project
 
     done = push_project(
@@ -241,6 +244,7 @@ def _project_push(args: argparse.Namespace) -> None:
         progress=not args.no_progress,
     )
     entry = done.entry
+    print("\n".join(done.listing.lines()))
     state = "is up to date" if done.up_to_date else "pushed"
     print(
         f"project {args.name} {state} at {args.location} (revision "
@@ -249,6 +253,26 @@ def _project_push(args: argparse.Namespace) -> None:
     for ds in done.manifest.datasets:
         print(f"  dataset {ds.name}@{ds.revision[:12]} from {ds.location}")
     for run in done.manifest.runs:
+        print(f"  run {run.path}")
+
+
+def _project_push_dry_run(args: argparse.Namespace) -> None:
+    """What ``project push`` would bundle and leave out; reads the project and cache only."""
+    from torchstore.project import plan_project
+    from torchstore.remote.location import parse_location
+
+    parse_location(args.location)  # a malformed location fails here as it would in a push
+    plan = plan_project(args.dir, args.name, cache_dir=args.cache_dir)
+    print("\n".join(plan.listing.lines()))
+    print(
+        f"dry run: nothing pushed to {args.location}; project {args.name} would be "
+        f"{len(plan.listing.bundled)} files ({plan.listing.size} bytes) and its manifest"
+    )
+    for ds in plan.manifest.datasets:
+        print(f"  dataset {ds.name}@{ds.revision[:12]} from {ds.location}")
+    for wanted in args.dataset or ():
+        print(f"  dataset {wanted} (--dataset: resolved and pinned by the push)")
+    for run in plan.manifest.runs:
         print(f"  run {run.path}")
 
 
@@ -466,7 +490,11 @@ def _add_dataset_commands(sub: argparse._SubParsersAction) -> None:
         "safetensors policies, and the datasets they used pinned by revision",
     )
     project = p.add_subparsers(dest="project_command", required=True, metavar="SUBCOMMAND")
-    q = project.add_parser("push", help="bundle a project folder and publish it as one entry")
+    q = project.add_parser(
+        "push",
+        help="bundle a project folder and publish it as one entry; prints what it bundles "
+        "and what it leaves out, with the rule",
+    )
     q.add_argument(
         "dir", type=types.existing_folder, help="the project: configs/, recipes/, outputs/"
     )
@@ -482,6 +510,12 @@ def _add_dataset_commands(sub: argparse._SubParsersAction) -> None:
         "--replace",
         action="store_true",
         help="publish over an existing entry of other content, as its new revision",
+    )
+    q.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what push would bundle and leave out, and push nothing (reads the "
+        "project and the cache only)",
     )
     _cache_dir_option(q)
     q.add_argument("--no-progress", action="store_true", help="no progress bar")

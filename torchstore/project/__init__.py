@@ -1,4 +1,5 @@
-"""Project bundles: push and pull a training project (configs, recipes, runs, pinned datasets).
+"""Project bundles: push and pull a training project (configs, recipes, runs, weights, pinned
+datasets).
 
 The bundle format and its rules are defined in :mod:`torchstore.project.bundle`.
 """
@@ -14,10 +15,13 @@ if TYPE_CHECKING:
     from torchstore.project.bundle import (
         MANIFEST_NAME,
         ProjectDataset,
+        ProjectListing,
         ProjectManifest,
+        ProjectPlan,
         ProjectRun,
         PulledProject,
         PushedProject,
+        plan_project,
         pull_project,
         push_project,
     )
@@ -27,10 +31,13 @@ _EXPORTS = {
     for name in (
         "MANIFEST_NAME",
         "ProjectDataset",
+        "ProjectListing",
         "ProjectManifest",
+        "ProjectPlan",
         "ProjectRun",
         "PulledProject",
         "PushedProject",
+        "plan_project",
         "pull_project",
         "push_project",
     )
@@ -42,11 +49,14 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = [
     "MANIFEST_NAME",
     "ProjectDataset",
+    "ProjectListing",
     "ProjectError",
     "ProjectManifest",
+    "ProjectPlan",
     "ProjectRun",
     "PulledProject",
     "PushedProject",
+    "plan_project",
     "pull_project",
     "push_project",
 ]

@@ -12,7 +12,13 @@ A project folder (``DIR``) is laid out like this repository's training side::
     DIR/datasets/<name>.h5           for a LeRobot or Minari dataset, also the store
                                      ``torchstore.load`` imports it into
 
-Nothing else in ``DIR`` is bundled (nor hidden files, ``__pycache__`` or scratch files).
+    DIR/**/*.safetensors             weights anywhere else in the project, e.g.
+                                     ``weights/policy.safetensors`` (bundled)
+
+Nothing else in ``DIR`` is bundled: other folders and files, hidden ones (``.git/``), a
+run's ``.hydra/`` record, ``__pycache__``, scratch files and virtual environments are
+left out, and :class:`ProjectListing` (what ``torchstore project push`` prints, and
+``--dry-run`` prints without pushing) names each with the rule that left it out.
 Datasets are named, not copied: the bundle pins each one by location, name and revision,
 so ``project pull`` fetches exactly the bytes the runs were trained on (verified by
 sha256, like any pull).
@@ -50,8 +56,9 @@ or null when the run folder does not say them. Unknown keys are ignored; a highe
 ``version`` is refused.
 
 **Rules** (the remote-dataset rules, plus): no pickle-based file (``.pt``, ``.pth``,
-``.bin``, ``.pkl``, ``.pickle``, ``.ckpt``) is bundled or pulled, since loading one runs code;
-policy weights are safetensors, each checked fully
+``.bin``, ``.pkl``, ``.pickle``, ``.ckpt``) is bundled or pulled, since loading one runs code
+(in ``configs/``, ``recipes/`` or ``outputs/`` one refuses the push; elsewhere it is left
+out, and listed); policy weights are safetensors, each checked fully
 (:func:`~torchstore.remote.weights.check_safetensors`) on push and again on pull; HDF5
 stores are refused in the bundled folders (push them as datasets); symlinks are refused;
 every path is checked to stay inside the project. The bundle is an ``assets`` entry at
@@ -82,17 +89,27 @@ from torchstore.errors import (
 from torchstore.io.checksum import sha256_file
 from torchstore.io.paths import check_name, check_relpath, make_dirs_inside, resolve_inside
 from torchstore.io.transfer import progress_bar
+from torchstore.project.survey import (
+    DATASETS_DIR,
+    MANIFEST_NAME,
+    WEIGHTS_SUFFIX,
+    ProjectListing,
+    project_refusal,
+    survey,
+)
 from torchstore.remote.backend import open_backend
 from torchstore.remote.cache import _Cache, _offline, default_cache_dir, pull_entry, split_revision
 from torchstore.remote.index import RemoteEntry, RemoteFile
 from torchstore.remote.location import parse_location
-from torchstore.remote.upload import scan_folder
-from torchstore.remote.weights import PICKLE_SUFFIXES, check_safetensors
+from torchstore.remote.weights import check_safetensors
 from torchstore.validation import positive_int
 
 __all__ = [
     "push_project",
+    "plan_project",
     "pull_project",
+    "ProjectListing",
+    "ProjectPlan",
     "ProjectManifest",
     "ProjectDataset",
     "ProjectRun",
@@ -106,15 +123,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MANIFEST_NAME = "torchstore-project.json"
 PROJECT_FORMAT = "torchstore-project"
 PROJECT_VERSION = 1
-BUNDLED = ("configs", "recipes", "outputs")
 REQUIRED = ("configs", "recipes")
-DATASETS_DIR = "datasets"
 STORES_DIR = ".stores"  # where torchstore.load keeps stores imported from LeRobot/Minari entries
 IMPORTED = "\0imported"  # marks a path to such a store
-_STORE_SUFFIXES = (".h5", ".hdf5")
 _REVISION = re.compile(r"[0-9a-f]{7,64}")
 _MAX_MANIFEST = 16 << 20
 
@@ -236,21 +249,6 @@ def _parse_run(r: Any, i: int, source: str, bad: Callable[[str], Exception]) -> 
 
 
 # ----------------------------------------------------------------- push
-def _refusal(rel: str) -> str | None:
-    lower = rel.lower()
-    if lower.endswith(PICKLE_SUFFIXES):
-        return (
-            "a pickle-based file (loading it runs code): save weights with "
-            "safetensors.torch.save_file, or move it out of the project"
-        )
-    if lower.endswith(_STORE_SUFFIXES):
-        return (
-            "a dataset store: datasets travel by name and revision (push it with "
-            "`torchstore push`, then name it with --dataset)"
-        )
-    return None
-
-
 def _cached_dataset(cache_root: Path, value: str) -> tuple[ProjectDataset, str] | None:
     """``(dataset, path inside the entry)`` if ``value`` is a path into an entry in the cache."""
     if not value.startswith("/"):
@@ -326,6 +324,7 @@ class _Plan:
     datasets: dict[str, ProjectDataset] = field(default_factory=dict)
     runs: list[ProjectRun] = field(default_factory=list)
     rewrites: dict[str, str] = field(default_factory=dict)  # absolute cache path -> relative
+    left_out: list[tuple[str, str]] = field(default_factory=list)  # (path, rule)
 
     def add_dataset(self, ds: ProjectDataset, why: str) -> None:
         have = self.datasets.get(ds.name)
@@ -338,50 +337,30 @@ class _Plan:
 
 
 def _plan(root: Path, cache_root: Path) -> _Plan:
-    plan = _Plan()
     for folder in REQUIRED:
         if not (root / folder).is_dir():
             raise ProjectError(
                 f"{root} has no {folder}/ folder; a project holds configs/ (the Hydra config "
                 "tree), recipes/ and outputs/ (the runs)"
             )
-    refused = []
-    for folder in BUNDLED:
-        if (root / folder).is_dir():
-            refused += _plan_folder(plan, root, folder)
-    if refused:
-        listed = "; ".join(f"{rel!r}: {why}" for rel, why in refused[:5])
-        raise ProjectError(f"project {root}: {len(refused)} file(s) cannot be bundled ({listed})")
+    found = survey(root, cache_root)
+    if found.refused:
+        listed = "; ".join(f"{rel!r}: {why}" for rel, why in found.refused[:5])
+        raise ProjectError(
+            f"project {root}: {len(found.refused)} file(s) cannot be bundled ({listed})"
+        )
+    plan = _Plan(files=found.bundled, left_out=found.left_out)
     for rel, path in plan.files:
-        if rel.endswith(".safetensors"):
+        if rel.lower().endswith(WEIGHTS_SUFFIX):
             check_safetensors(path)
-    outputs = root / "outputs"
-    run_dirs = sorted(p.parent for p in outputs.rglob("config.yaml")) if outputs.is_dir() else []
-    for run in run_dirs:
-        if any(part.startswith(".") for part in run.relative_to(root).parts):
-            continue
-        _add_run(plan, root, run, cache_root)
+    runs = {
+        rel.rpartition("/")[0]
+        for rel, _ in plan.files
+        if rel.startswith("outputs/") and rel.endswith("/config.yaml")
+    }
+    for run in sorted(runs):
+        _add_run(plan, root, root / run, cache_root)
     return plan
-
-
-def _plan_folder(plan: _Plan, root: Path, folder: str) -> list[tuple[str, str]]:
-    """Add the files of one bundled folder to ``plan``; returns ``(path, why)`` refused."""
-    refused = []
-    found, bad = scan_folder(root / folder)
-    for rel, why in bad:  # the project's own rule says more than "incomplete"
-        rel = f"{folder}/{rel}"
-        own = None if why.startswith("a symlink") else _refusal(rel)
-        refused.append((rel, own or why))
-    for rel, path in found:
-        if "__pycache__" in rel.split("/"):
-            continue  # interpreter caches, rebuilt where the recipe runs
-        rel = f"{folder}/{rel}"
-        why = _refusal(rel)
-        if why is not None:
-            refused.append((rel, why))
-        else:
-            plan.files.append((rel, path))
-    return refused
 
 
 def _add_run(plan: _Plan, root: Path, run: Path, cache_root: Path) -> None:
@@ -428,6 +407,44 @@ class PushedProject:
     entry: RemoteEntry
     manifest: ProjectManifest
     up_to_date: bool
+    listing: ProjectListing = field(default_factory=ProjectListing)
+
+
+@dataclass(frozen=True)
+class ProjectPlan:
+    """What :func:`plan_project` found: what a push would bundle and leave out, sending nothing.
+
+    ``manifest`` has the runs and the datasets their configs trace to; datasets named with
+    ``datasets=`` are resolved (and pinned) only by the push itself.
+    """
+
+    listing: ProjectListing
+    manifest: ProjectManifest
+
+
+def plan_project(
+    project_dir: str | os.PathLike, name: str, *, cache_dir: str | os.PathLike | None = None
+) -> ProjectPlan:
+    """What :func:`push_project` would bundle (a dry run): reads the project and the cache only.
+
+    Raises:
+        ProjectError / StoreFormatError: as :func:`push_project` would, before sending anything.
+    """
+    check_name(name, subject="project name")
+    root = Path(project_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"no project folder {root}")
+    cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    plan = _plan(root, cache_root)
+    return ProjectPlan(
+        _listing(plan), ProjectManifest(name, tuple(plan.datasets.values()), tuple(plan.runs))
+    )
+
+
+def _listing(plan: _Plan) -> ProjectListing:
+    return ProjectListing(
+        tuple((rel, path.stat().st_size) for rel, path in plan.files), tuple(plan.left_out)
+    )
 
 
 def push_project(
@@ -450,9 +467,13 @@ def push_project(
         replace: publish over an entry of other content (as its new revision).
         cache_dir: the cache that runs' dataset paths point into (default: the default cache).
 
+    The result's ``listing`` says what was bundled and what was left out, and why;
+    :func:`plan_project` says the same without pushing.
+
     Raises:
         ProjectError: no configs/ or recipes/, a pickle file or a store in the bundled
-            folders, or a dataset named with two revisions.
+            folders, a symlink where a file would be bundled, or a dataset named with two
+            revisions.
         StoreFormatError: a ``.safetensors`` file is not complete and consistent.
         EntryExistsError / EntryKindError: as for :func:`torchstore.remote.push`.
     """
@@ -488,7 +509,7 @@ def push_project(
         files = [(RemoteFile(rel, p.stat().st_size, sha256_file(p)), p) for rel, p in staged]
         with progress_bar(sum(f.size for f, _ in files), f"push {name}", enabled=progress) as bar:
             published = backend.publish(name, "assets", files, replace=replace, progress=bar.update)
-    return PushedProject(published.entry, manifest, published.up_to_date)
+    return PushedProject(published.entry, manifest, published.up_to_date, _listing(plan))
 
 
 # ----------------------------------------------------------------- pull
@@ -515,13 +536,13 @@ def _check_bundle(entry: RemoteEntry, root: Path, subject: str) -> ProjectManife
         (root / MANIFEST_NAME).read_bytes(), source=f"{MANIFEST_NAME} of {subject}"
     )
     for f in entry.files:
-        why = _refusal(f.path)
+        why = project_refusal(f.path)
         if why is not None or f.path.startswith(f"{DATASETS_DIR}/"):
             raise ProjectError(
                 f"{subject} holds {f.path!r}, which a project may not: "
                 f"{why or 'datasets travel by name'}"
             )
-        if f.path.endswith(".safetensors"):
+        if f.path.lower().endswith(WEIGHTS_SUFFIX):
             try:
                 check_safetensors(root / f.path)
             except StoreFormatError as exc:
