@@ -171,7 +171,7 @@ def _remote_index(args: argparse.Namespace) -> None:
     kinds = {}
     for item in args.kind or []:
         name, sep, kind = item.partition("=")
-        if not sep:
+        if not sep or not name:
             raise TorchstoreError(f"--kind ({item!r}) must be NAME=KIND")
         kinds[name] = kind
     print(f"wrote {write_index(args.dir, kinds=kinds)}")
