@@ -24,7 +24,7 @@ def rows(store_path):
 
 
 def buffer(store_path, **kw):
-    storage = WindowStorage(store_path, resident=50, batch_size=16, resident_blocks=4, **kw)
+    storage = WindowStorage(store_path, resident=50, resident_blocks=4, **kw)  # B: the call's
     return TensorDictReplayBuffer(
         storage=storage, sampler=WindowSampler(storage, seed=1), batch_size=16
     ), storage
