@@ -213,3 +213,29 @@ def test_ctrl_c_during_a_pull_is_one_line_and_the_next_pull_finishes(tmp_path):
         out, err = done.communicate(timeout=300)
         assert done.returncode == 0, err
     assert (Path(out.strip()) / "a.bin").read_bytes() == payload
+
+
+def test_sigterm_during_an_import_cleans_up_like_ctrl_c(tmp_path):
+    """``timeout``, Slurm and ``docker stop`` send SIGTERM: the import stops with 143, one
+    line, and no hidden partial store (or its lock) beside the destination."""
+    import h5py
+
+    src = tmp_path / "many.hdf5"
+    with h5py.File(src, "w") as f:  # thousands of small demos: an import of a few seconds
+        for i in range(3000):
+            demo = f.create_group(f"data/demo_{i}")
+            demo["actions"] = np.zeros((20, 7))
+            demo["obs/x"] = np.zeros((20, 3))
+            demo.attrs["num_samples"] = 20
+    dest = tmp_path / "out" / "s.h5"
+    proc = _start("import", str(src), str(dest), "--no-progress")
+    partial = dest.with_name(f".{dest.name}.importing")
+    deadline = time.monotonic() + 120
+    while not partial.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the import finished before it could be stopped"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("interrupted"), err
+    assert not dest.parent.exists() or list(dest.parent.iterdir()) == []

@@ -119,7 +119,9 @@ def write_isaaclab(path: Path, lengths=(5, 3, 6), seed=0) -> Path:
             for k, v in value.items():
                 write(sub, k, v)
         else:
-            group.create_dataset(key, data=value, compression="gzip")
+            frames = {"chunks": (1, *value.shape[1:]), "maxshape": (None, *value.shape[1:])}
+            opts = frames if key == "table_cam" else {}  # a camera appended frame by frame
+            group.create_dataset(key, data=value, compression="gzip", **opts)
 
     with h5py.File(path, "w") as f:
         data = f.create_group("data")
@@ -187,7 +189,8 @@ def describe(path: Path) -> dict:
                     obj.dtype.str,
                     obj.shape,
                     np.asarray(value).tobytes(),
-                    obj.compression,
+                    (obj.chunks, obj.maxshape, obj.compression, obj.compression_opts),
+                    (obj.shuffle, obj.fletcher32),
                     _attrs(obj),
                 )
             else:

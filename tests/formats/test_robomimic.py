@@ -5,10 +5,11 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
+import torch
 
 from tests.formats.robomimic_files import describe, write_isaaclab, write_libero, write_robomimic
 from torchstore import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.errors import DatasetFormatError, DestinationExistsError
+from torchstore.errors import DatasetFormatError, DestinationError, DestinationExistsError
 from torchstore.formats import export_robomimic, import_robomimic
 
 
@@ -193,3 +194,61 @@ def test_gzip_datasets_with_edge_chunks_export_exactly(tmp_path):
             assert b[path].compression_opts == a[path].compression_opts
             assert b[path].chunks == a[path].chunks
             assert np.array_equal(a[path][()], b[path][()]), path
+
+
+def test_what_a_store_cannot_keep_is_named_in_one_warning(tmp_path):
+    src = write_robomimic(tmp_path / "src.hdf5", lengths=(3, 4))
+    with h5py.File(src, "a") as f:
+        f["data/demo_0/obs/alias"] = h5py.SoftLink("/data/demo_0/obs/object")
+        f["data/notes"] = np.zeros(2)
+        f.create_group("mask/sub")
+        f["data/demo_1"].attrs["ref"] = f["data/demo_1/actions"].ref
+    with pytest.warns(UserWarning, match="does not keep 4 item") as record:
+        store = TrajectoryStore(import_robomimic(src, tmp_path / "s.h5", progress=False))
+    message = str(record[0].message)
+    for part in ("obs/alias (soft link", "data/notes", "mask/sub", "'ref'"):
+        assert part in message
+    assert "obs/alias" not in {c.name for c in store.columns}
+
+
+def test_dtypes_a_column_cannot_hold_are_held_exactly_and_written_back(tmp_path):
+    src = tmp_path / "src.hdf5"
+    with h5py.File(src, "w") as f:
+        for i, n in enumerate((3, 5)):
+            demo = f.create_group(f"data/demo_{i}")
+            demo["actions"] = np.arange(n * 2, dtype=">f8").reshape(n, 2)
+            demo["obs/depth"] = np.full((n, 4, 4), 60000 + i, np.uint16)
+            demo["obs/ticks"] = np.full((n,), 2**32 - 1, np.uint32)
+            demo["dones"] = np.eye(n, dtype=np.int64)[-1]
+            demo["done"] = np.eye(n, dtype=bool)[-1]  # both names: each keeps its own
+            demo.attrs["num_samples"] = n
+    store = TrajectoryStore(import_robomimic(src, tmp_path / "s.h5", progress=False))
+    assert store.column("action").dtype == torch.float64
+    assert store.column("obs/depth").dtype == torch.int32
+    assert store.column("obs/ticks").dtype == torch.int64
+    assert {"done", "dones"} <= {c.name for c in store.columns}
+    out = export_robomimic(store, tmp_path / "out.hdf5", progress=False)
+    want, got = describe(src), describe(out)
+    for name in want:
+        assert got[name] == want[name], name
+
+
+def test_a_num_samples_that_is_not_a_count_is_named(tmp_path):
+    src = write_robomimic(tmp_path / "src.hdf5", lengths=(3, 4))
+    with h5py.File(src, "a") as f:
+        f["data/demo_1"].attrs["num_samples"] = np.array([4, 4])
+    with pytest.raises(DatasetFormatError, match=r"data/demo_1: num_samples is int64 \(2,\)"):
+        import_robomimic(src, tmp_path / "s.h5", progress=False)
+
+
+def test_an_export_overwrites_only_a_robomimic_file(robomimic_file, tmp_path):
+    store = import_robomimic(robomimic_file, tmp_path / "s.h5", progress=False)
+    other = import_robomimic(robomimic_file, tmp_path / "other.h5", progress=False)
+    text = tmp_path / "notes.hdf5"
+    text.write_text("not hdf5")
+    for victim, words in ((other, "a torchstore store"), (text, "not an HDF5 file")):
+        with pytest.raises(DestinationError, match=words):
+            export_robomimic(store, victim, overwrite=True, progress=False)
+    assert TrajectoryStore(other).num_episodes == 12 and text.read_text() == "not hdf5"
+    out = export_robomimic(store, tmp_path / "o.hdf5", progress=False)
+    assert export_robomimic(store, out, overwrite=True, progress=False) == out

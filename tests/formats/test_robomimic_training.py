@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -98,3 +99,13 @@ def test_the_recipe_trains_from_the_imported_store(lift, tmp_path):
         [1],
     )
     assert saved.policy(obs).shape == (1, 8, 7)
+
+
+def test_an_empty_named_set_is_refused(tmp_path):
+    src = write_robomimic(tmp_path / "lift.hdf5", lengths=[6] * 4)
+    with h5py.File(src, "a") as f:
+        del f["mask/valid"]
+        f["mask/valid"] = np.array([], dtype="S6")
+    store = import_robomimic(src, tmp_path / "lift.h5", progress=False)
+    with pytest.raises(ValueError, match="'valid' is empty"):
+        _dm(store, val_episodes="valid")

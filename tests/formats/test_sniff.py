@@ -154,3 +154,79 @@ def test_export_writes_each_format_and_import_reads_it_back(to, tmp_path, capsys
     assert f"as {to}" in capsys.readouterr().out
     a, b = TrajectoryStore(store), TrajectoryStore(back)
     assert b.num_rows == a.num_rows and b.num_episodes == a.num_episodes
+
+
+def _empty_data(tmp: Path) -> Path:
+    with h5py.File(tmp / "empty.hdf5", "w") as f:
+        f.create_group("data")
+    return tmp / "empty.hdf5"
+
+
+def _zarr_without_ends(tmp: Path) -> Path:
+    src = _zarr(tmp)
+    shutil.rmtree(src / "meta" / "episode_ends")
+    return src
+
+
+def _rlds_without_features(tmp: Path) -> Path:
+    src = _rlds(tmp)
+    (src / "1.0.0" / "features.json").unlink()
+    return src
+
+
+def _zero_bytes(tmp: Path) -> Path:
+    (tmp / "cut.hdf5").write_bytes(b"")
+    return tmp / "cut.hdf5"
+
+
+@pytest.mark.parametrize(
+    ("make", "fmt", "words"),
+    [
+        (_empty_data, "robomimic", "holds no demos"),
+        (_zarr_without_ends, "zarr", "episode_ends"),
+        (_rlds_without_features, "rlds", "features.json"),
+        (_zero_bytes, None, "not readable HDF5"),
+    ],
+)
+def test_a_source_with_a_formats_marker_gets_that_importers_own_refusal(
+    make, fmt, words, tmp_path, capsys
+):
+    src = make(tmp_path)
+    dest = tmp_path / "out" / "s.h5"
+    assert main(["import", str(src), str(dest), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert words in captured.err and len(captured.err.strip().splitlines()) == 1
+    if fmt is not None:
+        assert f"as {fmt}" in captured.out
+    assert not dest.parent.exists()
+
+
+def test_a_zip_holding_one_zarr_folder_is_sniffed(tmp_path):
+    import zipfile
+
+    src = _zarr(tmp_path)
+    zipped = tmp_path / "folder.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        for path in sorted(src.rglob("*")):
+            if path.is_file():
+                z.write(path, f"pusht.zarr/{path.relative_to(src)}")
+    assert sniff_format(zipped) == "zarr"
+    assert TrajectoryStore(main_import(zipped, tmp_path / "s.h5")).num_episodes == 3
+
+
+def main_import(src: Path, dest: Path) -> Path:
+    assert main(["import", str(src), str(dest), "--no-progress"]) == 0
+    return dest
+
+
+def test_options_of_another_format_and_an_existing_dest_are_refused_first(tmp_path, capsys):
+    src = _robomimic(tmp_path)
+    assert main(["import", str(src), str(tmp_path / "a.h5"), "--split", "val"]) == 1
+    assert "--split applies to rlds sources" in capsys.readouterr().err
+    assert main(["import", str(src), str(tmp_path / "a.h5"), "--env-id", "X-v0"]) == 1
+    assert "--env-id applies to d4rl" in capsys.readouterr().err
+    main_import(src, tmp_path / "a.h5")
+    capsys.readouterr()
+    assert main(["import", str(src), str(tmp_path / "a.h5")]) == 1
+    captured = capsys.readouterr()
+    assert "already exists" in captured.err and "reading" not in captured.out

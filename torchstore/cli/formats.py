@@ -34,7 +34,8 @@ def _import_zarr(a: argparse.Namespace) -> None:
 def _import_rlds(a: argparse.Namespace) -> None:
     from torchstore.formats.rlds import import_rlds
 
-    import_rlds(a.source, a.dest, split=a.split, overwrite=a.overwrite, progress=not a.no_progress)
+    split = a.split or "train"
+    import_rlds(a.source, a.dest, split=split, overwrite=a.overwrite, progress=not a.no_progress)
 
 
 def _import_lerobot(a: argparse.Namespace) -> None:
@@ -83,9 +84,15 @@ def _summary(dest: Path) -> str:
 
 
 def _import(a: argparse.Namespace) -> None:
+    from torchstore.errors import ArgumentError
     from torchstore.formats.sniff import sniff_format
+    from torchstore.io.destination import check_destination
 
+    check_destination(a.dest, sources=[a.source], overwrite=a.overwrite, what="store")
     found = a.format or sniff_format(a.source)
+    for flag, value, fmt in (("--split", a.split, "rlds"), ("--env-id", a.env_id, "d4rl")):
+        if value is not None and found != fmt:
+            raise ArgumentError(f"{flag} applies to {fmt} sources; {a.source} is {found}")
     print(f"reading {a.source} as {found}")
     IMPORTERS[found](a)
     print(_summary(a.dest))
@@ -127,7 +134,7 @@ def add_commands(sub: argparse._SubParsersAction, writes: Callable) -> None:
     p.add_argument(
         "--format", choices=FORMATS, default=None, help="skip sniffing: read SOURCE as this"
     )
-    p.add_argument("--split", default="train", help="rlds: the split to import")
+    p.add_argument("--split", default=None, help="rlds: the split to import (default: train)")
     p.add_argument("--env-id", default=None, help="d4rl: the env the data comes from")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

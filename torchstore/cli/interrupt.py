@@ -12,6 +12,10 @@ and delivers it again a moment later from a timer thread (``_thread.interrupt_ma
 when the main thread is back in ordinary code; if it lands in another callback, the same
 happens again. Once the command has started handling an interrupt (:meth:`handled`),
 nothing more is delivered, so the one-line report is never cut short.
+
+SIGTERM (what ``timeout``, Slurm preemption and ``docker stop`` send) is delivered the same
+way, as :class:`Terminated` (a ``KeyboardInterrupt``), so a command stopped by it cleans up
+and reports as after Ctrl-C: an import leaves no hidden partial file beside its output.
 """
 
 from __future__ import annotations
@@ -24,10 +28,14 @@ import time
 from types import TracebackType
 from typing import Any
 
-__all__ = ["InterruptGuard"]
+__all__ = ["InterruptGuard", "Terminated"]
 
 #: seconds before a swallowed interrupt is delivered again
 REDELIVER_AFTER = 0.001
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as Ctrl-C is, so that every ``except KeyboardInterrupt`` cleanup runs."""
 
 
 class InterruptGuard:
@@ -42,7 +50,9 @@ class InterruptGuard:
         self._wanted = threading.Event()
         self._thread: threading.Thread | None = None
         self._previous_handler: Any = None
+        self._previous_term: Any = None
         self._previous_hook: Any = None
+        self._signum = signal.SIGINT  # the signal a swallowed interrupt came as
 
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is not threading.main_thread():
@@ -52,6 +62,7 @@ class InterruptGuard:
         self._thread = threading.Thread(target=self._redeliver, name="interrupt", daemon=True)
         self._thread.start()
         self._previous_handler = signal.signal(signal.SIGINT, self._on_sigint)
+        self._previous_term = signal.signal(signal.SIGTERM, self._on_sigterm)
         self._previous_hook = sys.unraisablehook
         sys.unraisablehook = self._on_unraisable
         return self
@@ -73,6 +84,7 @@ class InterruptGuard:
         self._thread = None
         sys.unraisablehook = self._previous_hook
         signal.signal(signal.SIGINT, self._previous_handler)
+        signal.signal(signal.SIGTERM, self._previous_term)
 
     def handled(self) -> None:
         """The command is handling an interrupt (or finished): deliver nothing more."""
@@ -81,10 +93,17 @@ class InterruptGuard:
     def _on_sigint(self, signum: int, frame: Any) -> None:
         if self._done:
             return
+        self._signum = signal.SIGINT
         raise KeyboardInterrupt
 
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._done:
+            return
+        self._signum = signal.SIGTERM
+        raise Terminated
+
     def _on_unraisable(self, unraisable: Any) -> None:
-        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):  # Terminated included
             self._previous_hook(unraisable)
             return
         if not self._done:
@@ -101,4 +120,4 @@ class InterruptGuard:
             time.sleep(REDELIVER_AFTER)
             if self._stopping:
                 return
-            _thread.interrupt_main(signal.SIGINT)
+            _thread.interrupt_main(self._signum)

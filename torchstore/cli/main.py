@@ -22,13 +22,14 @@ from typing import NoReturn
 
 from torchstore._version import __version__
 from torchstore.cli import args as types
-from torchstore.cli.interrupt import InterruptGuard
+from torchstore.cli.interrupt import InterruptGuard, Terminated
 from torchstore.errors import TorchstoreError
 
 __all__ = ["main", "build_parser"]
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 #: Exit status when stdout's reader went away (128 + SIGPIPE).
 EXIT_BROKEN_PIPE = 141
 
@@ -555,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         with guard:
             args.func(args)
             sys.stdout.flush()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated
         guard.handled()
         previous = _ignore_sigint()  # a second Ctrl-C must not cut the report short
         try:
@@ -564,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except BrokenPipeError:
         _quiet_stdout()
         return EXIT_BROKEN_PIPE

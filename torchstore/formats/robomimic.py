@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,8 +72,20 @@ def _read(where: str, ds: h5d.DatasetID, out: np.ndarray) -> None:
         ) from None
 
 
+#: unsigned dtypes a column cannot hold, held in the next signed one (exact) and written back
+_WIDER = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64)}
+
+
+def _held(dtype: np.dtype) -> np.dtype:
+    """The column dtype for a file dtype: native byte order, uint16/uint32 widened."""
+    native = dtype.newbyteorder("=") if dtype.byteorder not in "=|" else dtype
+    return _WIDER.get(native, native)
+
+
 def _settle_casts(f: h5py.File, layout: RobomimicLayout, label: str) -> None:
-    """``dones`` become bool and integer ``rewards`` float64 only where that is exact."""
+    """Each key's column dtype: ``dones`` bool and integer ``rewards`` float64 where that is
+    exact (else they keep their names and dtypes), big-endian data in native order, uint16
+    and uint32 widened; ``cast`` marks the keys the export converts back."""
     for key in layout.keys:
         dtype = np.dtype(key.dtype)
         if key.column == "done":
@@ -80,7 +93,6 @@ def _settle_casts(f: h5py.File, layout: RobomimicLayout, label: str) -> None:
                 np.isin(_whole(layout, label, i, key.path), (0, 1)).all()
                 for i in range(len(layout.demos))
             )
-            key.cast = ok and dtype != np.bool_
             key.column = "done" if ok else key.path
         elif key.column == "reward" and dtype.kind in "biu":
             ok = all(
@@ -88,9 +100,10 @@ def _settle_casts(f: h5py.File, layout: RobomimicLayout, label: str) -> None:
                 < _EXACT_FLOAT
                 for i in range(len(layout.demos))
             )
-            key.cast, key.column = ok, "reward" if ok else key.path
+            key.column = "reward" if ok else key.path
         elif key.column == "reward" and dtype.kind != "f":
             key.column = key.path
+        key.cast = _column_dtype(key) != dtype
 
 
 def _whole(layout: RobomimicLayout, label: str, demo: int, path: str) -> np.ndarray:
@@ -101,9 +114,12 @@ def _whole(layout: RobomimicLayout, label: str, demo: int, path: str) -> np.ndar
 
 
 def _column_dtype(key: DemoKey) -> np.dtype:
-    if not key.cast:
-        return np.dtype(key.dtype)
-    return np.dtype(np.bool_) if key.column == "done" else np.dtype(np.float64)
+    dtype = np.dtype(key.dtype)
+    if key.column == "done":
+        return np.dtype(np.bool_)
+    if key.column == "reward" and dtype.kind in "biu":
+        return np.dtype(np.float64)
+    return _held(dtype)
 
 
 def _columns(layout: RobomimicLayout, label: str) -> list[ColumnSpec]:
@@ -120,7 +136,8 @@ def _columns(layout: RobomimicLayout, label: str) -> list[ColumnSpec]:
 
 def _episode_meta(layout: RobomimicLayout, label: str, i: int) -> dict[str, Any]:
     demo, found = layout.demos[i], layout.datasets[i]
-    meta: dict[str, Any] = {"demo": demo, "attrs": encode_attrs(layout.groups[i].attrs)}
+    attrs = encode_attrs(layout.groups[i].attrs, layout.left_out)
+    meta: dict[str, Any] = {"demo": demo, "attrs": attrs}
     arrays = {}
     for path in layout.per_demo:
         if path in found:
@@ -134,7 +151,20 @@ def _episode_meta(layout: RobomimicLayout, label: str, i: int) -> dict[str, Any]
             }
     if arrays:
         meta["arrays"] = arrays
+    chunked = {k.path: _chunking(found[k.path]) for k in layout.keys if k.options.get("chunks")}
+    if chunked:
+        meta["chunks"] = chunked
     return meta
+
+
+def _chunking(ds: h5d.DatasetID) -> dict[str, Any]:
+    """A chunked dataset's chunk shape (and its maximum shape, where it can grow), which
+    h5py's ``chunks=True`` would guess otherwise, and reading frame by frame depends on."""
+    out: dict[str, Any] = {"shape": list(ds.get_create_plist().get_chunk())}
+    most = ds.get_space().get_simple_extent_dims(True)
+    if tuple(most) != tuple(ds.shape):
+        out["maxshape"] = [None if d == h5s.UNLIMITED else int(d) for d in most]
+    return out
 
 
 def _batches(layout: RobomimicLayout, row_bytes: int) -> Iterator[list[int]]:
@@ -174,8 +204,8 @@ def _metadata(f: h5py.File, layout: RobomimicLayout, source: str) -> dict[str, A
         "robomimic": {
             "source": source,
             "variant": layout.variant,
-            "root_attrs": encode_attrs(f.attrs),
-            "data_attrs": encode_attrs(f["data"].attrs),
+            "root_attrs": encode_attrs(f.attrs, layout.left_out),
+            "data_attrs": encode_attrs(f["data"].attrs, layout.left_out),
             "keys": [k.to_json() for k in layout.keys],
             "per_demo": layout.per_demo,
             "masks": layout.masks,
@@ -264,4 +294,15 @@ def import_robomimic(
         finally:
             if bar is not None:
                 bar.close()
+    _warn_left_out(label, layout.left_out)
     return dest
+
+
+def _warn_left_out(label: str, left_out: list[str]) -> None:
+    if left_out:
+        more = f" and {len(left_out) - 5} more" if len(left_out) > 5 else ""
+        warnings.warn(
+            f"{label}: a store does not keep {len(left_out)} item(s) of this file: "
+            f"{'; '.join(left_out[:5])}{more}",
+            stacklevel=3,
+        )

@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import os
+import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,7 +26,7 @@ import h5py
 import numpy as np
 
 from torchstore.data.columns import ColumnSpec, numpy_dtype
-from torchstore.errors import DatasetFormatError
+from torchstore.errors import DatasetFormatError, DestinationError
 from torchstore.formats.robomimic_layout import DemoKey, decode_attr, decode_attrs
 
 __all__ = ["export_robomimic"]
@@ -34,7 +35,7 @@ __all__ = ["export_robomimic"]
 _GYM_ENV_TYPE = 2
 _BACK = {"action": "actions", "reward": "rewards", "done": "dones"}
 #: dataset options under which chunks may be deflated here and written as they are
-_GZIP_ONLY = {"chunks", "compression", "compression_opts"}
+_GZIP_ONLY = {"chunks", "compression", "compression_opts", "maxshape"}
 _H5PY_GZIP_LEVEL = 4  # h5py's level for compression="gzip" without compression_opts
 _DEFLATE_THREADS = max(1, min(4, os.cpu_count() or 1))
 _SLAB_BYTES = 64 << 20  # rows read from the store at once (whole episodes)
@@ -47,6 +48,8 @@ def _foreign_key(spec: ColumnSpec) -> DemoKey:
         path = "obs/obs" if name == "obs" else "next_obs/obs"
     elif name.startswith("next/obs/"):
         path = "next_obs/" + name.removeprefix("next/obs/")
+    elif name.startswith("observation/"):  # RLDS's observation dict
+        path = "obs/" + name.removeprefix("observation/")
     else:
         path = _BACK.get(name, name)
     dtype = np.dtype(np.int64) if name == "done" else numpy_dtype(spec.dtype)
@@ -65,7 +68,31 @@ def _keys(store: Any, recorded: dict[str, Any] | None) -> list[DemoKey]:
         keys = [DemoKey.from_json(k) for k in recorded["keys"]]
         if {k.column for k in keys} == set(columns):
             return keys
-    return [_foreign_key(spec) for spec in store.columns]
+    keys = [_foreign_key(spec) for spec in store.columns]
+    seen: dict[str, str] = {}
+    for key in keys:
+        if key.path in seen:
+            raise DatasetFormatError(
+                f"{store.path}: columns '{seen[key.path]}' and '{key.column}' would both be "
+                f"written as '{key.path}' in robomimic's names; rename one of them"
+            )
+        seen[key.path] = key.column
+    _warn_codes(store, keys)
+    return keys
+
+
+def _warn_codes(store: Any, keys: list[DemoKey]) -> None:
+    """Text columns (an RLDS or LeRobot import's string tables) leave as their int codes."""
+    meta = store.manifest.metadata
+    tables = {**(meta.get("rlds") or {}).get("string_tables", {}),
+              **(meta.get("lerobot") or {}).get("string_tables", {})}  # fmt: skip
+    coded = [k.column for k in keys if k.column in tables]
+    if coded:
+        warnings.warn(
+            f"{store.path}: {coded} are text held as int64 codes; robomimic has no text "
+            "column, so the codes are written (the strings stay in the store's metadata)",
+            stacklevel=4,
+        )
 
 
 def _demo_names(store: Any, recorded: bool) -> list[str]:
@@ -81,10 +108,8 @@ def _demo_names(store: Any, recorded: bool) -> list[str]:
 def _data_attrs(store: Any, recorded: dict[str, Any] | None) -> dict[str, Any]:
     if recorded is not None:
         attrs = {k: decode_attr(v) for k, v in recorded["data_attrs"].items()}
-        total = attrs.get("total")
-        attrs["total"] = np.asarray(
-            store.num_rows, np.asarray(total).dtype if total is not None else np.int64
-        )[()]
+        if "total" in attrs:  # the steps now in the store, in the file's own dtype
+            attrs["total"] = np.asarray(store.num_rows, np.asarray(attrs["total"]).dtype)[()]
         return attrs
     env_args = {
         "env_name": store.manifest.env_id or "unknown",
@@ -98,7 +123,13 @@ def _write_masks(f: h5py.File, store: Any, names: list[str], recorded: dict | No
     sets = store.manifest.metadata.get("episode_sets") or {}
     masks = (recorded or {}).get("masks", {})
     for name, episodes in sets.items():
-        demos = [names[int(i)] for i in episodes if 0 <= int(i) < len(names)]
+        outside = [i for i in episodes if not 0 <= int(i) < len(names)]
+        if outside:
+            raise DatasetFormatError(
+                f"{store.path}: episode set {name!r} names episodes {outside[:5]} the store "
+                f"does not hold (0..{len(names) - 1})"
+            )
+        demos = [names[int(i)] for i in episodes]
         width = max((len(d.encode()) for d in demos), default=1)
         dtype = masks.get(name, {}).get("dtype", f"|S{width}")
         if np.dtype(dtype).kind == "S" and np.dtype(dtype).itemsize < width:
@@ -149,16 +180,31 @@ def _write_deflated(
     return ds
 
 
+def _options(key: DemoKey, chunks: dict[str, Any]) -> dict[str, Any]:
+    """``key``'s creation options, with this demo's own chunk shape where it was recorded."""
+    options = dict(key.options)
+    recorded = chunks.get(key.path)
+    if recorded is not None and options.get("chunks"):
+        options["chunks"] = tuple(recorded["shape"])
+        if "maxshape" in recorded:
+            options["maxshape"] = tuple(recorded["maxshape"])
+    return options
+
+
 def _write_demo(
-    group: h5py.Group, keys: list[DemoKey], columns: dict[str, np.ndarray], pool: Any
+    group: h5py.Group,
+    keys: list[DemoKey],
+    columns: dict[str, np.ndarray],
+    chunks: dict[str, Any],
+    pool: Any,
 ) -> None:
     for key in keys:
-        values = columns[key.column]
-        level = _deflate_level(key.options)
+        values, options = columns[key.column], _options(key, chunks)
+        level = _deflate_level(options)
         if level is None:
-            ds = group.create_dataset(key.path, data=values, **key.options)
+            ds = group.create_dataset(key.path, data=values, **options)
         else:
-            ds = _write_deflated(group, key.path, values, key.options, level, pool)
+            ds = _write_deflated(group, key.path, values, options, level, pool)
         decode_attrs(key.attrs, ds.attrs)
 
 
@@ -210,12 +256,26 @@ def _write_file(f: h5py.File, store: Any, bar: Any) -> None:
                 start, stop = store.episodes.range(i)
                 group = data.create_group(names[i])
                 columns = {c: v[start - first : stop - first] for c, v in slabs.items()}
-                _write_demo(group, keys, columns, pool)
                 meta = store.episode_metadata(i) if recorded is not None else {}
+                _write_demo(group, keys, columns, meta.get("chunks", {}), pool)
                 _write_episode_meta(group, meta, stop - start)
                 if bar is not None:
                     bar.update(stop - start)
     _write_masks(f, store, names, recorded)
+
+
+def _check_replaceable(dest: Path) -> None:
+    """With ``overwrite``, only an HDF5 file that is not a store may be replaced."""
+    from torchstore.io.destination import is_store_file
+
+    if not dest.is_file():
+        return
+    if is_store_file(dest) or not h5py.is_hdf5(dest):
+        what = "a torchstore store" if is_store_file(dest) else "not an HDF5 file"
+        raise DestinationError(
+            f"{dest} is {what}; an export replaces only a robomimic-layout HDF5 file, even "
+            "when overwriting (delete it yourself, or choose another path)"
+        )
 
 
 def export_robomimic(
@@ -248,6 +308,7 @@ def export_robomimic(
         if opened.num_episodes == 0:
             raise DatasetFormatError(f"{opened.path} holds no committed episodes to export")
         dest = check_destination(dest, sources=[opened.path], overwrite=overwrite, what="file")
+        _check_replaceable(dest)
         partial = dest.with_name(f".{dest.name}.exporting")
         partial.unlink(missing_ok=True)
         bar = progress_bar(

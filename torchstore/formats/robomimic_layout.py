@@ -29,7 +29,7 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5d, h5o
+from h5py import h5d, h5l, h5o
 
 from torchstore.errors import DatasetFormatError
 
@@ -63,13 +63,25 @@ def demo_order(names: list[str]) -> list[str]:
 
 
 def encode_attr(value: Any) -> Any:
-    """An HDF5 attribute value as JSON, exactly: a str stays a str, anything else becomes
+    """An HDF5 attribute value as JSON, exactly: a str stays a str, an array of strings
+    keeps each string's bytes and its encoding, anything else becomes
     ``{"ndarray": {"dtype", "shape", "base64"}}`` of its numpy form."""
     if isinstance(value, str):
         return value
     array = np.asarray(value)
     if array.dtype.kind == "O":  # variable-length strings in an array attribute
-        return {"strings": [v.decode() if isinstance(v, bytes) else str(v) for v in array.flat]}
+        info = h5py.check_string_dtype(array.dtype)
+        items = [
+            v if isinstance(v, bytes) else str(v).encode("utf-8", "surrogateescape")
+            for v in array.flat
+        ]  # h5py reads undecodable bytes as surrogates: this gives the bytes back
+        return {
+            "strings": {
+                "encoding": info.encoding if info is not None else "utf-8",
+                "shape": list(array.shape),
+                "base64": [base64.b64encode(v).decode() for v in items],
+            }
+        }
     return {
         "ndarray": {
             "dtype": array.dtype.str,
@@ -84,15 +96,27 @@ def decode_attr(value: Any) -> Any:
     if isinstance(value, str):
         return value
     if "strings" in value:
-        return np.array(value["strings"], dtype=h5py.string_dtype())
+        spec = value["strings"]
+        array = np.empty(len(spec["base64"]), dtype=h5py.string_dtype(spec["encoding"]))
+        array[:] = [base64.b64decode(v) for v in spec["base64"]]
+        return array.reshape(spec["shape"])
     spec = value["ndarray"]
     raw = base64.b64decode(spec["base64"])
     array = np.frombuffer(raw, dtype=np.dtype(spec["dtype"])).reshape(spec["shape"])
     return array[()] if array.ndim == 0 else array
 
 
-def encode_attrs(attrs: h5py.AttributeManager) -> dict[str, Any]:
-    return {name: encode_attr(attrs[name]) for name in attrs}
+def encode_attrs(attrs: h5py.AttributeManager, left_out: list[str] | None = None) -> dict[str, Any]:
+    """Every attribute but object references (they point into this file only), which are
+    named in ``left_out``."""
+    out = {}
+    for name in attrs:
+        if h5py.check_ref_dtype(attrs.get_id(name).dtype) is not None:
+            if left_out is not None:
+                left_out.append(f"attribute {name!r} (an object reference)")
+            continue
+        out[name] = encode_attr(attrs[name])
+    return out
 
 
 def decode_attrs(encoded: dict[str, Any], attrs: h5py.AttributeManager) -> None:
@@ -159,26 +183,42 @@ class RobomimicLayout:
     # open h5py objects of the scan, reused by the reads (each lookup costs tens of us)
     groups: list[h5py.Group] = field(default_factory=list, repr=False)
     datasets: list[dict[str, h5d.DatasetID]] = field(default_factory=list, repr=False)
+    #: what the file holds that a store does not keep (links, stray datasets), to warn of
+    left_out: list[str] = field(default_factory=list)
 
 
-def _datasets(group: h5py.Group) -> dict[str, h5d.DatasetID]:
+def _datasets(group: h5py.Group, where: str, left_out: list[str]) -> dict[str, h5d.DatasetID]:
     """Every dataset under ``group`` by relative path, as low-level ids: a file holds
-    thousands, and h5py's high-level objects cost about twice the read of a small one."""
-    names: list[bytes] = []
-    h5o.visit(group.id, names.append)
+    thousands, and h5py's high-level objects cost about twice the read of a small one.
+    Soft and external links are not followed; they go in ``left_out``."""
+    links: list[tuple[bytes, int]] = []
+    group.id.links.visit(lambda name, info: links.append((name, info.type)), info=True)
     found = {}
-    for name in names:
+    for name, kind in links:
+        if kind != h5l.TYPE_HARD:
+            what = "soft" if kind == h5l.TYPE_SOFT else "external"
+            left_out.append(f"{where}/{name.decode()} ({what} link, not followed)")
+            continue
         oid = h5o.open(group.id, name)
         if isinstance(oid, h5d.DatasetID):
             found[name.decode()] = oid
     return found
 
 
-def _demo_length(where: str, group: h5py.Group, datasets: dict[str, h5d.DatasetID]) -> int:
+def _demo_length(
+    where: str, group: h5py.Group, datasets: dict[str, h5d.DatasetID]
+) -> tuple[int, str]:
+    """The demo's step count and where it came from (``num_samples``, else ``actions``)."""
     if "num_samples" in group.attrs:
-        return int(np.asarray(group.attrs["num_samples"]))
-    if "actions" in datasets:
-        return int(datasets["actions"].shape[0])
+        value = np.asarray(group.attrs["num_samples"])
+        if value.ndim != 0 or value.dtype.kind not in "iu":
+            raise DatasetFormatError(
+                f"{where}: num_samples is {value.dtype} {tuple(value.shape)}, not an integer "
+                "(the demo's step count)"
+            )
+        return int(value), "num_samples"
+    if "actions" in datasets and len(datasets["actions"].shape):
+        return int(datasets["actions"].shape[0]), "the rows of 'actions'"
     raise DatasetFormatError(f"{where}: no num_samples attribute and no 'actions' to count steps")
 
 
@@ -186,19 +226,19 @@ def _is_per_demo(path: str, ds: h5d.DatasetID) -> bool:
     return len(ds.shape) == 0 or path.split("/", 1)[0] in PER_DEMO_GROUPS
 
 
-def _check_rows(where: str, path: str, ds: h5d.DatasetID, length: int) -> None:
+def _check_rows(where: str, path: str, ds: h5d.DatasetID, length: int, origin: str) -> None:
     if ds.shape[0] != length:
         raise DatasetFormatError(
             f"{where}: key '{path}' has {ds.shape[0]} rows, but the demo has {length} steps "
-            "(num_samples); every per-step key must have one row per step"
+            f"({origin}); every per-step key must have one row per step"
         )
 
 
 def _scan_demo(
-    where: str, group: h5py.Group
+    where: str, group: h5py.Group, left_out: list[str]
 ) -> tuple[int, dict[str, h5d.DatasetID], set[str], dict[str, h5d.DatasetID]]:
-    datasets = _datasets(group)
-    length = _demo_length(where, group, datasets)
+    datasets = _datasets(group, where, left_out)
+    length, origin = _demo_length(where, group, datasets)
     if length <= 0:
         raise DatasetFormatError(f"{where}: a demo of {length} steps; a store has no row for it")
     rows = {}
@@ -207,7 +247,7 @@ def _scan_demo(
         if _is_per_demo(path, ds):
             per_demo.add(path)
             continue
-        _check_rows(where, path, ds, length)
+        _check_rows(where, path, ds, length, origin)
         rows[path] = ds
     return length, rows, per_demo, datasets
 
@@ -216,9 +256,12 @@ def _keys_of(where: str, rows: dict[str, h5d.DatasetID]) -> dict[str, DemoKey]:
     keys = {}
     for path, oid in rows.items():
         ds = h5py.Dataset(oid)
+        column = store_name(path)
+        if column != path and column in rows:  # both `dones` and `done`: each keeps its name
+            column = path
         keys[path] = DemoKey(
             path=path,
-            column=store_name(path),
+            column=column,
             dtype=ds.dtype.str,
             shape=list(ds.shape[1:]),
             options=storage_options(ds),
@@ -244,13 +287,16 @@ def _same_keys(where: str, first: dict[str, DemoKey], rows: dict[str, h5d.Datase
             )
 
 
-def _masks(f: h5py.File, label: str, demos: set[str]) -> dict[str, dict[str, Any]]:
+def _masks(
+    f: h5py.File, label: str, demos: set[str], left_out: list[str]
+) -> dict[str, dict[str, Any]]:
     masks: dict[str, dict[str, Any]] = {}
     group = f.get("mask")
     if not isinstance(group, h5py.Group):
         return masks
     for name, ds in group.items():
         if not isinstance(ds, h5py.Dataset):
+            left_out.append(f"{label} mask/{name} (a group among the filter keys)")
             continue
         names = [v.decode() if isinstance(v, bytes) else str(v) for v in np.asarray(ds[()]).flat]
         unknown = sorted(set(names) - demos)
@@ -291,6 +337,11 @@ def read_layout(f: h5py.File, label: str) -> RobomimicLayout:
     demos = demo_order([n for n, g in data.items() if isinstance(g, h5py.Group)])
     if not demos:
         raise DatasetFormatError(f"{label}: the 'data' group holds no demos")
+    left_out = [
+        f"{label} data/{n} (a dataset beside the demos)"
+        for n, g in data.items()
+        if not isinstance(g, h5py.Group)
+    ]
     lengths: list[int] = []
     keys: dict[str, DemoKey] = {}
     per_demo: set[str] = set()
@@ -298,7 +349,7 @@ def read_layout(f: h5py.File, label: str) -> RobomimicLayout:
     for name in demos:
         where = f"{label} data/{name}"
         groups.append(data[name])
-        length, rows, extra, found = _scan_demo(where, groups[-1])
+        length, rows, extra, found = _scan_demo(where, groups[-1], left_out)
         handles.append(found)
         if not keys:
             keys = _keys_of(where, rows)
@@ -313,8 +364,9 @@ def read_layout(f: h5py.File, label: str) -> RobomimicLayout:
         lengths=lengths,
         keys=list(keys.values()),
         per_demo=sorted(per_demo),
-        masks=_masks(f, label, set(demos)),
+        masks=_masks(f, label, set(demos), left_out),
         variant=_variant(data, sorted(per_demo)),
         groups=groups,
         datasets=handles,
+        left_out=left_out,
     )

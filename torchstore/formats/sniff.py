@@ -2,17 +2,18 @@
 
 :func:`sniff_format` looks at a file's or folder's own markers, cheaply (a few ``stat``
 calls, an HDF5 root listing, a zip's table of contents), so ``torchstore import SRC DEST``
-can say what it found before it reads a byte of data:
+can say what it found before it reads a byte of data. A source with a format's marker but
+not the rest (a ``data`` group without demos, a zarr without ``meta/episode_ends``) is
+sniffed as that format, so its importer names what is missing:
 
 ========== ===========================================================================
 format     what marks it
 ========== ===========================================================================
-robomimic  HDF5 with a ``data`` group of ``demo_N`` groups (robomimic, LIBERO, Isaac Lab)
+robomimic  HDF5 with a ``data`` group (of ``demo_N`` groups: robomimic, LIBERO, Isaac Lab)
 d4rl       HDF5 with top-level ``observations`` and ``actions`` datasets
-zarr       a zarr group (``.zgroup`` or ``zarr.json``, folder or ``.zip``) with
-           ``data/`` and ``meta/episode_ends`` (diffusion-policy's ReplayBuffer)
-rlds       a TFDS folder: ``dataset_info.json`` and ``features.json`` beside TFRecord
-           shards (or one version folder below that holds them)
+zarr       a zarr group (``.zgroup`` or ``zarr.json``): a folder, a ``.zip`` of one, or a
+           zip holding one such folder (diffusion-policy's ReplayBuffer)
+rlds       a TFDS folder (``dataset_info.json``), or a folder of TFDS version folders
 lerobot    a folder with ``meta/info.json``
 minari     a folder with ``data/metadata.json`` (or ``metadata.json``) and Minari's keys
 lafan      a ``.csv`` file, or a folder of them (LAFAN1 motions retargeted to the G1)
@@ -32,6 +33,7 @@ __all__ = ["FORMATS", "sniff_format", "rlds_folder"]
 
 #: Every format ``torchstore import`` reads, in the order the table above gives.
 FORMATS = ("robomimic", "d4rl", "zarr", "rlds", "lerobot", "minari", "lafan")
+_HDF5_SUFFIXES = (".hdf5", ".h5", ".he5", ".hdf")
 
 
 def _unknown(path: Path, why: str) -> DatasetFormatError:
@@ -47,11 +49,8 @@ def _hdf5_format(path: Path) -> str | None:
         raise DatasetFormatError(f"{path} is already a torchstore store; nothing to import")
     try:
         with h5py.File(path, "r") as f:
-            data = f.get("data")
-            if isinstance(data, h5py.Group) and any(
-                name.startswith("demo") and isinstance(g, h5py.Group) for name, g in data.items()
-            ):
-                return "robomimic"
+            if isinstance(f.get("data"), h5py.Group):
+                return "robomimic"  # (its importer says what is wrong with the demos)
             if isinstance(f.get("observations"), h5py.Dataset) and isinstance(
                 f.get("actions"), h5py.Dataset
             ):
@@ -69,9 +68,13 @@ def _zip_format(path: Path) -> str | None:
             names = {n.rstrip("/") for n in z.namelist()}
     except (zipfile.BadZipFile, OSError) as exc:
         raise DatasetFormatError(f"{path}: a zip file that cannot be read: {exc}") from None
-    root = ".zgroup" in names or "zarr.json" in names
-    ends = any(n.startswith("meta/episode_ends/") or n == "meta/episode_ends" for n in names)
-    return "zarr" if root and ends else None
+    roots = {n.rsplit("/", 1)[0] if "/" in n else "" for n in names if _is_zarr_root(n)}
+    # a zarr at the zip's top (zarr's ZipStore) or in one folder of it (a zipped .zarr)
+    return "zarr" if "" in roots or len({r for r in roots if "/" not in r}) == 1 else None
+
+
+def _is_zarr_root(name: str) -> bool:
+    return name.rsplit("/", 1)[-1] in (".zgroup", "zarr.json")
 
 
 def rlds_folder(path: Path) -> Path | None:
@@ -84,6 +87,13 @@ def rlds_folder(path: Path) -> Path | None:
         return path
     below = [p for p in sorted(path.iterdir()) if p.is_dir() and marked(p)]
     return below[0] if len(below) == 1 else None
+
+
+def _looks_like_tfds(path: Path) -> bool:
+    """A TFDS folder, or one holding TFDS versions (its importer says what is missing)."""
+    if (path / "dataset_info.json").is_file():
+        return True
+    return any((p / "dataset_info.json").is_file() for p in path.iterdir() if p.is_dir())
 
 
 def _is_minari(path: Path) -> bool:
@@ -100,11 +110,9 @@ def _is_minari(path: Path) -> bool:
 def _folder_format(path: Path) -> str | None:
     if (path / "meta" / "info.json").is_file():
         return "lerobot"
-    if ((path / ".zgroup").is_file() or (path / "zarr.json").is_file()) and (
-        path / "meta" / "episode_ends"
-    ).exists():
-        return "zarr"
-    if rlds_folder(path) is not None:
+    if (path / ".zgroup").is_file() or (path / "zarr.json").is_file():
+        return "zarr"  # (its importer says when meta/episode_ends or data/ is missing)
+    if _looks_like_tfds(path):
         return "rlds"
     if _is_minari(path):
         return "minari"
@@ -131,6 +139,13 @@ def sniff_format(source: str | os.PathLike) -> str:
         found = _hdf5_format(path)
     elif zipfile.is_zipfile(path):
         found = _zip_format(path)
+    elif path.suffix.lower() in _HDF5_SUFFIXES:
+        raise DatasetFormatError(
+            f"{path}: not readable HDF5 (empty, truncated or damaged?); "
+            f"torchstore import reads {', '.join(FORMATS)}"
+        )
+    elif path.suffix.lower() == ".zip":
+        raise DatasetFormatError(f"{path}: not a readable zip file (empty, truncated or damaged?)")
     elif path.suffix.lower() == ".csv":
         found = "lafan"
     else:

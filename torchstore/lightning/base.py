@@ -135,7 +135,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         batch_size: int,
         steps_per_epoch: int | None,
         device: str | torch.device,
-        val_episodes: float | int,
+        val_episodes: float | int | str,
         seed: int,
         shard_episodes: bool,
         output: str | Output,

@@ -72,6 +72,11 @@ def named_split(num_episodes: int, name: str, episode_sets: dict | None) -> Epis
             f"{sorted(sets) or 'none'} (metadata['episode_sets'])"
         )
     val = torch.tensor(sorted({int(i) for i in sets[name]}), dtype=torch.int64)
+    if len(val) == 0:
+        raise ValueError(
+            f"episode set {name!r} is empty: nothing would validate (val_episodes=0 for no "
+            "validation)"
+        )
     if len(val) and (int(val[0]) < 0 or int(val[-1]) >= num_episodes):
         raise ValueError(
             f"episode set {name!r} names episodes outside the store's 0..{num_episodes - 1}"
