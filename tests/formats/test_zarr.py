@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -412,6 +413,30 @@ def _corrupt_chunk(p: Path) -> None:
     chunk.write_bytes(b"\x02\x01" + os.urandom(40))
 
 
+def _le32(n: int) -> bytes:
+    return n.to_bytes(4, "little")
+
+
+def _undecodable_chunk(p: Path) -> None:
+    """A Blosc header of the right sizes (24 bytes in, 40 stored; lz4, not a plain copy)
+    over blocks that are not lz4: the sizes pass, the decode fails."""
+    header = bytes([2, 1, 0x20, 4]) + _le32(24) + _le32(24) + _le32(40)
+    (p / "data/img/1.0").write_bytes(header + b"\xff" * 24)
+
+
+def _truncated_chunk(p: Path) -> None:
+    os.truncate(p / "data/img/1.0", 30)  # of 40: numcodecs would decode 24 bytes anyway
+
+
+def _short_chunk(p: Path) -> None:
+    os.truncate(p / "data/img/1.0", 9)  # less than a Blosc header
+
+
+def _resized_chunk(p: Path) -> None:
+    """A sound Blosc frame of 12 bytes where a chunk of data/img is 24."""
+    (p / "data/img/1.0").write_bytes(BLOSC.encode(np.zeros(3, np.float32)))
+
+
 HOSTILE = {
     "no-episode-ends": (dict(ends=None), None, r"no meta/episode_ends"),
     "no-meta": (dict(), _no_meta, r"no 'meta' group"),
@@ -432,7 +457,28 @@ HOSTILE = {
     "corrupted-chunk": (
         dict(),
         _corrupt_chunk,
-        r"data/img rows 2\.\.3 \(episode 1\) cannot be read",
+        r"data/img chunk 1\.0 \(rows 2\.\.3, episode 1\) is damaged: it holds 42 bytes",
+    ),
+    "undecodable-chunk": (
+        dict(),
+        _undecodable_chunk,
+        r"data/img rows 2\.\.3 \(episode 1\) cannot be read: the chunk is damaged",
+    ),
+    "truncated-chunk": (
+        dict(),
+        _truncated_chunk,
+        r"data/img chunk 1\.0 \(rows 2\.\.3, episode 1\) is damaged: it holds 30 bytes, "
+        r"but its Blosc header says 40 \(a truncated",
+    ),
+    "short-chunk": (
+        dict(),
+        _short_chunk,
+        r"data/img chunk 1\.0 .*it holds 9 bytes, fewer than a Blosc header's 16",
+    ),
+    "resized-chunk": (
+        dict(),
+        _resized_chunk,
+        r"data/img chunk 1\.0 .*decompresses to 12 bytes, but a chunk of this array is 24",
     ),
 }
 
@@ -451,7 +497,7 @@ def test_hostile_folder_rejected(tmp_path, case):
     assert _leftovers(out, set()) == []
 
 
-@pytest.mark.parametrize("case", ["corrupted-chunk", "overrun", "no-data"])
+@pytest.mark.parametrize("case", ["corrupted-chunk", "truncated-chunk", "overrun", "no-data"])
 def test_hostile_zip_rejected(tmp_path, case):
     kwargs, damage, message = HOSTILE[case]
     folder = _small(tmp_path / "bad.zarr", **kwargs)
@@ -468,6 +514,98 @@ def test_hostile_zip_rejected(tmp_path, case):
         import_zarr(source, out / "s.h5", progress=False)
     assert str(source) in str(info.value)
     assert _leftovers(out, set()) == []
+
+
+# ---------------------------------------------------------------- damaged and absent chunks
+def _rezip(source: Path, dest: Path, edit) -> Path:
+    """``source`` zip written again to ``dest``, each entry's bytes through ``edit(name,
+    data)`` (None drops the entry)."""
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(dest, "w") as zout:
+        for info in zin.infolist():
+            data = edit(info.filename, zin.read(info))
+            if data is not None:
+                zout.writestr(info.filename, data)
+    return dest
+
+
+@pytest.mark.parametrize("where", ["folder", "zip"])
+def test_truncated_blosc_chunk_refused(tmp_path, where):
+    """numcodecs' Blosc decodes a truncated chunk into the header's full size, the rest
+    uninitialised memory; the header's sizes are checked against the stored length."""
+    if where == "folder":
+        source = tmp_path / "x.zarr"
+        shutil.copytree(FOLDER, source)
+        os.truncate(source / "data/img/1.0.0.0", 50)
+    else:
+        source = _rezip(
+            ZIPPED,
+            tmp_path / "x.zarr.zip",
+            lambda name, data: data[:50] if name == "data/img/1.0.0.0" else data,
+        )
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(DatasetFormatError) as info:
+        import_zarr(source, out / "s.h5", progress=False)
+    message = str(info.value)
+    assert message.startswith(f"{source}: data/img chunk 1.0.0.0 (rows 7..13, episode 1)")
+    assert "it holds 50 bytes, but its Blosc header says" in message
+    assert _leftovers(out, set()) == []
+
+
+def test_truncated_episode_ends_chunk_refused(tmp_path):
+    source = _small(tmp_path / "x.zarr")
+    ends = source / "meta/episode_ends/0"
+    os.truncate(ends, ends.stat().st_size - 1)  # zarr 3's default v2 compressor: Blosc
+    with pytest.raises(DatasetFormatError, match=r"meta/episode_ends chunk 0 .*is damaged"):
+        import_zarr(source, tmp_path / "s.h5", progress=False)
+    assert not (tmp_path / "s.h5").exists()
+
+
+@pytest.mark.parametrize("where", ["folder", "zip"])
+def test_absent_chunk_warns_and_reads_fill_value(tmp_path, expected, where):
+    """zarr 2 (diffusion-policy's writer) stores every chunk: one not stored is read as the
+    fill value, and warned about."""
+    if where == "folder":
+        source = tmp_path / "x.zarr"
+        shutil.copytree(FOLDER, source)
+        (source / "data/img/1.0.0.0").unlink()
+    else:
+        source = _rezip(
+            ZIPPED,
+            tmp_path / "x.zarr.zip",
+            lambda name, data: None if name == "data/img/1.0.0.0" else data,
+        )
+    with pytest.warns(UserWarning) as seen:
+        dest = import_zarr(source, tmp_path / "s.h5", progress=False)
+    messages = [str(w.message) for w in seen]
+    assert messages == [
+        f"{source}: data/img: 1 of 4 chunks are not stored and read as the fill value (0), "
+        "the first chunk 1.0.0.0 (rows 7..13, episode 1); zarr 2 (diffusion-policy's "
+        "writer) stores every chunk, so these may be lost"
+    ]
+    with TrajectoryStore(dest) as store:
+        img = store.read_column("img", 0, store.num_rows)
+    want = expected["data/img"].copy()
+    want[7:14] = 0
+    assert np.array_equal(img, want)
+
+
+@pytest.mark.parametrize("fmt", [2, 3])
+def test_chunks_zarr3_leaves_out_do_not_warn(tmp_path, fmt):
+    """zarr 3 stores no chunk that holds only the fill value (in v2 stores too)."""
+    root = zarr.open_group(store=LocalStore(tmp_path / "x.zarr"), mode="w", zarr_format=fmt)
+    x = root.create_group("data").create_array(
+        "x", shape=(6, 2), chunks=(2, 2), dtype=np.float32, fill_value=0
+    )
+    x[:] = np.array([[1, 2], [3, 4], [0, 0], [0, 0], [5, 6], [7, 8]], np.float32)
+    root.create_group("meta").create_array("episode_ends", data=np.array([3, 6]))
+    chunk = "data/x/1.0" if fmt == 2 else "data/x/c/1/0"
+    assert not (tmp_path / "x.zarr" / chunk).exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store = import_zarr(tmp_path / "x.zarr", tmp_path / "s.h5", progress=False)
+    with TrajectoryStore(store) as s:
+        assert np.array_equal(s.read_column("x", 0, 6), x[:])
 
 
 def test_unsupported_dtype_and_not_zarr(tmp_path):

@@ -33,10 +33,13 @@ from torchstore.data.columns import ColumnSpec, numpy_dtype, torch_dtype
 from torchstore.errors import ColumnError, DatasetFormatError, EpisodeError
 from torchstore.formats import zarr_source
 from torchstore.formats.zarr_source import (
+    ChunkFiles,
+    check_chunks,
     check_length,
     child_group,
     column_dtype,
     list_members,
+    open_chunks,
     open_source,
     read_episode_ends,
     short_error,
@@ -69,12 +72,13 @@ def _encoding(arr: Any) -> dict[str, Any]:
     return to_json(out)
 
 
-def _meta_entry(arr: Any, key: str, label: str) -> dict[str, Any]:
+def _meta_entry(arr: Any, key: str, label: str, files: ChunkFiles) -> dict[str, Any]:
     if arr.nbytes > zarr_source.META_BYTES:
         raise DatasetFormatError(
             f"{label}: meta/{key} holds {arr.nbytes} bytes; only meta arrays of up to "
             f"{zarr_source.META_BYTES} bytes are kept (in the manifest)"
         )
+    check_chunks(arr, f"meta/{key}", label, files)
     try:
         value = np.asarray(arr[...])
     except Exception as exc:  # noqa: BLE001 - a corrupted chunk
@@ -94,7 +98,7 @@ def _meta_entry(arr: Any, key: str, label: str) -> dict[str, Any]:
 
 
 def _source_metadata(
-    root: Any, label: str, arrays: dict[str, Any], data_groups: list[str]
+    root: Any, label: str, arrays: dict[str, Any], data_groups: list[str], files: ChunkFiles
 ) -> dict[str, Any]:
     """``metadata["zarr"]``: what export writes back beside the columns."""
     data, meta = root["data"], root["meta"]
@@ -112,7 +116,9 @@ def _source_metadata(
         "arrays": {f"data/{k}": _encoding(a) for k, a in arrays.items()}
         | {"meta/episode_ends": _encoding(meta["episode_ends"])},
         "meta": {
-            k: _meta_entry(a, k, label) for k, a in meta_arrays.items() if k != "episode_ends"
+            k: _meta_entry(a, k, label, files)
+            for k, a in meta_arrays.items()
+            if k != "episode_ends"
         },
         "meta_groups": meta_groups,
     }
@@ -281,8 +287,13 @@ def import_zarr(
     Raises:
         DatasetFormatError: no ``data`` group or ``meta/episode_ends``; ``episode_ends``
             negative or not increasing; an array longer or shorter than
-            ``episode_ends[-1]``; a dtype no column takes; a damaged chunk. The message
-            names the file, the key and the episode.
+            ``episode_ends[-1]``; a dtype no column takes; a damaged chunk (one that fails
+            to decode, or a Blosc chunk whose header's sizes are not its stored length and
+            the chunk's size: a truncated file). The message names the file, the key and
+            the episode. Nothing is left at ``dest``.
+
+    Warns (``UserWarning``) of chunks of a zarr v2 array that zarr 2 wrote which are not
+    stored, and so read as the fill value (zarr 3 leaves out chunks holding only that).
     """
     from torchstore.data.writer import TrajectoryStoreWriter
     from torchstore.io.destination import check_destination
@@ -291,19 +302,21 @@ def import_zarr(
     source = Path(source)
     dest = check_destination(dest, sources=[source], overwrite=overwrite)
     label = str(source)
-    with open_source(source) as root:
+    with open_source(source) as root, open_chunks(source) as files:
         data = child_group(root, "data", label, "a diffusion-policy zarr keeps its arrays in data/")
         meta = child_group(root, "meta", label, "a diffusion-policy zarr keeps meta/episode_ends")
-        ends = read_episode_ends(meta, label)
+        ends = read_episode_ends(meta, label, files)
         arrays, data_groups = list_members(data, label)
         if not arrays:
             raise DatasetFormatError(f"{label}: data/ holds no arrays")
         columns = _columns(arrays, ends, label)
+        for key, arr in arrays.items():  # before a row is read: Blosc decodes short chunks
+            check_chunks(arr, f"data/{key}", label, files, ends)
         recorded = _recorded_store(root.attrs)
         columns = _ordered(columns, recorded["columns"])
         metadata = {
             **to_json(recorded["metadata"]),
-            "zarr": _source_metadata(root, label, arrays, data_groups),
+            "zarr": _source_metadata(root, label, arrays, data_groups, files),
         }
         readers = {
             c.name: _ChunkReader(arrays[c.name], c.name, numpy_dtype(c.dtype), label, ends)

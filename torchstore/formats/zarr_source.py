@@ -10,8 +10,9 @@ shipped as a ``.zarr.zip`` (zarr's ``ZipStore``); both read here, and so do zarr
 stores, through the ``zarr`` package (v3 API, ``pip install "zarr>=3.1.3"``).
 
 Here: :func:`require_zarr`; :func:`open_source` (a ``.zarr`` folder, a ``.zarr.zip`` or a
-zip holding one ``.zarr`` folder) and :func:`child_group` / :func:`list_members` (its
-groups and arrays); the ``episode_ends`` checks (:func:`read_episode_ends`,
+zip holding one ``.zarr`` folder), :func:`child_group` / :func:`list_members` (its groups
+and arrays) and :func:`open_chunks` / :func:`check_chunks` (its stored chunks, checked
+before they are decoded); the ``episode_ends`` checks (:func:`read_episode_ends`,
 :func:`check_length`); :func:`column_dtype` (the column dtype a source dtype is held in);
 :func:`to_json` / :func:`from_json` (attributes and values in the manifest's JSON); and
 the sizes both directions stream by.
@@ -21,13 +22,34 @@ zarr chunks are cut, so each chunk is decoded or encoded exactly once, and the n
 is read while the current one is written. The two modules read :data:`SLAB_BYTES`,
 :data:`READ_BYTES` and :data:`META_BYTES` from this module when they run, so setting one
 here changes both directions.
+
+Damaged chunks (:func:`open_chunks`, :func:`check_chunks`): numcodecs' Blosc decoder
+trusts the sizes in a chunk's 16-byte header, so a truncated chunk decodes without an
+error into the header's full size, the missing part uninitialised memory. Before any row
+is read, the import therefore checks each stored chunk of a Blosc-compressed array: its
+header's compressed size (``cbytes``) must be the stored chunk's length and its
+decompressed size (``nbytes``) the chunk's byte size, at the cost of a stat and a 16-byte
+read per chunk (the file in a folder, the entry in a zip). A chunk that is not stored at
+all reads as the array's fill value, which zarr 3 does on purpose (it writes no chunk
+that holds only the fill value, in v2 stores too) but zarr 2, diffusion-policy's writer,
+never does: for a zarr v2 array whose ``.zarray`` zarr 2 wrote (its keys sorted), absent
+chunks are counted and warned about, not refused. What cannot be caught: the format
+checksums no chunk's contents (unless the array has a checksum codec such as ``crc32c``),
+and lz4 has no checksum either, so a byte flipped inside an lz4 Blosc chunk of the right
+length decodes to different values without an error. Once imported, the store's own
+checksums (``torchstore verify``) cover what was read.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
+import json
 import math
+import os
+import stat
+import warnings
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -40,6 +62,8 @@ from torchstore.errors import DatasetFormatError
 __all__ = [
     "require_zarr",
     "open_source",
+    "open_chunks",
+    "check_chunks",
     "child_group",
     "list_members",
     "read_episode_ends",
@@ -176,6 +200,184 @@ def open_source(source: Path) -> Iterator[Any]:
         store.close()
 
 
+# ---------------------------------------------------------------- stored chunks
+#: Bytes of a Blosc header (c-blosc's README_CHUNK_FORMAT; all little-endian): version,
+#: versionlz, flags, typesize (a byte each), then uint32 nbytes (the decompressed size),
+#: blocksize and cbytes (the compressed size, this header included).
+BLOSC_HEADER = 16
+
+
+class ChunkFiles:
+    """The stored chunks of a zarr folder or zip, by store key: each one's length and
+    first :data:`BLOSC_HEADER` bytes, without reading (or decompressing) the rest."""
+
+    def __init__(self, source: Path):
+        self.source = source
+        self.prefix = f"{os.fspath(source)}/"  # a str, not a Path: joined once per chunk
+        self.zip = None if source.is_dir() else zipfile.ZipFile(source)
+
+    def head(self, key: str) -> tuple[int, bytes] | None:
+        """``(stored length, first bytes)`` of the chunk at ``key``; None when none is."""
+        if self.zip is not None:
+            try:
+                info = self.zip.getinfo(key)  # the last entry of a name, as ZipStore reads
+            except KeyError:
+                return None
+            with self.zip.open(info) as f:
+                return info.file_size, f.read(BLOSC_HEADER)
+        try:
+            fd = os.open(self.prefix + key, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            return st.st_size, os.read(fd, BLOSC_HEADER)
+        finally:
+            os.close(fd)
+
+    def read(self, key: str) -> bytes | None:
+        """The whole object at ``key`` (a small one: metadata); None when none is."""
+        if self.zip is not None:
+            try:
+                return self.zip.read(key)
+            except KeyError:
+                return None
+        try:
+            return (self.source / key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+
+    def close(self) -> None:
+        if self.zip is not None:
+            self.zip.close()
+
+
+@contextlib.contextmanager
+def open_chunks(source: Path) -> Iterator[ChunkFiles]:
+    """The :class:`ChunkFiles` of a source :func:`open_source` opened; closed after."""
+    try:
+        files = ChunkFiles(source)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise DatasetFormatError(f"{source}: not a readable zip ({short_error(exc)})") from exc
+    try:
+        yield files
+    finally:
+        files.close()
+
+
+def _blosc_sizes(arr: Any) -> tuple[bool, int | None]:
+    """Whether ``arr``'s stored chunks are Blosc frames, and the decompressed size each
+    header must give (None where filters or other codecs come between)."""
+    import numcodecs
+    from zarr.codecs import BloscCodec, BytesCodec
+
+    compressors = tuple(arr.compressors)
+    if not compressors or not isinstance(compressors[-1], numcodecs.Blosc | BloscCodec):
+        return False, None
+    dtype = np.dtype(arr.dtype)
+    plain = (
+        len(compressors) == 1
+        and not arr.filters
+        and (arr.metadata.zarr_format == 2 or isinstance(arr.serializer, BytesCodec))
+        and not dtype.hasobject
+        and dtype.kind != "T"
+    )
+    return True, math.prod(arr.chunks) * dtype.itemsize if plain else None
+
+
+def _blosc_problem(length: int, head: bytes, expected: int | None) -> str | None:
+    """What is wrong with a stored Blosc chunk of ``length`` bytes starting ``head``."""
+    if len(head) < BLOSC_HEADER:
+        return f"it holds {length} bytes, fewer than a Blosc header's {BLOSC_HEADER}"
+    nbytes = int.from_bytes(head[4:8], "little")
+    cbytes = int.from_bytes(head[12:16], "little")
+    if cbytes != length:
+        return (
+            f"it holds {length} bytes, but its Blosc header says {cbytes} (a truncated or "
+            "overwritten chunk)"
+        )
+    if expected is not None and nbytes != expected:
+        return (
+            f"its Blosc header says it decompresses to {nbytes} bytes, but a chunk of this "
+            f"array is {expected} bytes"
+        )
+    return None
+
+
+def _zarr2_wrote(arr: Any, files: ChunkFiles) -> bool:
+    """Whether zarr 2 (which stores every chunk) wrote ``arr``'s ``.zarray``, as far as one
+    can tell: zarr 2 writes its keys sorted, zarr 3 (which leaves out chunks holding only
+    the fill value) in the order ``shape``, ``chunks``, ``dtype``..."""
+    try:
+        raw = files.read(f"{arr.path}/.zarray")
+        keys = list(json.loads(raw)) if raw is not None else []
+    except (OSError, zipfile.BadZipFile, ValueError, RuntimeError):
+        return True  # unknown: warn
+    return keys == sorted(keys)
+
+
+def _chunk_rows(arr: Any, coords: tuple[int, ...], ends: np.ndarray | None) -> str:
+    """`` (rows a..b, episode i)`` of the chunk at ``coords`` (episodes when ``ends``)."""
+    if not coords:
+        return ""
+    a = coords[0] * int(arr.chunks[0])
+    b = min(a + int(arr.chunks[0]), int(arr.shape[0])) - 1
+    if ends is None:
+        return f" (rows {a}..{b})"
+    first, last = (int(np.searchsorted(ends, r, side="right")) for r in (a, b))
+    episodes = f"episode {first}" if first == last else f"episodes {first}..{last}"
+    return f" (rows {a}..{b}, {episodes})"
+
+
+def check_chunks(
+    arr: Any, name: str, label: str, files: ChunkFiles, ends: np.ndarray | None = None
+) -> None:
+    """Refuse a damaged stored chunk of ``arr`` (shown as ``name``, such as ``data/img``):
+    a Blosc one whose header disagrees with its stored length or with the chunk's size.
+    Warn of chunks not stored (read as the fill value) when zarr 2, which stores every
+    chunk, wrote ``arr`` (zarr 3 leaves out the chunks that hold only the fill value, in
+    v3 and v2 stores alike). ``ends`` names the episodes of the rows.
+
+    A stat and a :data:`BLOSC_HEADER`-byte read per chunk; sharded arrays are skipped.
+    """
+    blosc, expected = _blosc_sizes(arr)
+    v2 = arr.metadata.zarr_format == 2
+    if not (blosc or v2) or getattr(arr, "shards", None):
+        return
+    missing, first = 0, ()
+    grid = tuple(int(n) for n in arr.cdata_shape)
+    for coords in itertools.product(*map(range, grid)):
+        chunk_key = arr.metadata.encode_chunk_key(coords)
+        key = f"{arr.path}/{chunk_key}"
+        try:
+            head = files.head(key)
+        except (OSError, zipfile.BadZipFile, ValueError, RuntimeError) as exc:
+            raise DatasetFormatError(
+                f"{label}: {name} chunk {chunk_key}{_chunk_rows(arr, coords, ends)} cannot be "
+                f"read ({short_error(exc)})"
+            ) from exc
+        if head is None:
+            missing, first = missing + 1, first if missing else coords
+            continue
+        problem = _blosc_problem(*head, expected) if blosc else None
+        if problem is not None:
+            raise DatasetFormatError(
+                f"{label}: {name} chunk {chunk_key}{_chunk_rows(arr, coords, ends)} is "
+                f"damaged: {problem}; stored as {key}"
+            )
+    if missing and v2 and _zarr2_wrote(arr, files):
+        fill = arr.fill_value.item() if isinstance(arr.fill_value, np.generic) else arr.fill_value
+        warnings.warn(
+            f"{label}: {name}: {missing} of {math.prod(grid)} chunks are not stored and read "
+            f"as the fill value ({fill!r}), the first chunk "
+            f"{arr.metadata.encode_chunk_key(first)}{_chunk_rows(arr, first, ends)}; zarr 2 "
+            "(diffusion-policy's writer) stores every chunk, so these may be lost",
+            stacklevel=3,
+        )
+
+
 def child_group(root: Any, name: str, label: str, what: str) -> Any:
     zarr = require_zarr()
     try:
@@ -212,7 +414,8 @@ def list_members(group: Any, label: str) -> tuple[dict[str, Any], list[str]]:
 
 
 # ---------------------------------------------------------------- what a source holds
-def read_episode_ends(meta: Any, label: str) -> np.ndarray:
+def read_episode_ends(meta: Any, label: str, files: ChunkFiles | None = None) -> np.ndarray:
+    """``meta/episode_ends`` as int64, checked (its stored chunks too, given ``files``)."""
     zarr = require_zarr()
     where = f"{label}: meta/episode_ends"
     if "episode_ends" not in meta:
@@ -222,6 +425,8 @@ def read_episode_ends(meta: Any, label: str) -> np.ndarray:
         raise DatasetFormatError(f"{where} must be a 1-D integer array")
     if np.dtype(arr.dtype).kind not in "iu":
         raise DatasetFormatError(f"{where} must hold integers, not {arr.dtype}")
+    if files is not None:
+        check_chunks(arr, "meta/episode_ends", label, files)
     try:
         ends = np.asarray(arr[:]).astype(np.int64)
     except Exception as exc:  # noqa: BLE001 - a corrupted chunk
