@@ -128,3 +128,18 @@ def test_a_parent_that_is_a_file_is_named(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(DestinationError, match="cannot create the folder"):
         check_destination(tmp_path / "file" / "out.h5")
+
+
+def test_written_beside_renames_when_whole_and_removes_when_interrupted(tmp_path):
+    from torchstore.io.destination import written_beside
+
+    dest = tmp_path / "out.h5"
+    (tmp_path / ".out.h5.importing").write_text("a killed writer's leftover")
+    with written_beside(dest, "importing") as partial:
+        assert not partial.exists()
+        partial.write_text("whole")
+    assert dest.read_text() == "whole" and not partial.exists()
+    with pytest.raises(KeyboardInterrupt), written_beside(dest, "importing") as partial:
+        partial.write_text("half")
+        raise KeyboardInterrupt
+    assert dest.read_text() == "whole" and list(tmp_path.iterdir()) == [dest]

@@ -512,18 +512,19 @@ def import_rlds(
         >>> import_rlds("~/tensorflow_datasets/bridge/0.1.0", "bridge.h5")
         PosixPath('bridge.h5')
     """
-    from torchstore.io.destination import check_destination
+    from torchstore.io.destination import check_destination, written_beside
 
     src = RldsSource.open(Path(source).expanduser(), split)
     dest = check_destination(Path(dest), sources=[src.root], overwrite=overwrite)
     text = [leaf for leaf in src.schema.steps if leaf.kind == "text"]
     tables = _scan_strings(src, text) if text else {}
-    partial = dest.with_name(f".{dest.name}.importing")
-    partial.unlink(missing_ok=True)
     bar = _bar(src.episodes, progress, f"import {src.root.parent.name or src.root.name}")
     empty: list[str] = []
     try:
-        with ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="rlds-decode") as pool:
+        with (
+            written_beside(dest, "importing") as partial,
+            ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="rlds-decode") as pool,
+        ):
             slabs = _Slabs(partial, src, tables, _Episodes(src.schema, tables, pool), bar)
             ok = False
             try:
@@ -531,10 +532,6 @@ def import_rlds(
                 ok = True
             finally:
                 slabs.close(ok)
-        os.replace(partial, dest)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
     finally:
         if bar is not None:
             bar.close()

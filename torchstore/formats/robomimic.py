@@ -251,7 +251,7 @@ def import_robomimic(
         >>> import_robomimic("lift/ph/image.hdf5", "lift.h5")  # doctest: +SKIP
     """
     from torchstore.data.writer import TrajectoryStoreWriter
-    from torchstore.io.destination import check_destination
+    from torchstore.io.destination import check_destination, written_beside
     from torchstore.io.progress import progress_bar
 
     label = str(source)
@@ -264,33 +264,30 @@ def import_robomimic(
             raise DatasetFormatError(f"{label}: cannot be read (damaged?): {exc}") from None
         specs = _columns(layout, label)
         row_bytes = sum(s.storage_dtype.itemsize * int(np.prod(s.shape)) for s in specs)
-        partial = dest.with_name(f".{dest.name}.importing")
-        partial.unlink(missing_ok=True)
         bar = progress_bar(
             enabled=progress, total=sum(layout.lengths), unit="step", desc=f"import {label}"
         )
         try:
-            with TrajectoryStoreWriter(
-                partial,
-                specs,
-                env_id=_env_id(f),
-                metadata=_metadata(f, layout, label),
-                overwrite=True,
-            ) as writer:
+            with (
+                written_beside(dest, "importing") as partial,
+                TrajectoryStoreWriter(
+                    partial,
+                    specs,
+                    env_id=_env_id(f),
+                    metadata=_metadata(f, layout, label),
+                    overwrite=True,
+                ) as writer,
+            ):
                 for batch in _batches(layout, max(row_bytes, 1)):
                     rows = _read_batch(f, label, layout, batch)
                     metas = [_episode_meta(layout, label, i) for i in batch]
                     writer.add_episodes(rows, [layout.lengths[i] for i in batch], metas)
                     if bar is not None:
                         bar.update(sum(layout.lengths[i] for i in batch))
-            os.replace(partial, dest)
-        except BaseException as exc:
-            partial.unlink(missing_ok=True)
-            if isinstance(exc, (KeyError, OSError, RuntimeError)) and not isinstance(
-                exc, TorchstoreError
-            ):
-                raise DatasetFormatError(f"{label}: cannot be read (damaged?): {exc}") from None
-            raise
+        except (KeyError, OSError, RuntimeError) as exc:
+            if isinstance(exc, TorchstoreError):
+                raise
+            raise DatasetFormatError(f"{label}: cannot be read (damaged?): {exc}") from None
         finally:
             if bar is not None:
                 bar.close()

@@ -299,7 +299,7 @@ def export_robomimic(
         >>> export_robomimic("demos.h5", "demos.hdf5")  # doctest: +SKIP
     """
     from torchstore.data.store import TrajectoryStore
-    from torchstore.io.destination import check_destination
+    from torchstore.io.destination import check_destination, written_beside
     from torchstore.io.progress import progress_bar
 
     own = not isinstance(store, TrajectoryStore)
@@ -309,18 +309,12 @@ def export_robomimic(
             raise DatasetFormatError(f"{opened.path} holds no committed episodes to export")
         dest = check_destination(dest, sources=[opened.path], overwrite=overwrite, what="file")
         _check_replaceable(dest)
-        partial = dest.with_name(f".{dest.name}.exporting")
-        partial.unlink(missing_ok=True)
         bar = progress_bar(
             enabled=progress, total=opened.num_rows, unit="step", desc=f"export {dest.name}"
         )
         try:
-            with h5py.File(partial, "w") as f:
+            with written_beside(dest, "exporting") as partial, h5py.File(partial, "w") as f:
                 _write_file(f, opened, bar)
-            os.replace(partial, dest)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
         finally:
             if bar is not None:
                 bar.close()

@@ -296,7 +296,7 @@ def import_zarr(
     stored, and so read as the fill value (zarr 3 leaves out chunks holding only that).
     """
     from torchstore.data.writer import TrajectoryStoreWriter
-    from torchstore.io.destination import check_destination
+    from torchstore.io.destination import check_destination, written_beside
     from torchstore.io.progress import progress_bar
 
     source = Path(source)
@@ -323,27 +323,19 @@ def import_zarr(
             for c in columns
         }
         plan = list(_plan(ends, sum(c.row_nbytes for c in columns), zarr_source.SLAB_BYTES))
-        partial = dest.with_name(f".{dest.name}.importing")
-        partial.unlink(missing_ok=True)
         total = int(ends[-1]) if len(ends) else 0
         bar = progress_bar(enabled=progress, total=total, unit="row", desc="import", leave=False)
         try:
-            try:
-                with TrajectoryStoreWriter(
-                    partial,
-                    columns,
-                    recorded["env_id"],
-                    recorded["seed"],
-                    metadata,
+            with (
+                written_beside(dest, "importing") as partial,
+                TrajectoryStoreWriter(
+                    partial, columns, recorded["env_id"], recorded["seed"], metadata,
                     overwrite=True,
-                ) as writer:
-                    _write_slabs(writer, readers, plan, bar)
-            except (ColumnError, EpisodeError) as exc:
-                raise DatasetFormatError(f"{label}: {exc}") from exc
-            os.replace(partial, dest)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
+                ) as writer,
+            ):  # fmt: skip
+                _write_slabs(writer, readers, plan, bar)
+        except (ColumnError, EpisodeError) as exc:
+            raise DatasetFormatError(f"{label}: {exc}") from exc
         finally:
             if bar is not None:
                 bar.close()

@@ -7,8 +7,9 @@ line and leaves the disk as it was.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import h5py
@@ -17,7 +18,7 @@ from torchstore.errors import DestinationError, DestinationExistsError, StoreLoc
 from torchstore.io.hdf5 import open_for_read
 from torchstore.io.writer_lock import live_writer, locked_message
 
-__all__ = ["check_destination", "is_store_file"]
+__all__ = ["check_destination", "is_store_file", "written_beside"]
 
 _WHATS = ("store", "file", "folder")
 
@@ -148,3 +149,22 @@ def _check_parent(dest: Path) -> None:
         raise DestinationError(f"{parent} is not a folder, so {dest} cannot be written")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise DestinationError(f"the folder {parent} is not writable, so {dest} cannot be written")
+
+
+@contextlib.contextmanager
+def written_beside(dest: Path, tag: str) -> Iterator[Path]:
+    """The hidden path ``.NAME.TAG`` beside ``dest`` to write a whole output to.
+
+    When the block ends normally the output is renamed onto ``dest``; when it raises
+    (Ctrl-C and SIGTERM included: the command line delivers both as ``KeyboardInterrupt``)
+    it is removed, so ``dest`` never holds half an output. A leftover of a killed writer
+    at the same path is removed first.
+    """
+    partial = dest.with_name(f".{dest.name}.{tag}")
+    partial.unlink(missing_ok=True)
+    try:
+        yield partial
+        os.replace(partial, dest)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise

@@ -159,7 +159,7 @@ def import_lerobot(
         progress: show a progress bar over frames.
     """
     from torchstore.data.writer import TrajectoryStoreWriter
-    from torchstore.io.destination import check_destination
+    from torchstore.io.destination import check_destination, written_beside
 
     started = time.perf_counter()
     local = Path(source)
@@ -204,14 +204,15 @@ def import_lerobot(
                     "rejected": {str(i): r.reason for i, r in src.rejected.items()},
                 }
             }
-        partial = dest.with_name(f".{dest.name}.importing")
-        partial.unlink(missing_ok=True)
         frames = 0
         bar = _bar(sum(e.length for e in chosen), progress, f"import {root.name}")
         try:
-            with TrajectoryStoreWriter(
-                partial, specs, env_id=env_id, seed=seed, metadata=metadata, overwrite=True
-            ) as writer:
+            with (
+                written_beside(dest, "importing") as partial,
+                TrajectoryStoreWriter(
+                    partial, specs, env_id=env_id, seed=seed, metadata=metadata, overwrite=True
+                ) as writer,
+            ):
                 # the store is renamed into place only when complete, so a commit per episode
                 # buys nothing: episodes go in slabs of up to _SLAB_BYTES, one commit each
                 frame_bytes = sum(
@@ -232,10 +233,6 @@ def import_lerobot(
                     frames += total
                     if bar is not None:
                         bar.update(total)
-            os.replace(partial, dest)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
         finally:
             if bar is not None:
                 bar.close()
