@@ -35,6 +35,7 @@ from torchstore.data.columns import numpy_dtype
 from torchstore.data.manifest import UNCHECKED_FORMAT_VERSION, Manifest
 from torchstore.errors import IntegrityError, StoreFormatError
 from torchstore.io.checksummed import ChecksummedDataset, create_checksummed
+from torchstore.io.hdf5 import MANIFEST_ATTR
 
 __all__ = [
     "MANIFEST_ATTR",
@@ -45,7 +46,6 @@ __all__ = [
     "StoreDatasets",
 ]
 
-MANIFEST_ATTR = "torchstore_manifest"
 MANIFEST_HASH_ATTR = "torchstore_manifest_xxh3"
 #: Reads of a commit record whose hash does not match, before it is called damaged: a
 #: reader can catch the record mid-write by a live writer (the next read is whole).

@@ -15,7 +15,7 @@ from pathlib import Path
 import h5py
 
 from torchstore.errors import DestinationError, DestinationExistsError, StoreLockedError
-from torchstore.io.hdf5 import open_for_read
+from torchstore.io.hdf5 import MANIFEST_ATTR, open_for_read
 from torchstore.io.writer_lock import live_writer, locked_message
 
 __all__ = ["check_destination", "is_store_file", "written_beside"]
@@ -25,8 +25,6 @@ _WHATS = ("store", "file", "folder")
 
 def is_store_file(path: str | os.PathLike) -> bool:
     """Whether ``path`` is an HDF5 file whose root carries a torchstore manifest."""
-    from torchstore.data.layout import MANIFEST_ATTR  # the one definition of the marker
-
     path = Path(path)
     try:
         if not path.is_file() or not h5py.is_hdf5(path):

@@ -29,7 +29,12 @@ __all__ = [
     "open_for_append",
     "require_hdf5",
     "fsync_file",
+    "MANIFEST_ATTR",
 ]
+
+#: The root attribute holding a store's manifest (JSON): what makes an HDF5 file a store.
+#: Defined here, below the data layer, so that io's destination checks can name it too.
+MANIFEST_ATTR = "torchstore_manifest"
 
 #: Metadata read attempts for SWMR readers. HDF5's default retries a failed metadata
 #: checksum with growing sleeps (a damaged file held a reader for over 200 s); 10 attempts
