@@ -1,0 +1,94 @@
+"""docs/design.md's package diagram says what the code imports: every arrow it draws is an
+import the code has, no arrow runs against one, and every name on the batch path exists."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DESIGN = ROOT / "docs" / "design.md"
+
+
+def _diagram() -> str:
+    text = DESIGN.read_text()
+    match = re.search(r"^```mermaid\n(.*?)^```", text, re.S | re.M)
+    assert match, "docs/design.md has no mermaid diagram"
+    return match.group(1)
+
+
+def _nodes(diagram: str) -> dict[str, str]:
+    """node id -> the package it names (``torchstore.io``, or ``recipes``)."""
+    out = {}
+    for node, label in re.findall(r'(\w+)\["([^"]+)"\]', diagram):
+        name = label.split("<br/>")[0]
+        if name.startswith("torchstore.") or name == "recipes/":
+            out[node] = name.rstrip("/")
+    return out
+
+
+def _package_arrows(diagram: str) -> list[tuple[str, str]]:
+    arrows = []
+    for line in diagram.splitlines():
+        if "-->" not in line or "==>" in line:
+            continue
+        left, right = (side.strip() for side in line.split("-->"))
+        arrows += [(left, target.strip()) for target in right.split("&")]
+    return arrows
+
+
+def _files(package: str) -> list[Path]:
+    if package == "recipes":
+        return sorted((ROOT / "recipes").glob("*.py"))
+    folder = ROOT / Path(*package.split("."))
+    return sorted(folder.rglob("*.py")) if folder.is_dir() else [folder.with_suffix(".py")]
+
+
+def _imported(package: str) -> set[str]:
+    """Every torchstore module the files of ``package`` import, at any depth of the code."""
+    out = set()
+    for path in _files(package):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                out.add(node.module)
+            elif isinstance(node, ast.Import):
+                out.update(alias.name for alias in node.names)
+    return {name for name in out if name.startswith("torchstore")}
+
+
+def _imports(a: str, b: str) -> bool:
+    return any(name == b or name.startswith(b + ".") for name in _imported(a))
+
+
+def test_every_arrow_is_an_import_and_none_runs_back_up():
+    diagram = _diagram()
+    nodes = _nodes(diagram)
+    arrows = _package_arrows(diagram)
+    assert len(arrows) >= 10, arrows
+    problems = []
+    for a, b in arrows:
+        assert a in nodes and b in nodes, f"arrow {a} --> {b} names an undeclared node"
+        src, dst = nodes[a], nodes[b]
+        if not _imports(src, dst):
+            problems.append(f"{src} --> {dst} is drawn, but {src} imports nothing of {dst}")
+        if dst != "recipes" and src != "recipes" and _imports(dst, src):
+            problems.append(f"{dst} imports {src}: the arrow {src} --> {dst} runs both ways")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_layers_never_import_upwards():
+    layers = ["torchstore.io", "torchstore.data", "torchstore.samplers"]
+    for low, high in ((0, 1), (0, 2), (1, 2)):
+        assert not _imports(layers[low], layers[high]), f"{layers[low]} imports {layers[high]}"
+
+
+def test_every_name_on_the_batch_path_exists():
+    names = re.findall(r"\b((?:io|data|samplers|lightning)\.\w+(?:\.\w+)?)\b", _diagram())
+    assert len(names) >= 5, names
+    for dotted in names:
+        parts = dotted.split(".")
+        module = importlib.import_module("torchstore." + ".".join(parts[:2]))
+        if len(parts) == 3:
+            assert hasattr(module, parts[2]), f"torchstore.{dotted} does not exist"
