@@ -100,19 +100,10 @@ class DemonstrationDataModule(StoreDataModule):
         prioritized_alpha, prioritized_beta: the prioritized sampler's exponents.
         ere: an :class:`~torchstore.samplers.ERE` schedule: ``t`` comes from the newest
             ``c_k`` training rows.
-        resident: ``"all"`` (the default: every needed column resident on the device), or
-            the budget of a store larger than memory, in rows (an int) or bytes
-            (``"8GiB"``, ``"512MB"``): ``resident_blocks`` blocks of contiguous rows are
-            sampled while a background thread reads the next one (see
-            :class:`~torchstore.samplers.block_window.BlockWindow`; ``datamodule.window.stats``
-            counts reads and waits). Validation episodes are read from disk batch by batch.
-            Not with ``ere`` or ``shard_episodes`` (ranks read disjoint blocks already).
-        resident_blocks: blocks sampled from at once with a budget (the budget holds them
-            and one spare being refilled).
-        resident_reuse: with a budget, draws per row per time its block is read (1: the
-            store is read once per pass of draws; 4 reads it four times less often, every
-            row keeping the same expected frequency, at the price of batches that share
-            blocks for longer).
+        resident, resident_blocks, resident_reuse: what is resident on the device, as for
+            :class:`~torchstore.lightning.OfflineDataModule`: every needed column
+            (``"all"``, the default) or, for a store larger than memory, a budget in rows
+            or bytes (``"8GiB"``) sampled block by block while the next block is read.
 
     Raises:
         ColumnError: for a column the store does not have.
