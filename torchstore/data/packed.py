@@ -9,26 +9,38 @@ misses are separate), and a 2-D gather of a few bool columns about 40 % (measure
 words: each row is the columns' bytes, widest dtype first so every column is aligned,
 padded to a whole number of words. A column is a dtype view plus a strided slice of the
 block, a gather is one ``index_select``, and the batch's leaves are views into it.
+
+This module holds the layout (:class:`PackedColumns`: the slots, writes, gathers) and the
+switch that lets writes and gathers take compiled kernels (:func:`row_kernels`,
+:func:`gather_kernels`). Two siblings hold the rest, re-exported here:
+:mod:`torchstore.data.packed_plan` cuts a batch's leaves out of gathered blocks
+(:class:`BatchPlan`, :func:`tensordict_of`), and :mod:`torchstore.data.packed_rowcopy`
+prepares a write's values for the compiled row copy.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from array import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
 from torchstore.data.columns import ColumnSpec, numpy_dtype, set_nested
+from torchstore.data.packed_plan import (
+    BatchPlan,
+    _plain_matches,  # noqa: F401 - importable from here, as before the split
+    _Recipe,
+    _state,  # noqa: F401 - importable from here, as before the split
+    tensordict_of,
+)
+from torchstore.data.packed_rowcopy import _ByteColumn, copy_rows
 from torchstore.data.recycled import RECYCLE_BYTES, RecycledBuffers
-from torchstore.errors import ColumnError
 
 __all__ = ["PackedColumns", "BatchPlan", "tensordict_of"]
 
@@ -41,36 +53,6 @@ class _Slot:
     block: int
     offset: int  # in elements of the column's storage dtype, within the row
     width: int  # elements per row
-
-
-@dataclass(frozen=True, slots=True)
-class _ByteColumn:
-    """Where a column's bytes sit in a block row, and what a source must look like to be
-    copied as bytes (storage dtype, per-row shape, contiguous within a row)."""
-
-    block: int
-    offset: int  # bytes
-    width: int  # bytes
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    ndim: int
-    inner_strides: tuple[int, ...]
-    itemsize: int
-    complex: bool  # a conjugate view must be resolved first
-
-
-@dataclass(frozen=True, slots=True)
-class _Recipe:
-    """How one column's leaf is cut out of a gathered block (precomputed once)."""
-
-    key: str | tuple[str, ...]
-    block: int
-    offset: int
-    shape: tuple[int, ...]
-    inner_strides: tuple[int, ...]
-    spec: ColumnSpec
-    #: strides of the leaf in the storage-dtype view of a contiguous block
-    strides: tuple[int, ...]
 
 
 class PackedColumns:
@@ -213,47 +195,13 @@ class PackedColumns:
     def _copy_rows(
         self, start: int, count: int, values: Mapping[str, torch.Tensor]
     ) -> Mapping[str, torch.Tensor]:
-        """Copy rows ``[start, start + count)`` of the columns the kernel can take, one
-        call per block; returns the columns left for the ``copy_`` path."""
+        """Copy rows ``[start, start + count)`` of the columns the kernel can take (see
+        :func:`torchstore.data.packed_rowcopy.copy_rows`); returns the columns left for the
+        ``copy_`` path."""
         kernels = row_kernels()
         if kernels is None:
             return values
-        columns = self._byte_columns
-        sources = []
-        envs = 1  # the chunk's [steps, envs] split: the first value not walked by one stride
-        for name, value in values.items():
-            column = columns.get(name)
-            source = None if column is None else _byte_source(value, column, count)
-            if source is not None:
-                sources.append((name, column, source))
-                if envs == 1:
-                    envs = max(source[1], 1)
-        if not sources:
-            return values
-        steps = count // envs
-        rest = dict(values)
-        tables: dict[int, list[list[int]]] = {}
-        for name, column, (address, lead_envs, step, env) in sources:
-            if lead_envs == 0:  # one stride over every row: any [steps, envs] split of them
-                step = env * envs
-            elif lead_envs != envs:
-                continue
-            tables.setdefault(column.block, []).extend(
-                (address, step, env, column.offset, column.width)
-            )
-            del rest[name]
-        bases = {}
-        for b, table in tables.items():
-            block = self.blocks[b]
-            base = bases[b] = block.data_ptr()
-            if not block.is_contiguous() or _overlaps(
-                table, steps, envs, base, base + self.capacity * self.row_bytes
-            ):
-                return values  # rows read from the block itself: copy_ orders them
-        for b, table in tables.items():
-            words = np.frombuffer(array("q", table), dtype=np.int64).reshape(-1, 5)
-            kernels.copy_rows(bases[b], self.capacity, self.row_bytes, start, steps, envs, words)
-        return rest
+        return copy_rows(self, kernels, start, count, values)
 
     def pack_rows(self, values: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         """Every column's ``[n, *shape]`` values laid out as the blocks' rows (new tensors).
@@ -488,204 +436,6 @@ class PackedColumns:
         return sum(b.numel() * b.element_size() for b in self.blocks)
 
 
-class BatchPlan:
-    """How a batch's leaves are cut out of gathered blocks, worked out once per column set.
-
-    Per batch, each dtype of each block is viewed once and each leaf is one ``as_strided``
-    with precomputed strides (a slice of the blocks, or a caller's buffer, takes the general
-    cut); the nested containers are made in the column order. What is left per batch is
-    one ``as_strided`` per column (about 2 us each, most of the cost) and the container:
-    ``batch_from_blocks`` of a 6-column row with an index measured about 20 us where the
-    per-call cut with ``TensorDict._new_unsafe`` took about 30 us (one thread, loaded cores).
-    """
-
-    def __init__(
-        self,
-        packed: PackedColumns,
-        names: tuple[str, ...],
-        keys: Mapping[str, str | tuple[str, ...]],
-        unsqueeze: frozenset[str],
-        raw: bool,
-    ):
-        #: per leaf: (containers to attach first, container, key, view slot, tail shape,
-        #: strides, offset, recipe, decode, unsqueeze)
-        self._ops: list[tuple] = []
-        #: nested containers (0 is the top level); each is attached to its parent just before
-        #: its first leaf, so the keys keep the columns' order
-        self._count = 1
-        #: (block, dtype) of each view slot
-        self._views: list[tuple[int, torch.dtype]] = []
-        where: dict[tuple[str, ...], int] = {(): 0}
-        for name in names:
-            recipe = packed._recipes[name]
-            key = keys.get(name, recipe.key)
-            path = (key,) if type(key) is str else tuple(key)
-            attach = []
-            for depth in range(1, len(path)):
-                if path[:depth] not in where:
-                    where[path[:depth]] = self._count
-                    attach.append((where[path[: depth - 1]], path[depth - 1], self._count))
-                    self._count += 1
-            pair = (recipe.block, recipe.spec.storage_dtype)
-            if pair not in self._views:
-                self._views.append(pair)
-            shape, strides = recipe.shape, recipe.strides
-            if name in unsqueeze:
-                if shape:
-                    raise ValueError(f"column {name!r} is not a scalar; it takes no unsqueeze")
-                shape, strides = (1,), (*strides, 1)
-            decode = None if raw or recipe.spec.quantize is None else recipe.spec.quantize.decode
-            self._ops.append(
-                (
-                    tuple(attach),
-                    where[path[:-1]],
-                    path[-1],
-                    self._views.index(pair),
-                    shape,
-                    strides,
-                    recipe.offset,
-                    recipe,
-                    decode,
-                    name in unsqueeze,
-                )
-            )
-
-    @cached_property
-    def _cut_arrays(self) -> Callable[[list[np.ndarray], int], dict] | None:
-        """The body of :meth:`leaves_of_arrays` for this plan as one Python function,
-        compiled on first use (None when a storage dtype has no numpy twin): its shapes,
-        strides and offsets written in as constants, a statement per leaf and no loop. The
-        same cut as a loop over the leaves' recipes costs about 1.3 us more per
-        leaf (a pendulum row's six leaves in 11 us against 19 us, one thread), and for a
-        small batch that is a fifth of the whole draw (as ``dataclasses`` and
-        ``namedtuple`` write their methods)."""
-        env: dict[str, Any] = {"ndarray": np.ndarray, "from_numpy": torch.from_numpy}
-        lines = ["def cut(arrays, n):", "    c0 = {}"]
-        for i, (attach, where, key, v, shape, strides, offset, recipe, decode, _) in enumerate(
-            self._ops
-        ):
-            storage = recipe.spec.storage_dtype
-            try:
-                env[f"dtype{i}"] = numpy_dtype(storage)
-            except ColumnError:
-                return None
-            for parent, name, child in attach:
-                lines.append(f"    c{child} = {{}}")
-                lines.append(f"    c{parent}[{name!r}] = c{child}")
-            size = storage.itemsize
-            full_shape = ", ".join(["n", *(str(d) for d in shape)])
-            byte_strides = ", ".join(str(stride * size) for stride in strides)
-            block = self._views[v][0]
-            leaf = (
-                f"from_numpy(ndarray(({full_shape},), dtype{i}, arrays[{block}], "
-                f"{offset * size}, ({byte_strides},)))"
-            )
-            if decode is not None:
-                env[f"decode{i}"], env[f"to{i}"] = decode, recipe.spec.dtype
-                leaf = f"decode{i}({leaf}, to{i})"
-            lines.append(f"    c{where}[{key!r}] = {leaf}")
-        lines.append("    return c0")
-        exec("\n".join(lines), env)  # noqa: S102 - our own text: numbers and repr'd keys
-        return env["cut"]
-
-    def leaves(self, blocks: list[torch.Tensor], n: int, *, fresh: bool = False) -> dict:
-        """The nested dict of leaves (views into ``blocks``, decoded as planned).
-
-        ``fresh``: the blocks are what :meth:`PackedColumns.gather_blocks` returned without
-        ``out`` (contiguous from offset 0), so their layout is not checked."""
-        views = []
-        plain = []
-        for b, dtype in self._views:
-            block = blocks[b]
-            views.append(block if block.dtype == dtype else block.view(dtype))
-            plain.append(fresh or (block.storage_offset() == 0 and block.is_contiguous()))
-        containers: list[dict] = [{} for _ in range(self._count)]
-        as_strided = torch.as_strided
-        size = (n,)
-        for attach, where, key, v, shape, strides, offset, recipe, decode, unsqueeze in self._ops:
-            for parent, name, child in attach:
-                containers[parent][name] = containers[child]
-            if plain[v]:
-                leaf = as_strided(views[v], size + shape, strides, offset)
-            else:
-                leaf = _cut(views[v], recipe)
-                if unsqueeze:
-                    leaf = leaf.unsqueeze(-1)
-            if decode is not None:
-                leaf = decode(leaf, recipe.spec.dtype)
-            containers[where][key] = leaf
-        return containers[0]
-
-    def __getstate__(self) -> dict:
-        # a compiled function does not pickle: a copy compiles its own
-        state = dict(self.__dict__)
-        state.pop("_cut_arrays", None)
-        return state
-
-    @property
-    def cuts_arrays(self) -> bool:
-        """Whether :meth:`leaves_of_arrays` can cut this plan's leaves."""
-        return self._cut_arrays is not None
-
-    def leaves_of_arrays(self, arrays: list[np.ndarray], n: int) -> dict:
-        """:meth:`leaves` of blocks gathered as C-contiguous numpy arrays (``n`` rows each):
-        each leaf one numpy view and one ``torch.from_numpy``, about half of what a torch
-        ``as_strided`` costs (measured: the six leaves of a pendulum row 11 us against
-        24 us, one thread)."""
-        return self._cut_arrays(arrays, n)
-
-
-def _plain_tensordict(leaves: dict, batch_size: torch.Size, device: torch.device | None) -> Any:
-    """``TensorDict._new_unsafe(leaves, batch_size, device)``, made without its per-call
-    work (device normalisation, an MPS probe per TensorDict): the instance state it sets."""
-    td = _new_object(TensorDict)
-    for key, value in leaves.items():
-        if type(value) is dict:
-            leaves[key] = _plain_tensordict(value, batch_size, device)
-    td.__dict__.update(
-        _device=device, _tensordict=leaves, _batch_size=batch_size, _td_dim_names=None
-    )
-    return td
-
-
-def _unsafe_tensordict(leaves: dict, batch_size: torch.Size, device: torch.device | None) -> Any:
-    return TensorDict._new_unsafe(leaves, batch_size=batch_size, device=device)
-
-
-def _state(td: Any) -> dict:
-    """A TensorDict's instance state, nested, less the lazily cached probes."""
-    return {
-        k: (
-            {kk: _state(vv) if isinstance(vv, TensorDict) else vv for kk, vv in v.items()}
-            if k == "_tensordict"
-            else v
-        )
-        for k, v in vars(td).items()
-        if not (k.startswith("_has_") and k.endswith("_val"))
-    }
-
-
-def _plain_matches() -> bool:
-    """Whether the direct construction gives the instance state ``_new_unsafe`` gives (it
-    does for the tensordict releases this package supports; else the slower call is used)."""
-    leaf = torch.zeros(2)
-    size = torch.Size([2])
-    device = torch.device("cpu")
-    try:
-        plain = _plain_tensordict({"a": leaf, "b": {"c": leaf}}, size, device)
-        reference = _unsafe_tensordict({"a": leaf, "b": {"c": leaf}}, size, device)
-        return _state(plain) == _state(reference) and plain["b", "c"] is leaf
-    except Exception:  # noqa: BLE001 - any surprise means: use the library's constructor
-        return False
-
-
-_new_object = object.__new__
-#: ``tensordict_of(leaves, batch_size, device)``: the TensorDict of a nested dict of leaves
-#: (nested dicts are replaced by TensorDicts in place), as ``TensorDict._new_unsafe`` makes
-#: it, in about 1 us instead of 5-9 us
-tensordict_of = _plain_tensordict if _plain_matches() else _unsafe_tensordict
-
-
 def _zeros(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A zeroed block. On the CPU it comes from numpy, whose large allocations are advised
     onto transparent huge pages: random-row gathers then miss the TLB less (measured here:
@@ -699,17 +449,6 @@ def _zeros(rows: int, width: int, dtype: torch.dtype, device: torch.device) -> t
 
 def _itemsize(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
-
-
-def _cut(typed: torch.Tensor, recipe: _Recipe) -> torch.Tensor:
-    """The ``[rows, *shape]`` view of one column in the dtype view of a block."""
-    row_stride, col_stride = typed.stride()
-    return torch.as_strided(
-        typed,
-        (typed.shape[0], *recipe.shape),
-        (row_stride, *(s * col_stride for s in recipe.inner_strides)),
-        typed.storage_offset() + recipe.offset * col_stride,
-    )
 
 
 def row_kernels() -> ModuleType | None:
@@ -737,66 +476,4 @@ def _kernel_module(name: str) -> ModuleType | None:
 
 
 _KERNEL_MODULES: dict[str, ModuleType] = {}
-_STRIDED = torch.strided
 _ROW_KERNELS = os.environ.get("TORCHSTORE_KERNELS", "1") != "0"
-
-
-def _byte_source(value: object, column: _ByteColumn, count: int) -> tuple[int, ...] | None:
-    """``(address, envs, step stride, env stride)`` (strides in bytes) of a value the row
-    kernel can copy as bytes, else None. ``envs`` is 0 when one stride walks every row
-    (``env stride`` is it), else the value's ``[steps, envs]`` lead."""
-    if (
-        type(value) is not torch.Tensor
-        or value.dtype is not column.dtype
-        or value.requires_grad
-        or not value.is_cpu
-        or value.layout is not _STRIDED
-        or value.is_neg()
-        or (column.complex and value.is_conj())
-    ):
-        return None
-    shape = value.shape
-    lead = len(shape) - column.ndim
-    if lead == 1:
-        if shape[0] != count:
-            return None
-    elif lead != 2 or shape[0] * shape[1] != count:
-        return None
-    if column.ndim and tuple(shape)[lead:] != column.shape:
-        return None
-    if value.is_contiguous():  # the common case: rows back to back
-        return value.data_ptr(), 0, 0, column.width
-    return _strided_source(value, column, lead)
-
-
-def _strided_source(value: torch.Tensor, column: _ByteColumn, lead: int) -> tuple[int, ...] | None:
-    """:func:`_byte_source` of a value that is not contiguous (rows' bytes must still be)."""
-    shape, strides = value.shape, value.stride()
-    if strides[lead:] != column.inner_strides and not _dense_rows(shape[lead:], strides[lead:]):
-        return None
-    size = column.itemsize
-    if lead == 1 or shape[1] == 1:
-        return value.data_ptr(), 0, 0, strides[0] * size
-    if shape[0] == 1 or strides[0] == shape[1] * strides[1]:
-        return value.data_ptr(), 0, 0, strides[1] * size
-    return value.data_ptr(), shape[1], strides[0] * size, strides[1] * size
-
-
-def _dense_rows(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
-    """Whether a row of ``shape`` with element ``strides`` is contiguous (size-1 dims free)."""
-    step = 1
-    for size, stride in zip(reversed(shape), reversed(strides)):
-        if size != 1 and stride != step:
-            return False
-        step *= size
-    return True
-
-
-def _overlaps(table: list[int], steps: int, envs: int, start: int, end: int) -> bool:
-    """Whether a source of a flat address table (5 numbers a column) reaches into
-    the bytes ``[start, end)``."""
-    for c in range(0, len(table), 5):
-        address, step, env, _, width = table[c : c + 5]
-        if address < end and start < address + (steps - 1) * step + (envs - 1) * env + width:
-            return True
-    return False
