@@ -3,7 +3,8 @@
 Recipes import this as ``from _common import ...``: running ``python recipes/bc.py`` puts
 ``recipes/`` first on ``sys.path``.
 
-A run (:func:`recipe_run`) writes into its Hydra run folder, ``outputs/<recipe>/<time>/``:
+A run (:func:`recipe_run`) writes a :class:`torchstore.training.RunFolder` into its Hydra
+run folder, ``outputs/<recipe>/<time>/``:
 
 - ``config.yaml``: the resolved config of the run (every default and override applied);
 - ``metrics.csv``: one row per logged step, written through as it is logged;
@@ -13,37 +14,37 @@ A run (:func:`recipe_run`) writes into its Hydra run folder, ``outputs/<recipe>/
 
 Ctrl-C (SIGINT) or SIGTERM ends a run cleanly: the files above are completed (the policy
 as trained so far), one line says where they are, and the process exits with 130 (143
-for SIGTERM).
+for SIGTERM). What is left here is the recipes' own: Hydra config handling, the signal
+frame of a script, and which recipe rebuilds which policy.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import importlib.util
-import io
 import logging
-import math
 import os
 import signal
 import sys
-import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from torchstore.training import MetricsLog, RunFolder
+
+if TYPE_CHECKING:
+    from torchstore.lightning import Normalizer
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES = Path(__file__).resolve().parent
 DEFAULT_DEMO = REPO_ROOT / "data" / "reach_demo.h5"
-CONFIG_FILE = "config.yaml"
-POLICY_FILE = "policy.safetensors"
 #: Recipes whose runs save a policy :func:`load_policy` can rebuild.
 RECIPE_NAMES = ("bc", "bc_robomimic", "offline_rl", "sac", "distributed_sac")
 
@@ -121,127 +122,6 @@ def result_line(name: str, result: Mapping[str, float]) -> str:
 RESULT_HEADER = f"{'policy':<10}{'success':>9}{'return':>9}{'length':>8}"
 
 
-# --------------------------------------------------------------------------- metrics
-class MetricsLog:
-    """``metrics.csv`` (a ``step`` and a ``time_s`` column plus one per metric) and ``loss.png``.
-
-    Every row is written through to the file as it is logged (one write, flushed), so the
-    CSV holds every logged row even if the process is killed. A row with a metric not seen
-    before rewrites the file with the new column (write a temporary file, rename).
-    :meth:`close` rewrites the file whole and draws ``loss.png``.
-    """
-
-    def __init__(self, folder: str | os.PathLike):
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.csv_path = self.folder / "metrics.csv"
-        self.png_path = self.folder / "loss.png"
-        self._rows: list[dict[str, float]] = []
-        self._keys: list[str] = ["step", "time_s"]
-        self._start = time.perf_counter()
-        self._rewrite()
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def log(self, step: int, metrics: Mapping[str, Any]) -> None:
-        row: dict[str, float] = {
-            "step": int(step),
-            "time_s": round(time.perf_counter() - self._start, 3),
-        }
-        new_key = False
-        for key, value in metrics.items():
-            if isinstance(value, torch.Tensor):
-                value = value.detach().float().mean().item()
-            value = float(value)
-            if math.isfinite(value):
-                row[key] = value
-                if key not in self._keys:
-                    self._keys.append(key)
-                    new_key = True
-        self._rows.append(row)
-        if new_key:
-            self._rewrite()
-        else:
-            with open(self.csv_path, "a", newline="") as f:
-                f.write(self._format([row], header=False))
-                f.flush()
-
-    def _format(self, rows: list[dict[str, float]], *, header: bool) -> str:
-        text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=self._keys, restval="")
-        if header:
-            writer.writeheader()
-        writer.writerows(rows)
-        return text.getvalue()
-
-    def _rewrite(self) -> None:
-        tmp = self.csv_path.with_name(self.csv_path.name + ".tmp")
-        with open(tmp, "w", newline="") as f:
-            f.write(self._format(self._rows, header=True))
-            f.flush()
-        os.replace(tmp, self.csv_path)
-
-    def flush(self) -> None:
-        """Rewrite ``metrics.csv`` from every row logged so far."""
-        self._rewrite()
-
-    def close(self) -> None:
-        """Write the CSV whole and the loss-curve PNG."""
-        from torchstore.viz import plot_metrics
-
-        self._rewrite()
-        keys = [k for k in self._keys if k not in ("step", "time_s")]
-        plot_metrics(self.csv_path, self.png_path, keys=keys)
-
-
-def lightning_metrics_callback(log: MetricsLog, every: int = 10):
-    """A Lightning callback copying the logged metrics into ``log`` every ``every`` steps."""
-    from lightning.pytorch.callbacks import Callback
-
-    class _CopyMetrics(Callback):
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            if trainer.global_step % every == 0 or trainer.global_step == 1:
-                metrics = {
-                    k: v for k, v in trainer.callback_metrics.items() if not k.startswith("val")
-                }
-                log.log(trainer.global_step, metrics)
-
-        def on_validation_epoch_end(self, trainer, pl_module) -> None:
-            metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val")}
-            if metrics and not trainer.sanity_checking:
-                log.log(trainer.global_step, metrics)
-
-    return _CopyMetrics()
-
-
-def progress_lines_callback(log: logging.Logger, lines: int = 10):
-    """A Lightning callback logging ``step k/N (p%): metrics, steps/s`` about ``lines``
-    times over a run of ``max_steps`` (and at its last step): the progress bar's content
-    for a log file or a pipe."""
-    from lightning.pytorch.callbacks import Callback
-
-    class _ProgressLines(Callback):
-        def on_train_start(self, trainer, pl_module) -> None:
-            self.start, self.total = time.perf_counter(), trainer.max_steps
-            self.every = max(1, self.total // lines) if self.total > 0 else 100
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-            step = trainer.global_step
-            if step % self.every and step != self.total:
-                return
-            rate = step / max(time.perf_counter() - self.start, 1e-9)
-            shown = [
-                f"{k} {float(v):.4g}"
-                for k, v in sorted(trainer.callback_metrics.items())
-                if v.numel() == 1
-            ]
-            total = f"/{self.total} ({100 * step // self.total}%)" if self.total > 0 else ""
-            log.info(f"step {step}{total}: {', '.join(shown)}, {rate:.1f} steps/s")
-
-    return _ProgressLines()
-
-
 # --------------------------------------------------------------------------- the run
 class _Advert(logging.Filter):
     """Drops Lightning's advertising tip (it names a cloud service, not the run)."""
@@ -292,12 +172,14 @@ class Run:
     """
 
     name: str
-    folder: Path
+    folder: RunFolder
     metrics: MetricsLog
     log: logging.Logger
     step: int = 0
     #: set by the recipe once the policy exists: returns ``(tensors, step)`` to save
     policy_tensors: Callable[[], tuple[dict[str, torch.Tensor], int]] | None = None
+    #: saved with the policy when set (the data module's, for a policy trained on it)
+    normalizer: Normalizer | None = None
     _pending: int | None = None
     _deferring: int = 0
 
@@ -319,10 +201,19 @@ class Run:
 
     @contextlib.contextmanager
     def interrupts_at_checks(self) -> Iterator[None]:
-        """Inside: a signal waits for the next :meth:`check` (leaving checks once more)."""
+        """Inside: a signal waits for the next :meth:`check` (leaving checks once more).
+
+        Lightning answers a SIGTERM itself, by raising ``SIGTERMException`` (a
+        ``SystemExit``, status 0) at the end of a training step; one that lands after this
+        run's step-end check would end the process as if the run had finished, so it is
+        taken as the interrupt it is.
+        """
         self._deferring += 1
         try:
             yield
+        except SystemExit:
+            if self._pending is None:
+                raise
         finally:
             self._deferring -= 1
         self.check()
@@ -330,15 +221,16 @@ class Run:
     def trainer(self, trainer_cfg: DictConfig, **kwargs: Any):
         """The run's Lightning ``Trainer`` from its config, with the run's callbacks (metrics
         into ``metrics.csv``, signals at step ends) and its progress shown as Lightning's bar
-        on a terminal, but as about ten plain lines when stdout is a file or a pipe (the bar
-        redraws thousands of times with carriage returns, which a log keeps every one of).
+        on a terminal, but as about ten plain lines when stdout is a file or a pipe.
         ``trainer.enable_progress_bar=false`` turns both off."""
-        callbacks = [lightning_metrics_callback(self.metrics), self.lightning_callback()]
-        if trainer_cfg.get("enable_progress_bar", True) and not sys.stdout.isatty():
-            callbacks.append(progress_lines_callback(self.log))
-            kwargs["enable_progress_bar"] = False
+        from torchstore.lightning import MetricsRecorder, plain_progress_off_a_terminal
+
+        progress, kwargs["enable_progress_bar"] = plain_progress_off_a_terminal(
+            self.log, enabled=trainer_cfg.get("enable_progress_bar", True)
+        )
+        callbacks = [MetricsRecorder(self.metrics.log), self.lightning_callback(), *progress]
         return instantiate(
-            trainer_cfg, callbacks=callbacks, default_root_dir=str(self.folder), **kwargs
+            trainer_cfg, callbacks=callbacks, default_root_dir=str(self.folder.path), **kwargs
         )
 
     def lightning_callback(self):
@@ -356,25 +248,19 @@ class Run:
 
         return _Check()
 
-    @property
-    def policy_path(self) -> Path:
-        return self.folder / POLICY_FILE
-
     def finish(self, *, complete: bool) -> None:
         """Write ``loss.png`` and the policy (if one exists yet)."""
         self.metrics.close()
         if self.policy_tensors is not None:
             tensors, self.step = self.policy_tensors()
-            save_policy(
-                self.policy_path, tensors, recipe=self.name, step=self.step, complete=complete
+            self.folder.save_policy(
+                tensors,
+                normalizer=self.normalizer,
+                metadata={"recipe": self.name, "step": self.step, "complete": complete},
             )
 
     def outputs(self) -> str:
-        files = [CONFIG_FILE, f"metrics.csv ({len(self.metrics)} rows)", "loss.png"]
-        if self.policy_path.exists():
-            files.append(POLICY_FILE)
-        files.append(f"{self.name}.log")
-        return f"{self.folder}: {', '.join(files)}"
+        return self.folder.describe(rows=len(self.metrics))
 
 
 @contextlib.contextmanager
@@ -388,16 +274,15 @@ def recipe_run(cfg: DictConfig, name: str) -> Iterator[Run]:
     """
     if name not in RECIPE_NAMES:
         raise ValueError(f"unknown recipe {name!r}; recipes: {list(RECIPE_NAMES)}")
-    folder = output_dir().resolve()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = RunFolder(output_dir().resolve())
     filter_third_party_warnings()
     _quiet_lightning()
-    (folder / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    folder.write_config(cfg)
     log = logging.getLogger(name)
     if not logging.getLogger().handlers:  # not under Hydra's logging (a test calling main)
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-    run = Run(name, folder, MetricsLog(folder), log)
-    log.info(f"outputs: {folder} (resolved config: {folder / CONFIG_FILE})")
+    run = Run(name, folder, folder.metrics_log(), log)
+    log.info(f"outputs: {folder.path} (resolved config: {folder.config_path})")
     previous = {s: signal.signal(s, run._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield run
@@ -423,35 +308,6 @@ def recipe_run(cfg: DictConfig, name: str) -> Iterator[Run]:
 
 
 # --------------------------------------------------------------------------- saved policies
-def save_policy(
-    path: str | os.PathLike,
-    tensors: Mapping[str, torch.Tensor],
-    *,
-    recipe: str,
-    step: int,
-    complete: bool,
-) -> Path:
-    """Write a policy's tensors as safetensors (temporary file, then rename).
-
-    The file's metadata records ``recipe``, ``step`` (gradient steps trained) and
-    ``complete`` (``"false"`` when the run was interrupted).
-    """
-    from safetensors.torch import save
-
-    data = save(
-        {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
-        metadata={"recipe": recipe, "step": str(int(step)), "complete": str(complete).lower()},
-    )
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
-
-
 def recipe_module(recipe: str):
     """The recipe script ``recipes/<recipe>.py`` as a module (its ``main`` is not run)."""
     if recipe not in RECIPE_NAMES:
@@ -471,9 +327,9 @@ def recipe_module(recipe: str):
 def build_policy(recipe: str, cfg: DictConfig, state: Mapping[str, torch.Tensor]) -> Any:
     """Rebuild recipe ``recipe``'s policy from its run config and its saved tensors.
 
-    ``state`` is what :func:`save_policy` wrote, loaded with
-    ``safetensors.torch.load_file`` or fetched with
-    ``torchstore.remote.fetch_policy_weights``. Returns, for ``bc`` and ``offline_rl``, a
+    ``state`` is every tensor of the run's ``policy.safetensors`` (read with
+    ``torchstore.training.read_policy_file`` or fetched with
+    ``torchstore.remote.fetch_policy_weights``). Returns, for ``bc`` and ``offline_rl``, a
     callable from a task observation to an action (what ``torchstore.tasks.evaluate``
     rolls out) and, for ``sac``, a torchrl actor (for ``env.rollout``).
     """
@@ -509,40 +365,30 @@ def load_policy(folder: str | os.PathLike) -> SavedPolicy:
         >>> saved = load_policy("outputs/bc/2026-01-01_12-00-00")  # doctest: +SKIP
         >>> print(saved.rollout(episodes=20))  # doctest: +SKIP
     """
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    folder = Path(folder)
-    for required in (CONFIG_FILE, POLICY_FILE):
-        if not (folder / required).is_file():
+    run = RunFolder(folder)
+    for required in (run.config_path, run.policy_path):
+        if not required.is_file():
             raise FileNotFoundError(
-                f"{folder} has no {required}: not the folder of a finished or interrupted "
-                "recipe run (outputs/<recipe>/<time>/)"
+                f"{run.path} has no {required.name}: not the folder of a finished or "
+                "interrupted recipe run (outputs/<recipe>/<time>/)"
             )
-    weights = folder / POLICY_FILE
-    try:
-        with safe_open(str(weights), "pt") as f:
-            meta = f.metadata() or {}
-        state = load_file(str(weights))
-    except Exception as exc:  # SafetensorError has no stable import path
-        raise ValueError(f"{weights} is not a readable safetensors file: {exc}") from exc
-    recipe = meta.get("recipe")
+    saved = run.read_policy()
+    recipe = saved.metadata.get("recipe")
     if recipe not in RECIPE_NAMES:
         raise ValueError(
-            f"{weights} names recipe {recipe!r} in its metadata; "
+            f"{run.policy_path} names recipe {recipe!r} in its metadata; "
             f"expected one of {list(RECIPE_NAMES)}"
         )
-    cfg = OmegaConf.load(folder / CONFIG_FILE)
+    cfg = run.read_config()
     try:
-        policy = build_policy(recipe, cfg, state)
+        policy = build_policy(recipe, cfg, saved.state)
     except (KeyError, RuntimeError, ValueError, AttributeError) as exc:
         raise ValueError(
-            f"{weights} does not fit the {recipe} policy described by {folder / CONFIG_FILE}: "
-            f"{str(exc)[:300]}"
+            f"{run.policy_path} does not fit the {recipe} policy described by "
+            f"{run.config_path}: {str(exc)[:300]}"
         ) from exc
-    return SavedPolicy(
-        recipe, cfg, policy, int(meta.get("step", 0)), meta.get("complete") == "true"
-    )
+    step = int(saved.metadata.get("step", 0))
+    return SavedPolicy(recipe, cfg, policy, step, saved.metadata.get("complete") == "true")
 
 
 def mlp_io(state: Mapping[str, torch.Tensor], prefix: str) -> tuple[int, int]:

@@ -36,8 +36,8 @@ from _common import (
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from torchstore.lightning import ColumnStats, Normalizer
 from torchstore.tasks import RandomPolicy, ReachExpert, ReachTask
+from torchstore.training import PolicyFile, masked_mse
 
 
 class BCPolicy(L.LightningModule):
@@ -66,10 +66,9 @@ class BCPolicy(L.LightningModule):
         return chunk.unflatten(-1, (self.action_horizon, self.action_dim))
 
     def _loss(self, batch) -> torch.Tensor:
+        # steps of a chunk past its episode's end are padding: action_mask leaves them out
         pred = self(batch["obs", "state"])
-        err = ((pred - batch["action", "action"]) ** 2).mean(-1)  # [B, T_a]
-        mask = batch["action_mask"].to(err.dtype)
-        return (err * mask).sum() / mask.sum()
+        return masked_mse(pred, batch["action", "action"], batch["action_mask"])
 
     def training_step(self, batch, batch_idx):
         loss = self._loss(batch)
@@ -123,35 +122,20 @@ class ChunkedPolicy:
         return self.queue.popleft()
 
 
-def policy_tensors(model: BCPolicy, normalizer) -> dict[str, torch.Tensor]:
-    """What :func:`policy_from_weights` needs: the net's weights and the normalisation stats."""
-    tensors = {f"net.{k}": v for k, v in model.net.state_dict().items()}
-    if normalizer is not None:
-        for name, stats in normalizer.stats.items():
-            for part in ("mean", "std", "min", "max"):
-                tensors[f"normalizer.{name}.{part}"] = getattr(stats, part)
-            tensors[f"normalizer.{name}.count"] = torch.tensor(stats.count)
-    return tensors
+def policy_tensors(model: BCPolicy) -> dict[str, torch.Tensor]:
+    """The net's weights; the run saves the data module's normaliser beside them."""
+    return {f"net.{k}": v for k, v in model.net.state_dict().items()}
 
 
 def policy_from_weights(cfg: DictConfig, state: dict[str, torch.Tensor]) -> ChunkedPolicy:
-    """The :class:`ChunkedPolicy` of a run, from its config and :func:`policy_tensors`."""
+    """The :class:`ChunkedPolicy` of a run, from its config and its saved tensors."""
+    saved = PolicyFile(state)
     n_obs, horizon = cfg.datamodule.n_obs_steps, cfg.datamodule.action_horizon
-    in_features, out_features = mlp_io(state, "net.")
+    in_features, out_features = mlp_io(saved.tensors, "net.")
     net = instantiate(cfg.model.net, in_features=in_features, out_features=out_features)
-    net.load_state_dict(strip(state, "net."))
+    net.load_state_dict(strip(saved.tensors, "net."))
     model = BCPolicy(net, n_obs, horizon, out_features // horizon, optimizer=None)
-    parts: dict[str, dict[str, torch.Tensor]] = {}
-    for key, value in strip(state, "normalizer.").items():
-        name, part = key.rsplit(".", 1)
-        parts.setdefault(name, {})[part] = value
-    normalizer = None
-    if parts:
-        stats = {
-            name: ColumnStats(p["mean"], p["std"], p["min"], p["max"], int(p["count"]))
-            for name, p in parts.items()
-        }
-        normalizer = Normalizer(stats, cfg.datamodule.get("normalization", "mean_std"))
+    normalizer = saved.normalizer(cfg.datamodule.get("normalization", "mean_std"))
     return ChunkedPolicy(model, normalizer, cfg.exec_horizon)
 
 
@@ -188,7 +172,8 @@ def main(cfg: DictConfig) -> float:
             instantiate(cfg.model.scheduler) if cfg.model.get("scheduler") else None,
         )
         trainer = run.trainer(cfg.trainer)
-        run.policy_tensors = lambda: (policy_tensors(model, dm.normalizer), trainer.global_step)
+        run.policy_tensors = lambda: (policy_tensors(model), trainer.global_step)
+        run.normalizer = dm.normalizer
         with run.interrupts_at_checks():
             trainer.fit(model, datamodule=dm)
 

@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from torchstore.data.columns import column_key
+from torchstore.training import masked_mse
 
 
 def camera_encoder(channels: int, features: int) -> nn.Module:
@@ -85,9 +86,8 @@ class VisuomotorPolicy(L.LightningModule):
         return chunk.unflatten(-1, (self.horizon, self.action_dim))
 
     def _loss(self, batch) -> torch.Tensor:
-        err = ((self(batch["obs"]) - batch["action", "action"]) ** 2).mean(-1)  # [B, T_a]
-        mask = batch["action_mask"].to(err.dtype)
-        return (err * mask).sum() / mask.sum()
+        # steps of a chunk past its episode's end are padding: action_mask leaves them out
+        return masked_mse(self(batch["obs"]), batch["action", "action"], batch["action_mask"])
 
     def training_step(self, batch, batch_idx):
         loss = self._loss(batch)
@@ -155,7 +155,7 @@ def main(cfg: DictConfig) -> float:
         model = _model(cfg, low_dim, rgb, action_dim)
         with open_dict(cfg):  # what policy_from_weights needs to rebuild the network
             cfg.policy_shapes = {"low_dim": low_dim, "rgb": rgb, "action_dim": action_dim}
-        (run.folder / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        run.folder.write_config(cfg)
         trainer = run.trainer(cfg.trainer)
         run.policy_tensors = lambda: (
             {f"model.{k}": v for k, v in model.state_dict().items()},

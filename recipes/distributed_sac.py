@@ -72,7 +72,7 @@ def main(cfg: DictConfig) -> float:
         )
         collectors = start_collectors(
             buffer,
-            run.folder / "shards",
+            run.folder.path / "shards",
             cfg.collectors,
             num_cpus=cfg.ray.collector_cpus,
             seed=cfg.seed,
@@ -122,9 +122,9 @@ def main(cfg: DictConfig) -> float:
                     f"{sum(s['episodes'] for s in stats)} episodes committed to shards, "
                     f"{done_updates} updates, {time.perf_counter() - started:.1f} s"
                 )
-            buffer.dumps(run.folder / "replay")
+            buffer.dumps(run.folder.path / "replay")
             ray.get([c.close.remote() for c in collectors])
-            with StoreSet(run.folder / "shards") as shards:
+            with StoreSet(run.folder.path / "shards") as shards:
                 run.log.info(
                     f"shards: {len(shards.shards)} files, {shards.num_episodes} episodes, "
                     f"{len(shards)} rows"

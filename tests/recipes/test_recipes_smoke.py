@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes"))
-from _common import MetricsLog, build_policy, load_policy, recipe_module  # noqa: E402
+from _common import build_policy, load_policy, recipe_module  # noqa: E402
 
 QUIET = ["trainer.enable_progress_bar=false"]
 
@@ -313,47 +313,6 @@ def test_interrupted_recipe_exits_cleanly_with_its_outputs(name, sig, tmp_path):
     assert f"at step {saved.step};" in said[0]
     result = saved.rollout(episodes=1)  # the policy as trained so far is usable
     assert "success" in result or "mean return" in result
-
-
-# --------------------------------------------------------------------------- MetricsLog
-def test_metrics_rows_are_on_disk_as_they_are_logged(tmp_path):
-    """What a killed run leaves: every logged row, a new column rewriting the header."""
-    log = MetricsLog(tmp_path)
-    log.log(1, {"loss": 0.5})
-    log.log(2, {"loss": 0.25})
-    assert [r["loss"] for r in _rows(log.csv_path)] == ["0.5", "0.25"]
-    log.log(3, {"eval/return": -3.0})
-    rows = _rows(log.csv_path)
-    assert [r["step"] for r in rows] == ["1", "2", "3"]
-    assert rows[0]["eval/return"] == "" and rows[2]["eval/return"] == "-3.0"
-    log.log(4, {"loss": float("nan")})  # non-finite values are left out, the row is kept
-    assert _rows(log.csv_path)[-1]["loss"] == ""
-    assert not log.png_path.exists()
-    log.close()
-    assert log.png_path.stat().st_size > 5_000
-
-
-def test_metrics_survive_sigkill(tmp_path):
-    code = (
-        "import sys, time; sys.path.insert(0, sys.argv[1]);"
-        "from _common import MetricsLog; log = MetricsLog(sys.argv[2])\n"
-        "for i in range(1, 1_000_000):\n"
-        "    log.log(i, {'loss': 1.0 / i}); print(i, flush=True); time.sleep(0.01)\n"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(ROOT / "recipes"), str(tmp_path)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        printed = [proc.stdout.readline() for _ in range(20)]
-        assert printed[-1].strip() == "20"
-    finally:
-        proc.kill()
-        proc.wait()
-    rows = _rows(tmp_path / "metrics.csv")
-    assert len(rows) >= 20  # every row logged before the last print is on disk
-    assert [int(r["step"]) for r in rows] == list(range(1, len(rows) + 1))
 
 
 # --------------------------------------------------------------------------- quiet, narrowly

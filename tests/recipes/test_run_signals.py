@@ -12,7 +12,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "recipes"))
-from _common import MetricsLog, Run, RunInterrupted  # noqa: E402
+from _common import Run, RunInterrupted  # noqa: E402
+
+from torchstore.training import MetricsLog, RunFolder  # noqa: E402
 
 
 class _Thing:
@@ -20,7 +22,7 @@ class _Thing:
 
 
 def _run(tmp_path) -> Run:
-    return Run("bc", tmp_path, MetricsLog(tmp_path), logging.getLogger("test"))
+    return Run("bc", RunFolder(tmp_path), MetricsLog(tmp_path), logging.getLogger("test"))
 
 
 def test_a_signal_raised_inside_a_weakref_callback_is_raised_again_at_the_next_check(tmp_path):
@@ -49,3 +51,19 @@ def test_inside_checks_the_first_signal_waits_and_a_second_raises_at_once(tmp_pa
             run._on_signal(signal.SIGTERM, None)  # a second signal: at once
     assert raised.value.signum == signal.SIGINT  # the leaving check raises the first
     run.metrics.close()
+
+
+def test_lightnings_own_sigterm_exit_is_taken_as_the_interrupt(tmp_path):
+    """Lightning raises SIGTERMException (a SystemExit) at a step end after our check."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    run = _run(tmp_path)
+    with pytest.raises(RunInterrupted) as raised, run.interrupts_at_checks():
+        run._on_signal(signal.SIGTERM, None)  # noted
+        raise SIGTERMException
+    assert raised.value.signum == signal.SIGTERM
+    run.metrics.close()
+    calm = _run(tmp_path)
+    with pytest.raises(SystemExit, match="3"), calm.interrupts_at_checks():  # no signal: as is
+        raise SystemExit(3)
+    calm.metrics.close()

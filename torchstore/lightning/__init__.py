@@ -5,6 +5,9 @@ device from a Philox stream (the DDP rank is its sub-stream), hand Lightning a s
 iterable of ``steps_per_epoch`` batches (no ``DataLoader``, no worker processes), and
 checkpoint their sampler state so a resumed run draws exactly the batches an
 uninterrupted one would have.
+
+Beside them, :mod:`torchstore.lightning.progress`: callbacks copying a run's metrics into a
+file and writing its progress as plain lines when stdout is not a terminal.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ if TYPE_CHECKING:
         OfflineDataModule,
         SamplerKind,
     )
+    from torchstore.lightning.progress import (
+        MetricsRecorder,
+        ProgressLines,
+        plain_progress_off_a_terminal,
+    )
 
 _EXPORTS = {
     "Output": "torchstore.lightning.base",
@@ -44,6 +52,9 @@ _EXPORTS = {
     "Layout": "torchstore.lightning.offline",
     "OfflineDataModule": "torchstore.lightning.offline",
     "SamplerKind": "torchstore.lightning.offline",
+    "MetricsRecorder": "torchstore.lightning.progress",
+    "ProgressLines": "torchstore.lightning.progress",
+    "plain_progress_off_a_terminal": "torchstore.lightning.progress",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -60,4 +71,7 @@ __all__ = [
     "SamplerKind",
     "TORCHRL_KEYS",
     "stats_path",
+    "MetricsRecorder",
+    "ProgressLines",
+    "plain_progress_off_a_terminal",
 ]
