@@ -37,7 +37,8 @@ from torchstore.errors import (
 from torchstore.io.checksummed import STAGE_BYTES
 from torchstore.io.destination import check_destination
 from torchstore.io.hdf5 import (
-    create_atomically,
+    abandon,
+    create_for_append,
     create_in_place,
     fsync_file,
     open_for_append,
@@ -212,9 +213,11 @@ class TrajectoryStoreWriter:
                 # Write the new store aside; the old one stays whole until close() renames.
                 aside = partial
                 create_in_place(aside, lambda f: build_store_file(f, manifest))
+                file = open_for_append(aside, lock=lock)
             else:
-                create_atomically(path, lambda f: build_store_file(f, manifest))
-            file = open_for_append(aside or path, lock=lock)
+                # Renamed into place already open for SWMR writing: a reader that opens
+                # it at any moment neither sees a half-made file nor locks this writer out.
+                file = create_for_append(path, lambda f: build_store_file(f, manifest))
         except BaseException as exc:
             if aside is not None:
                 aside.unlink(missing_ok=True)
@@ -242,8 +245,16 @@ class TrajectoryStoreWriter:
         lock = WriterLock.acquire(path)
         try:
             f = open_for_append(path, lock=lock)
-        except BaseException:
+        except BaseException as exc:
             lock.release()
+            code = _disk_full_errno(exc) if isinstance(exc, OSError | RuntimeError) else None
+            if code is not None and not isinstance(exc, TorchstoreError):
+                raise StorageFullError(
+                    code,
+                    f"{path}: no room to resume the store ({os.strerror(code)}); its committed "
+                    "episodes are intact. Free space and resume again",
+                    str(path),
+                ) from exc
             raise
         try:
             manifest = read_manifest(f, str(path))
@@ -296,10 +307,24 @@ class TrajectoryStoreWriter:
             self._ds.ep_meta.start_writing(meta)
             self._file.flush()
         except BaseException as exc:
-            self._file.close()
-            if aside is not None:
-                aside.unlink(missing_ok=True)
-            lock.release()
+            code = _disk_full_errno(exc) if isinstance(exc, OSError | RuntimeError) else None
+            try:
+                if code is not None:
+                    with contextlib.suppress(Exception):  # a close would write, and fail
+                        abandon(self._file)
+                else:
+                    self._file.close()
+            finally:
+                if aside is not None:
+                    aside.unlink(missing_ok=True)
+                lock.release()
+            if code is not None and not isinstance(exc, TorchstoreError):
+                raise StorageFullError(
+                    code,
+                    f"{path}: no room to open the store for writing ({os.strerror(code)}); its "
+                    "committed episodes are intact. Free space and resume",
+                    str(path),
+                ) from exc
             if isinstance(exc, (KeyError, OSError, RuntimeError)) and not isinstance(
                 exc, TorchstoreError
             ):
@@ -552,6 +577,10 @@ class TrajectoryStoreWriter:
                 f"episode in progress ({self._pending} rows) is lost. Free space, then "
                 "TrajectoryStoreWriter.resume() the store to go on"
             )
+            # The file now holds what a killed writer leaves (the commit record is written
+            # only after everything it counts); HDF5 must not write to it again.
+            with contextlib.suppress(Exception):
+                abandon(self._file)
             raise StorageFullError(code, self._failed, str(self.path)) from exc
 
     # ----------------------------------------------------------------- lifetime
@@ -585,17 +614,38 @@ class TrajectoryStoreWriter:
             return
         self._closed = True
         try:
-            self._file.close()
+            self._close_file()
             if self._aside is not None:
-                if replace:
-                    with open(self._aside, "rb") as done:
-                        os.fsync(done.fileno())
+                if replace:  # a writer stopped by a full disk still holds its commits
+                    with self._disk_errors():
+                        with open(self._aside, "rb") as done:
+                            os.fsync(done.fileno())
                     os.replace(self._aside, self.path)
                     _fsync_folder(self.path.parent)
                 else:
                     self._aside.unlink(missing_ok=True)
         finally:
             self._lock.release()
+
+    def _close_file(self) -> None:
+        """Close the HDF5 file; a close the disk refuses leaves the committed episodes."""
+        if getattr(self, "_failed", None):
+            return  # given up after the refused write (see _disk_errors)
+        try:
+            self._file.close()
+        except (OSError, RuntimeError) as exc:
+            code = _disk_full_errno(exc)
+            if code is None:
+                raise
+            with contextlib.suppress(Exception):
+                abandon(self._file)
+            raise StorageFullError(
+                code,
+                f"{self.path}: the disk refused the writes of close ({os.strerror(code)}); the "
+                f"{self._episodes} committed episodes ({self._rows} rows) are intact. Free "
+                "space, then TrajectoryStoreWriter.resume() the store (it recovers it)",
+                str(self.path),
+            ) from exc
 
     def __enter__(self) -> TrajectoryStoreWriter:
         return self

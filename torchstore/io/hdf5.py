@@ -9,8 +9,10 @@ creation under a temporary name so a writer killed while creating leaves nothing
 from __future__ import annotations
 
 import ctypes
+import errno
 import glob
 import os
+import resource
 import struct
 import threading
 import time
@@ -19,16 +21,18 @@ from pathlib import Path
 
 import h5py
 
-from torchstore.errors import StoreFormatError
+from torchstore.errors import StorageFullError, StoreFormatError
 from torchstore.io.reproducible import lookup3
 from torchstore.io.writer_lock import WriterLock
 
 __all__ = [
     "create_atomically",
+    "create_for_append",
     "open_for_read",
     "open_for_append",
     "require_hdf5",
     "fsync_file",
+    "abandon",
     "MANIFEST_ATTR",
 ]
 
@@ -107,10 +111,45 @@ def create_atomically(path: str | os.PathLike, build: Callable[[h5py.File], None
             tmp.unlink()
 
 
+def create_for_append(path: str | os.PathLike, build: Callable[[h5py.File], None]) -> h5py.File:
+    """Create ``path`` as :func:`create_atomically` does and return it open as its SWMR writer.
+
+    The temporary file is opened for SWMR writing *before* it is renamed into place, so
+    ``path`` never names a file that is not already held in SWMR-write mode. (Renaming a
+    closed file and opening it afterwards left a gap in which a reader that opened it took
+    HDF5's file lock and locked the writer out.) The caller holds the writer lock of
+    ``path`` (and closes the returned file).
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        create_in_place(tmp, build)
+        f = _open_locked(tmp)
+        try:
+            os.replace(tmp, path)  # the open file moves with its name: HDF5 holds the fd
+        except BaseException:
+            f.close()
+            raise
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return f
+
+
 def create_in_place(path: str | os.PathLike, build: Callable[[h5py.File], None]) -> None:
-    """Create ``path`` directly, for a file no reader looks at until it is renamed."""
+    """Create ``path`` directly, for a file no reader looks at until it is renamed.
+
+    Paged file space (no metadata write crosses a page), but its free-space state is not
+    persisted: a persisting file rewrote the superblock extension and its free-space
+    managers at every open and close (11 writes per close, and one more page each time),
+    and a kill inside a close followed by a kill inside the next resume could leave that
+    extension unreadable ("invalid file space strategy"). Without persistence a close
+    makes 2 writes inside the first page (the extension's header, rewritten in place with
+    the same messages, and the superblock), nothing moves, and the file does not grow
+    across resumes.
+    """
     with h5py.File(
-        path, "w", libver="latest", fs_strategy="page", fs_page_size=_PAGE_SIZE, fs_persist=True
+        path, "w", libver="latest", fs_strategy="page", fs_page_size=_PAGE_SIZE, fs_persist=False
     ) as f:
         build(f)
 
@@ -168,6 +207,7 @@ def open_for_read(path: str | os.PathLike) -> h5py.File:
     close each one when done.
     """
     path = require_hdf5(path)
+    _check_not_abandoned(path)
     stat = path.stat()
     key = (stat.st_dev, stat.st_ino)
     with _READERS_LOCK:
@@ -260,10 +300,11 @@ def _recover_after_kill(path: Path) -> None:
     lib = _lib()
     fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
     on = ctypes.c_bool(True)
-    # ``null_fsm_addr`` forgets the free-space managers the file persisted at its last
-    # close: a killed writer may have reused (or half-rewritten) that space, and a
-    # read-write open loads them first (1 kill in about 130 inside a resume left one that
-    # failed its checksum). Forgetting them costs the free space they tracked, nothing else.
+    # ``null_fsm_addr`` forgets the free-space managers a store created before
+    # ``create_in_place`` stopped persisting them saved at its last close: a killed writer
+    # may have reused (or half-rewritten) that space, and a read-write open loads them first
+    # (1 kill in about 130 inside a resume left one that failed its checksum). Forgetting
+    # them costs the free space they tracked, nothing else; newer stores have none.
     for prop in (b"clear_status_flags", b"skip_eof_check", b"null_fsm_addr"):
         if lib.H5Pset(fapl.id, prop, ctypes.byref(on)) < 0:
             raise OSError(
@@ -376,6 +417,7 @@ def open_for_append(path: str | os.PathLike, *, lock: WriterLock | None = None) 
         StoreFormatError: ``path`` is damaged or not a store file.
     """
     path = require_hdf5(path)
+    _check_not_abandoned(path)
     if lock is not None:
         return _open_locked(path)
     own = WriterLock.acquire(path)
@@ -387,6 +429,66 @@ def open_for_append(path: str | os.PathLike, *, lock: WriterLock | None = None) 
     f = _WriterFile(fid)
     f._torchstore_lock = own
     return f
+
+
+#: Files this process gave up after the disk refused a write, by (device, inode), whose
+#: close did not complete: held so h5py never frees them, and never opened again here.
+_ABANDONED: dict[tuple[int, int], h5py.File] = {}
+
+
+def abandon(f: h5py.File) -> None:
+    """Close ``f`` without writing another byte to its file (after the disk refused a write).
+
+    HDF5 cannot close a file one of whose writes failed: the close writes what the refused
+    write left dirty, fails again and leaves the file open in the library, which tries once
+    more at exit and shares that state with any later open of the file in this process.
+    Pointing the file's descriptor at an in-memory file lets the close finish without
+    touching the file, so the file keeps exactly what reached it: what a killed writer
+    leaves, which readers open and the next resume recovers (every committed episode
+    intact). In-memory files obey a file-size limit too, so the soft limit is lifted to the
+    hard one for the moment of that close. A close that still fails is never retried (HDF5
+    may have freed part of the file's state: touching it again crashed); the file stays
+    held here and this process refuses to reopen it.
+    """
+    if not f.id.valid:
+        return
+    handle = f.id.get_vfd_handle()
+    st = os.fstat(handle)
+    if hasattr(os, "memfd_create"):
+        sink = os.memfd_create("torchstore-abandoned")  # takes writes and the extending truncate
+    else:
+        sink = os.open(os.devnull, os.O_RDWR)  # takes writes only
+    try:
+        os.dup2(sink, handle)
+    finally:
+        os.close(sink)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+        f.close()
+    except Exception:  # noqa: BLE001 - HDF5 kept the file: never touch it again
+        pass
+    finally:
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    if f.id.valid:
+        _ABANDONED[(st.st_dev, st.st_ino)] = f
+
+
+def _check_not_abandoned(path: Path) -> None:
+    try:
+        st = path.stat()
+    except OSError:
+        return
+    if (st.st_dev, st.st_ino) in _ABANDONED:
+        raise StorageFullError(
+            errno.EFBIG,
+            f"{path}: this process gave the store up after the disk refused a write, and "
+            "HDF5 here cannot let go of it; its committed episodes are intact: open it from "
+            "another process",
+            str(path),
+        )
 
 
 def fsync_file(f: h5py.File) -> None:
