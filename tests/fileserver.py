@@ -18,8 +18,12 @@ Faults, all keyed by the URL path below the root (``"ds/data/a.bin"``):
 - ``drip_s[path] = s``: send the body of ``path`` one byte every ``s`` seconds (a server
   that stays just inside a client's read timeout); stops when the client hangs up.
 
+``DELETE`` is refused (``405``, ``Allow: GET, HEAD, PUT``) unless ``allow_delete`` is set;
+then it removes the file (``204``; ``404`` if there is none); ``status_for`` applies to it.
+
 Counters: ``body_bytes[path]`` (body bytes actually sent), ``requests`` (one dict per
-request: method, path, range, authorization), ``puts`` (paths written).
+request: method, path, range, authorization), ``puts`` (paths written), ``deletes`` (paths
+removed).
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ class FileServer(LoopbackServer):
         self.body_bytes: dict[str, int] = defaultdict(int)
         self.requests: list[dict] = []
         self.puts: list[str] = []
+        self.allow_delete = False
+        self.deletes: list[str] = []
         self.lock = threading.Lock()
         self._serve(_make_handler(self))
 
@@ -228,6 +234,23 @@ class _Handler(BaseHTTPRequestHandler):
             os.replace(tmp, file)
             self.files.puts.append(rel)
         self._plain(201 if current is None else 200, "")
+
+    def do_DELETE(self) -> None:
+        rel = self._rel()
+        self._record(rel)
+        if self._injected_answer(rel):
+            return
+        if not self.files.allow_delete:
+            return self._plain(405, "DELETE not allowed", {"Allow": "GET, HEAD, PUT"})
+        file = self._file(rel)
+        if file is None:
+            return self._plain(403, "outside the root")
+        with self.files.lock:
+            if not file.is_file():
+                return self._plain(404, "not found")
+            file.unlink()
+            self.files.deletes.append(rel)
+        self._plain(204)
 
     def _precondition_refusal(self, current: bytes | None) -> str:
         """Why an If-Match / If-None-Match header refuses this PUT ("" when it does not)."""

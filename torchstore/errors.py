@@ -35,6 +35,7 @@ __all__ = [
     "NoSuchEntryError",
     "DeadlineError",
     "RemoteChangedError",
+    "IndexConflictError",
     "OfflineError",
     "IncompleteFileError",
     "UnknownEntryError",
@@ -45,6 +46,7 @@ __all__ = [
     "RayUnavailableError",
     "ProjectError",
     "AmbiguousDatasetError",
+    "CheckpointNotFoundError",
 ]
 
 
@@ -163,6 +165,10 @@ class RemoteChangedError(TransferError):
     """A conditional write found the remote changed since it was read (HTTP 412)."""
 
 
+class IndexConflictError(RemoteChangedError):
+    """Other writers kept changing a location's index while a push or prune tried to write it."""
+
+
 class OfflineError(TransferError):
     """Offline mode is on and an operation needed a network location."""
 
@@ -201,3 +207,7 @@ class ProjectError(TorchstoreError, ValueError):
 
 class AmbiguousDatasetError(TorchstoreError, ValueError):
     """An entry holds several stores and ``file=`` did not say which one to open."""
+
+
+class CheckpointNotFoundError(TorchstoreError, FileNotFoundError):
+    """No replay buffer checkpoint at a folder, nor a complete one a killed dump left beside it."""

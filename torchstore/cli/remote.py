@@ -157,11 +157,13 @@ def _prune(args: argparse.Namespace) -> None:
         f"pruned {len(done.dropped)} revision(s) of {args.name} at {args.location}: kept "
         f"{len(done.entry.revisions)}, deleted {len(done.deleted)} file(s) no kept revision uses"
     )
-    if done.left:
+    if done.left:  # every one, one a line: what to delete by hand (no listed revision uses it)
         print(
-            f"  {len(done.left)} such file(s) are left in place (this location cannot delete): "
-            + ", ".join(done.left[:5])
+            f"  {len(done.left)} such file(s) left in place ({args.location} did not delete "
+            "them; no listed revision uses them, so they are safe to delete by hand):"
         )
+        for at in done.left:
+            print(f"    {args.name}/{at}")
 
 
 @_one_line_errors

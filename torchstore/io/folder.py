@@ -3,10 +3,21 @@
 Local folders get atomic writes (a hidden temporary name in the same folder, then
 ``os.replace``); fsspec targets get one ``put``/``pipe`` per file, which object stores apply
 atomically per object. fsspec is imported only for non-local URLs.
+
+Concurrent writers (several pushes at once): a local folder's conditional write holds an
+exclusive ``flock`` on ``.<name>.lock`` beside the file while it compares and replaces
+(the kernel drops it if the process dies, so no lock is ever stale), and an exclusive
+upload (``upload(..., exclusive=True)``) is a hard link of the finished temporary file,
+which fails if the name exists. fsspec has neither: its conditional write and exclusive
+upload check first and write after, so two writers at the same instant can still collide
+there (one pusher at a time per fsspec location).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import os
 import uuid
@@ -60,6 +71,19 @@ def _check_unchanged(
         raise RemoteChangedError(f"{where} changed since it was read")
 
 
+def _link_or_claim(tmp: Path, path: Path) -> None:
+    """Give ``tmp`` the name ``path`` only if no file has it (``FileExistsError`` if one does)."""
+    try:
+        os.link(tmp, path)
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+    # no hard links here: claim the name (O_EXCL), then fill it; nothing lists it yet
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    os.replace(tmp, path)
+
+
 class LocalFolderClient:
     """Byte transport relative to a local folder."""
 
@@ -103,7 +127,7 @@ class LocalFolderClient:
                 if _copy(src, dst, size - have, progress):
                     raise TransferError(f"{path} shrank while it was read")
 
-    def _replace(self, rel: str, write) -> None:
+    def _replace(self, rel: str, write, *, exclusive: bool = False) -> None:
         path = self._path(rel)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
@@ -112,22 +136,50 @@ class LocalFolderClient:
                 write(f)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            if not exclusive:
+                os.replace(tmp, path)
+                return
+            try:  # a link never replaces: the name appears complete, or the call fails
+                _link_or_claim(tmp, path)
+            except FileExistsError:
+                raise RemoteChangedError(f"{path} exists already; not replacing it") from None
         finally:
             tmp.unlink(missing_ok=True)
 
-    def upload(self, src: Path, rel: str, *, progress: Progress | None = None) -> None:
+    @contextlib.contextmanager
+    def _locked(self, rel: str):
+        """Hold the exclusive lock of ``rel`` (a ``flock`` on ``.<name>.lock`` beside it)."""
+        path = self._path(rel)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # blocks: held only to compare and replace
+            yield
+        finally:
+            os.close(fd)  # closing drops the lock
+
+    def upload(
+        self, src: Path, rel: str, *, progress: Progress | None = None, exclusive: bool = False
+    ) -> None:
+        """Copy ``src`` to ``rel``; ``exclusive``: :class:`RemoteChangedError` if ``rel`` exists."""
+
         def write(f):
             with open(src, "rb") as s:
                 _copy(s, f, os.fstat(s.fileno()).st_size, progress)
 
-        self._replace(rel, write)
+        self._replace(rel, write, exclusive=exclusive)
 
     def write_bytes(
         self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
     ) -> None:
-        _check_unchanged(self, rel, if_match, if_absent, where=str(self._path(rel)))
-        self._replace(rel, lambda f: f.write(data))
+        """Write ``rel``, if its ETag is ``if_match`` or (``if_absent``) it is new; compared
+        and replaced under the file's lock, so two writers never both pass the check."""
+        if if_match is None and not if_absent:
+            self._replace(rel, lambda f: f.write(data))
+            return
+        with self._locked(rel):
+            _check_unchanged(self, rel, if_match, if_absent, where=str(self._path(rel)))
+            self._replace(rel, lambda f: f.write(data))
 
     def delete(self, rel: str) -> None:
         """Remove ``rel`` (gone already is fine), then the folders that leaves empty."""
@@ -187,8 +239,14 @@ class FsspecClient:
             if _copy(src, dst, size - have, progress):
                 raise TransferError(f"{self.base}/{rel} shrank while it was read")
 
-    def upload(self, src: Path, rel: str, *, progress: Progress | None = None) -> None:
+    def upload(
+        self, src: Path, rel: str, *, progress: Progress | None = None, exclusive: bool = False
+    ) -> None:
+        """Copy ``src`` to ``rel``; ``exclusive``: :class:`RemoteChangedError` if ``rel`` exists
+        (checked before writing: fsspec has no create-if-absent)."""
         path = self._path(rel)
+        if exclusive and self._fs.exists(path):
+            raise RemoteChangedError(f"{self.base}/{rel} exists already; not replacing it")
         self._fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with open(src, "rb") as s, self._fs.open(path, "wb") as d:
             _copy(s, d, os.fstat(s.fileno()).st_size, progress)

@@ -6,7 +6,12 @@
   file; a ``206`` whose start is not ``N`` is refused and restarted.
 - A body larger than the declared size is refused as soon as the extra byte arrives.
 - Uploads are ``PUT`` of the whole file; ``write_bytes`` can be conditional (``If-Match`` /
-  ``If-None-Match: *``), and a server answering ``412`` raises :class:`RemoteChangedError`.
+  ``If-None-Match: *``), so can ``upload(..., exclusive=True)`` (``If-None-Match: *``), and
+  a server answering ``412`` raises :class:`RemoteChangedError`. Concurrent pushers are
+  only safe on a server that honours those headers on ``PUT`` and sends an ``ETag`` on
+  ``GET``; one that ignores them gives "last writer wins".
+- ``delete`` sends ``DELETE``; a server that does not allow it (``405``, ``501``, ``403``)
+  raises :class:`TransferError`, and ``404`` (gone already) is success.
 - Redirects are followed by hand (at most 5), and the ``Authorization`` header is sent to
   the base URL's origin only.
 - Token: ``token=`` or the ``TORCHSTORE_HTTP_TOKEN`` environment variable, sent as
@@ -316,16 +321,20 @@ class HttpClient:
             raise _Retry(f"GET {_shown(url)}: connection closed with {remaining} bytes to go")
 
     # ----------------------------------------------------------------- writing
-    def upload(self, src: Path, rel: str, *, progress: Progress | None = None) -> None:
-        """``PUT`` the whole of ``src`` to ``rel``."""
+    def upload(
+        self, src: Path, rel: str, *, progress: Progress | None = None, exclusive: bool = False
+    ) -> None:
+        """``PUT`` the whole of ``src`` to ``rel``; ``exclusive`` only if nothing is there yet
+        (``If-None-Match: *``; :class:`RemoteChangedError` when the server says it is)."""
         url = self.url(rel)
         src = Path(src)
+        headers = {"If-None-Match": "*"} if exclusive else {}
 
         def once():
             size = src.stat().st_size
             with open(src, "rb") as f:
                 body = _Counted(f, progress)
-                self._put(url, body, size, {})
+                self._put(url, body, size, headers)
 
         self._attempts(f"PUT {_shown(url)}", once)
 
@@ -340,6 +349,30 @@ class HttpClient:
         elif if_absent:
             headers["If-None-Match"] = "*"
         self._attempts(f"PUT {_shown(url)}", lambda: self._put(url, data, len(data), headers))
+
+    def delete(self, rel: str) -> None:
+        """``DELETE`` ``rel`` (already gone is fine); :class:`TransferError` if refused."""
+        url = self.url(rel)
+
+        def once():
+            resp = self._open("DELETE", url)
+            try:
+                if resp.status in (200, 202, 204, 404):
+                    resp.read(4096)
+                    return
+                if resp.status in (405, 501):
+                    resp.read(4096)
+                    raise TransferError(
+                        self._message(
+                            f"DELETE {_shown(url)}: HTTP {resp.status} {resp.reason}: the server "
+                            "does not delete files"
+                        )
+                    )
+                self._fail("DELETE", url, resp)
+            finally:
+                resp.close()
+
+        self._attempts(f"DELETE {_shown(url)}", once)
 
     def _put(self, url: str, body, size: int, headers: dict[str, str]) -> None:
         resp = self._open("PUT", url, headers={**headers, "Content-Length": str(size)}, body=body)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         EntryExistsError,
         EntryKindError,
         IncompleteFileError,
+        IndexConflictError,
         NoSuchEntryError,
         NoSuchLocationError,
         OfflineError,
@@ -59,6 +60,7 @@ _EXPORTS = {
     "NoSuchEntryError": "torchstore.errors",
     "DeadlineError": "torchstore.errors",
     "RemoteChangedError": "torchstore.errors",
+    "IndexConflictError": "torchstore.errors",
     "UnknownEntryError": "torchstore.errors",
     "EntryExistsError": "torchstore.errors",
     "EntryKindError": "torchstore.errors",
@@ -113,5 +115,6 @@ __all__ = [
     "DeviceError",
     "check_safetensors",
     "RemoteChangedError",
+    "IndexConflictError",
     "UnknownEntryError",
 ]

@@ -14,6 +14,17 @@ Publishing keeps readers safe and replaces nothing silently:
   never lists a file that is not there yet; no upload overwrites bytes a listed revision
   points at (see ``torchstore.remote.index``), and the replaced revision stays listed in
   the entry's ``history`` (pullable as ``NAME@REVISION``) until :meth:`Backend.prune`;
+- concurrent pushers: the index write is a compare-and-swap (HTTP ``If-Match`` /
+  ``If-None-Match: *``; a local folder compares and replaces under a ``flock``), so of
+  two pushers that read the same index one wins and the other re-reads and re-plans: a
+  push of other content onto the entry the winner just created is refused
+  (:class:`EntryExistsError`), a ``replace`` push lands on top as a newer revision (the
+  winner's stays in ``history``), the same content is "up to date". A new entry's files
+  go to their own paths by exclusive create only (``If-None-Match: *``, a hard link);
+  a path another pusher holds is never replaced, the bytes go to a fresh
+  ``.blobs/...`` path instead. Collisions back off with jitter; after
+  ``_INDEX_WRITE_ATTEMPTS`` lost races in a row the push raises
+  :class:`IndexConflictError` with nothing of it listed;
 - the Hub gets one commit holding the files and the repo's ``torchstore.json``, which is
   atomic by construction; the Hub keeps earlier revisions as commits.
 """
@@ -22,14 +33,22 @@ from __future__ import annotations
 
 import abc
 import logging
+import random
 import secrets
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from torchstore.errors import EntryExistsError, EntryKindError, StoreFormatError, TorchstoreError
+from torchstore.errors import (
+    EntryExistsError,
+    EntryKindError,
+    IndexConflictError,
+    StoreFormatError,
+    TorchstoreError,
+)
 from torchstore.io.folder import FsspecClient, LocalFolderClient, folder_client
 from torchstore.io.http import HttpClient, RemoteChangedError
 from torchstore.io.hub import HubClient
@@ -69,7 +88,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-_INDEX_WRITE_ATTEMPTS = 5
+_INDEX_WRITE_ATTEMPTS = 16  # lost index races in a row before a push or prune gives up
+_BACKOFF_S = (0.01, 0.5)  # first and largest wait between them (jittered, doubling)
 _KEEP_HINT = " (the latest revision is always kept)"
 
 
@@ -94,6 +114,12 @@ class Pruned:
     dropped: tuple[str, ...]
     deleted: tuple[str, ...]
     left: tuple[str, ...]
+
+
+def _backoff(attempt: int) -> None:
+    """Wait after a lost index race; random, so the pushers that collided spread out."""
+    first, largest = _BACKOFF_S
+    time.sleep(random.uniform(0.0, min(largest, first * 2**attempt)))
 
 
 def _now() -> str:
@@ -177,8 +203,8 @@ def _place(
         key = (f.sha256, f.size)
         at = stored.get(key)
         if at is None:
-            if current is None:
-                at = f.path
+            if current is None:  # own path, unless this publish had to put it elsewhere
+                at = fresh.get(key, f.path)
             else:
                 at = fresh.setdefault(key, f"{BLOBS}/{f.sha256}-{secrets.token_hex(8)}")
             stored[key] = at
@@ -258,6 +284,7 @@ class IndexBackend(Backend):
     def __init__(self, location: Location, client: FileClient):
         self.location = location
         self.client = client
+        self._warned_no_etag = False
 
     def __repr__(self) -> str:
         return f"IndexBackend({self.location.raw!r})"
@@ -328,6 +355,14 @@ class IndexBackend(Backend):
 
     def _write_index(self, entries: dict[str, RemoteEntry], etag: str | None, exists: bool) -> bool:
         """Write the index if unchanged since read; False if someone else wrote it meanwhile."""
+        if exists and etag is None and not self._warned_no_etag:
+            self._warned_no_etag = True
+            log.warning(
+                "%s sent no ETag for %s: this write cannot be conditional, so a push made "
+                "at the same time may be lost",
+                self.location,
+                INDEX_NAME,
+            )
         try:
             self.client.write_bytes(
                 INDEX_NAME, dump_index(entries.values()), if_match=etag, if_absent=not exists
@@ -349,8 +384,8 @@ class IndexBackend(Backend):
     ) -> Published:
         sources = {f.path: path for f, path in local}
         sent: dict[str, str | None] = {}  # storage path -> sha256 of what this call uploaded
-        fresh: dict[tuple[str | None, int], str] = {}  # content -> its new blob path (_place)
-        for _attempt in range(_INDEX_WRITE_ATTEMPTS):
+        fresh: dict[tuple[str | None, int], str] = {}  # content -> where this call put it
+        for attempt in range(_INDEX_WRITE_ATTEMPTS):
             entries, etag, exists = self._read_index(must_exist=False)
             current = entries.get(name)
             entry = _plan(self.location, name, kind, local, current, replace=replace, merge=merge)
@@ -358,27 +393,60 @@ class IndexBackend(Backend):
                 shas = set(sent.values())  # uploaded names file paths, as below
                 paths = sorted(f.path for f, _ in local if f.sha256 in shas)
                 return Published(current, tuple(paths), up_to_date=not sent)
-            published, todo = _place(entry, current, fresh)
-            for f in todo:
-                if sent.get(f.stored_at) == f.sha256:
-                    continue
-                log.info("uploading %s/%s (%d bytes)", name, f.path, f.size)
-                self.client.upload(sources[f.path], f"{name}/{f.stored_at}", progress=progress)
-                sent[f.stored_at] = f.sha256
+            todo = _place(entry, current, fresh)[1]
+            self._send(name, todo, sources, sent, fresh, new=current is None, progress=progress)
+            published, todo = _place(entry, current, fresh)  # where the bytes went
             entries[name] = published
             if self._write_index(entries, etag, exists):
                 uploaded = {f.stored_at for f in todo}
                 return Published(
                     published, tuple(f.path for f in published.files if f.stored_at in uploaded)
                 )
-        raise TransferError(
-            f"{self.location}/{INDEX_NAME} kept changing; gave up after {_INDEX_WRITE_ATTEMPTS} "
-            "attempts"
+            _backoff(attempt)
+        raise self._conflict(f"pushing {name!r}", "nothing of this push is listed")
+
+    def _send(
+        self,
+        name: str,
+        todo: Sequence[RemoteFile],
+        sources: dict[str, Path],
+        sent: dict[str, str | None],
+        fresh: dict[tuple[str | None, int], str],
+        *,
+        new: bool,
+        progress: Progress | None,
+    ) -> None:
+        """Upload ``todo``, noting where each content went in ``fresh`` and ``sent``.
+
+        A new entry's file goes to its own path by exclusive create only: a concurrent
+        pusher of the same new entry (or an unlisted leftover) may hold that path, and
+        replacing it would change bytes the other pusher's index lists.
+        """
+        for f in todo:
+            at = f.stored_at
+            if sent.get(at) == f.sha256:
+                continue
+            log.info("uploading %s/%s (%d bytes)", name, f.path, f.size)
+            try:
+                self.client.upload(
+                    sources[f.path], f"{name}/{at}", progress=progress, exclusive=new
+                )
+            except RemoteChangedError:  # the path is taken: a never-used one instead
+                at = f"{BLOBS}/{f.sha256}-{secrets.token_hex(8)}"
+                self.client.upload(sources[f.path], f"{name}/{at}", progress=progress)
+            fresh[(f.sha256, f.size)] = at
+            sent[at] = f.sha256
+
+    def _conflict(self, doing: str, outcome: str) -> IndexConflictError:
+        return IndexConflictError(
+            f"{self.location}/{INDEX_NAME} was changed by other writers {_INDEX_WRITE_ATTEMPTS} "
+            f"times in a row while {doing}; {outcome}: run it again (`torchstore catalog "
+            f"{self.location}` shows what is there now)"
         )
 
     def prune(self, name: str, keep: int) -> Pruned:
         keep = positive_int("keep", keep, hint=_KEEP_HINT)
-        for _attempt in range(_INDEX_WRITE_ATTEMPTS):
+        for attempt in range(_INDEX_WRITE_ATTEMPTS):
             entries, etag, exists = self._read_index(must_exist=True)
             if name not in entries:
                 raise _no_entry(self.location, name, entries)
@@ -392,29 +460,41 @@ class IndexBackend(Backend):
             entries[name] = pruned
             if self._write_index(entries, etag, exists):  # the index first: readers stay safe
                 break
+            _backoff(attempt)
         else:
-            raise TransferError(
-                f"{self.location}/{INDEX_NAME} kept changing; gave up after "
-                f"{_INDEX_WRITE_ATTEMPTS} attempts"
-            )
+            raise self._conflict(f"pruning {name!r}", "nothing was pruned")
         # Safe to delete: a push that read the index before this prune wrote it fails its
         # conditional write and re-plans; one that read it after reuses only paths a kept
         # revision lists and uploads only to never-used paths (_place), so none of these.
         still = {f.stored_at for e in kept for f in e.files}
         unused = sorted({f.stored_at for e in dropped for f in e.files} - still)
-        deleted, left = [], []
+        deleted, left = self._delete_unused(name, unused)
+        return Pruned(pruned, tuple(e.revision for e in dropped), deleted, left)
+
+    def _delete_unused(
+        self, name: str, unused: list[str]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """Delete ``name/<at>`` for each storage path; ``(deleted, left in place)``."""
         delete = getattr(self.client, "delete", None)
+        if delete is None:
+            return (), tuple(unused)
+        deleted, left, why = [], [], ""
         for at in unused:
-            if delete is None:
-                left.append(at)
-                continue
             try:
                 delete(f"{name}/{at}")
                 deleted.append(at)
-            except OSError as exc:
-                log.warning("prune %s: could not delete %s/%s: %s", self.location, name, at, exc)
+            except OSError as exc:  # TransferError is one: a server refusing DELETE
+                why = why or str(exc)
                 left.append(at)
-        return Pruned(pruned, tuple(e.revision for e in dropped), tuple(deleted), tuple(left))
+        if left:
+            log.warning(
+                "prune %s: left %d unused file(s) of %s in place (first reason: %s)",
+                self.location,
+                len(left),
+                name,
+                why,
+            )
+        return tuple(deleted), tuple(left)
 
 
 class HubBackend(Backend):

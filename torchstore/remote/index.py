@@ -36,7 +36,9 @@ Rules (everything from a remote is untrusted and checked before use):
   sorted by path; ``revision`` and ``size`` may be omitted (then computed) but when present
   must match.
 - A file's bytes are at ``<base>/NAME/<at>`` (``at`` defaults to ``path``). Only an
-  entry's first revision puts bytes at their own paths; once the entry exists, a new
+  entry's first revision puts bytes at their own paths, and only by exclusive create (a
+  path another pusher of the same new entry holds goes to a fresh ``.blobs/`` path, so
+  racing first pushes never overwrite each other's bytes); once the entry exists, a new
   revision reuses the bytes a listed revision already stores, and uploads any other
   bytes to a storage path never used before, ``.blobs/<sha256>-<16 random hex>`` (older
   writers used ``.blobs/<sha256>``; any ``at`` is read). So no upload ever changes a file

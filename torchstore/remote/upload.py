@@ -204,8 +204,9 @@ def prune(
 
     The index is written first (no reader is ever pointed at a deleted file), then the
     bytes no kept revision uses are deleted where the location can delete (folders,
-    fsspec); an HTTP location keeps them (``Pruned.left``). Hub repos keep every commit
-    and are refused.
+    fsspec, an HTTP server that allows ``DELETE``); what was not deleted is listed in
+    ``Pruned.left`` (no listed revision uses it). Hub repos keep every commit and are
+    refused.
     """
     check_name(name, subject="entry name")
     backend = open_backend(
