@@ -17,14 +17,23 @@ never waited on. Sections and their outcomes:
   beside it are torchrl's, written in place) killed at random moments over an earlier
   checkpoint: old or new checkpoint loads exactly / lost / hang / raw;
 - a second writer while one is live (``resume``, ``overwrite=True``, ``dumps``):
-  refused / accepted, and whether the live writer's commits survived.
+  refused / accepted, and whether the live writer's commits survived;
+- kill sequences: 2-4 SIGKILLs in a row on one store (at random moments, inside
+  ``resume``, a commit, ``close`` or the recovery of the last kill), then one check:
+  intact / lost / unopenable / hang / raw;
+- a full disk inside HDF5's own write (a file-size limit met after the room check):
+  clean error, commits intact / lost / unopenable / resume fails / raw / crash / hang;
+- concurrent pushes: 4-8 forked pushers racing on one remote location (a folder, and HTTP
+  against the loopback file server), then every listed revision pulled and verified:
+  consistent / index names missing bytes / revision lost / unexpected error / raw / hang.
 
 Targets: 0 lost, 0 unopenable, 0 SILENT, 0 crash, 0 hang, 0 raw, 0 false alarms, every
 second writer refused.
 
 Usage: python benchmarks/torture.py [--seed 0] [--kills 300] [--corruptions 500]
        [--readers 3] [--commits 3000] [--dumps 20] [--dump-rows 200000]
-       [--second-writers 9] [--dir /tmp]
+       [--second-writers 9] [--kill-sequences 200] [--disk-full 100]
+       [--concurrent-pushes 40] [--dir /tmp]
 Exit status 1 when any outcome is off target.
 """
 
@@ -42,6 +51,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from torture_sections import concurrent_pushes, disk_full, kill_sequences  # noqa: E402
 from torture_sections.bit_flips import corruptions  # noqa: E402
 from torture_sections.dumps_kills import dumps_kills  # noqa: E402
 from torture_sections.live_readers import live_readers  # noqa: E402
@@ -134,6 +144,16 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
             bad += sum(v for k, v in second.items() if k != "refused")
+        for module, trials, name in (
+            (kill_sequences, args.kill_sequences, "kill sequences (2-4 kills)"),
+            (disk_full, args.disk_full, "disk full inside HDF5's write"),
+            (concurrent_pushes, args.concurrent_pushes, "concurrent pushes (4-8 pushers)"),
+        ):
+            if trials:
+                counts, more = module.run_section(workdir, trials, rng)
+                notes += more
+                lines.append(_row(name, trials, counts, module.OUTCOMES))
+                bad += sum(v for k, v in counts.items() if k not in module.GOOD)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"torture run, seed {args.seed}")
@@ -168,6 +188,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--second-writers", type=int, default=9, help="second-writer attempts (default 9)"
+    )
+    parser.add_argument(
+        "--kill-sequences",
+        type=int,
+        default=200,
+        help="sequences of 2-4 kills in a row on one store (default 200)",
+    )
+    parser.add_argument(
+        "--disk-full",
+        type=int,
+        default=100,
+        help="writes refused by a full disk inside HDF5 (default 100)",
+    )
+    parser.add_argument(
+        "--concurrent-pushes",
+        type=int,
+        default=40,
+        help="races of 4-8 forked pushers on one location, folder and HTTP (default 40)",
     )
     parser.add_argument(
         "--dir", default=None, help="where scratch files go (default: the system temp folder)"
