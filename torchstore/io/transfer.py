@@ -50,11 +50,20 @@ class FileClient(Protocol):
     ) -> None:
         """Append ``rel``'s bytes to ``partial`` from its current length until it holds ``size``."""
 
-    def upload(self, src: Path, rel: str, *, progress: Progress | None = None) -> None:
-        """Store ``src`` at ``rel`` so a reader sees the old content or the whole new one."""
+    def upload(
+        self, src: Path, rel: str, *, progress: Progress | None = None, exclusive: bool = False
+    ) -> None:
+        """Store ``src`` at ``rel`` so a reader sees the old content or the whole new one;
+        ``exclusive``: only if ``rel`` does not exist yet (else ``RemoteChangedError``)."""
 
-    def write_bytes(self, rel: str, data: bytes, *, if_match: str | None = None) -> None:
-        """Replace ``rel`` with ``data`` atomically; with ``if_match``, only if it is unchanged."""
+    def write_bytes(
+        self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False
+    ) -> None:
+        """Replace ``rel`` with ``data`` atomically; with ``if_match``, only if it is unchanged;
+        with ``if_absent``, only if it is new."""
+
+    def delete(self, rel: str) -> None:
+        """Remove ``rel`` (already gone is fine); a server that refuses raises."""
 
 
 class _NoBar:
