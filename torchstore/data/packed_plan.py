@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,9 +20,6 @@ from tensordict import TensorDict
 
 from torchstore.data.columns import ColumnSpec, numpy_dtype
 from torchstore.errors import ColumnError
-
-if TYPE_CHECKING:
-    from torchstore.data.packed import PackedColumns
 
 __all__ = ["BatchPlan", "tensordict_of"]
 
@@ -54,7 +51,7 @@ class BatchPlan:
 
     def __init__(
         self,
-        packed: PackedColumns,
+        packed: Any,
         names: tuple[str, ...],
         keys: Mapping[str, str | tuple[str, ...]],
         unsqueeze: frozenset[str],

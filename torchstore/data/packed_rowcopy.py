@@ -14,13 +14,10 @@ from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:
-    from torchstore.data.packed import PackedColumns
 
 __all__ = ["copy_rows"]
 
@@ -44,7 +41,7 @@ class _ByteColumn:
 
 
 def copy_rows(
-    packed: PackedColumns,
+    packed: Any,
     kernels: ModuleType,
     start: int,
     count: int,

@@ -13,7 +13,7 @@ and ``max_size``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -21,9 +21,6 @@ from tensordict import TensorDict
 
 from torchstore.data.packed import row_kernels
 from torchstore.data.replay_batches import _INDEX_KEY
-
-if TYPE_CHECKING:
-    from torchstore.data.replay import StoreReplay
 
 
 class _AppendPlan:
@@ -69,7 +66,7 @@ class _AppendPlan:
         self.kernel = row_kernels()._append_rows
 
     @staticmethod
-    def make(replay: StoreReplay, dims: int, signature: tuple) -> _AppendPlan | None:
+    def make(replay: Any, dims: int, signature: tuple) -> _AppendPlan | None:
         packed = replay._packed
         if (
             packed is None
@@ -102,7 +99,7 @@ class _AppendPlan:
             return None
         return _AppendPlan((dims, signature), _plan_nodes(entries), places, end_rows, replay._width)
 
-    def write(self, data: TensorDict, cursor: torch.Tensor, first: int, replay: StoreReplay) -> int:
+    def write(self, data: TensorDict, cursor: torch.Tensor, first: int, replay: Any) -> int:
         """Copy ``data``'s rows at time row ``first`` when it matches the plan and the
         ``cursor`` (CPU int64 ``[steps]``) is the run from ``first``; fill :attr:`counts`
         and :attr:`stops` (the end rows of each env stream). :data:`_WRITTEN`, else
