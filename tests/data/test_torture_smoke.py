@@ -37,14 +37,19 @@ def test_a_short_torture_run_is_all_on_target(torture, tmp_path, capsys):
             "20000",
             "--second-writers",
             "3",
+            "--kill-sequences",
+            "4",
+            "--disk-full",
+            "3",
             "--dir",
             str(tmp_path),
         ]
     )
     out = capsys.readouterr().out
     assert "| writer kill, inside commit" in out and "| bit flip: manifest" in out
-    assert "| live readers x2, 300 commits" in out and "| StoreReplay.dumps killed" in out
+    assert "| live readers x2, 300 commits" in out and "| dump_buffer killed (whole folder)" in out
     assert "| second writer while one is live" in out
+    assert "| kill sequences (2-4 kills)" in out and "| disk full inside HDF5's write" in out
     assert code == 0, out
 
 
@@ -69,3 +74,15 @@ def test_the_region_map_finds_every_region_of_a_store(torture, tmp_path):
     assert data[lo:hi].startswith(b'{"columns"')
     ((lo, hi),) = regions["commit record"]
     assert hi - lo == 32  # three counts and their hash
+
+
+def test_the_new_sections_count_every_trial_under_a_declared_outcome(torture, tmp_path):
+    import random
+
+    from torture_sections import disk_full, kill_sequences
+
+    for module, trials in ((kill_sequences, 5), (disk_full, 3)):
+        assert module.OUTCOMES[0] in module.GOOD and module.GOOD <= set(module.OUTCOMES)
+        counts, notes = module.run_section(tmp_path, trials, random.Random(3))
+        assert sum(counts.values()) == trials and set(counts) <= set(module.OUTCOMES)
+        assert counts[module.OUTCOMES[0]] == trials, notes

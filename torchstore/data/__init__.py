@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from torchstore._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from torchstore.data.buffer_checkpoint import dump_buffer, load_buffer
     from torchstore.data.columns import ColumnSpec
     from torchstore.data.episodes import EpisodeIndex
     from torchstore.data.manifest import Manifest
@@ -31,6 +32,8 @@ _EXPORTS = {
     "StoreSet": "torchstore.data.store_set",
     "WindowedStore": "torchstore.data.windowed",
     "TrajectoryStoreWriter": "torchstore.data.writer",
+    "dump_buffer": "torchstore.data.buffer_checkpoint",
+    "load_buffer": "torchstore.data.buffer_checkpoint",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
@@ -47,4 +50,6 @@ __all__ = [
     "TrajectoryStore",
     "TrajectoryStoreWriter",
     "WindowedStore",
+    "dump_buffer",
+    "load_buffer",
 ]
