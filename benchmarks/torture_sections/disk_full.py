@@ -29,7 +29,7 @@ import numpy as np
 
 from torchstore.data import TrajectoryStoreWriter
 from torchstore.errors import StorageFullError
-from torture_sections.kit import check_committed, episode_rows, forked, short
+from torture_sections.kit import check_committed, episode_rows, forked, short, wait_or_kill
 from torture_sections.writer_kills import _fresh_kill_store
 
 GOOD_OUTCOME = "clean error, commits intact"
@@ -116,17 +116,9 @@ def _run_child(path: Path, seed: int, committed: int) -> tuple[object, int, set[
         os.close(r)
         _child(path, w, seed)
     os.close(w)
-    deadline = time.monotonic() + _DEADLINE_S
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            status = "hang"
-            break
-        time.sleep(0.002)
+    status = wait_or_kill(pid, time.monotonic() + _DEADLINE_S)
+    if status is None:
+        status = "hang"
     buf = b""
     while chunk := os.read(r, 65536):  # the child is gone: its writes are all there
         buf += chunk

@@ -115,6 +115,19 @@ def forked(fn: Callable[[], object], timeout: float) -> tuple[str, object]:
     return kind, value
 
 
+def wait_or_kill(pid: int, deadline: float) -> int | None:
+    """The child's wait status; None when it still ran at ``deadline`` (it is killed then)."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.002)
+
+
 def read_everything(path: Path) -> str:
     """A digest of everything a reader can get out of a store (values as returned)."""
     with TrajectoryStore(path) as store:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 from torchstore.errors import IntegrityError
+from torture_sections.kit import wait_or_kill
 
 
 # ----------------------------------------------------------------- live readers
@@ -78,19 +78,7 @@ def _live_reader_child(path: Path, commits: int, result_w: int) -> None:
 
 def _wait_all(pids: list[int], deadline: float) -> int:
     """Wait for every child, killing those still running at ``deadline``; returns how many."""
-    hung = 0
-    for pid in pids:
-        while True:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                hung += 1
-                break
-            time.sleep(0.01)
-    return hung
+    return sum(wait_or_kill(pid, deadline) is None for pid in pids)
 
 
 def live_readers(workdir: Path, readers: int, commits: int) -> tuple[Counter, list[str]]:

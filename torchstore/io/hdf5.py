@@ -8,6 +8,7 @@ creation under a temporary name so a writer killed while creating leaves nothing
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import glob
@@ -16,7 +17,7 @@ import resource
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import h5py
@@ -95,6 +96,19 @@ def require_hdf5(path: str | os.PathLike) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _built_beside(path: Path, build: Callable[[h5py.File], None]) -> Iterator[Path]:
+    """Build the file under a hidden temporary name beside ``path`` and yield that name; it
+    is removed on the way out unless the caller renamed it into place."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        create_in_place(tmp, build)
+        yield tmp
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 def create_atomically(path: str | os.PathLike, build: Callable[[h5py.File], None]) -> None:
     """Create ``path`` by building it under a temporary name, closing it, then renaming.
 
@@ -102,13 +116,8 @@ def create_atomically(path: str | os.PathLike, build: Callable[[h5py.File], None
     be opened; the rename makes creation all-or-nothing.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        create_in_place(tmp, build)
+    with _built_beside(path, build) as tmp:
         os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def create_for_append(path: str | os.PathLike, build: Callable[[h5py.File], None]) -> h5py.File:
@@ -121,18 +130,13 @@ def create_for_append(path: str | os.PathLike, build: Callable[[h5py.File], None
     ``path`` (and closes the returned file).
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        create_in_place(tmp, build)
+    with _built_beside(path, build) as tmp:
         f = _open_locked(tmp)
         try:
             os.replace(tmp, path)  # the open file moves with its name: HDF5 holds the fd
         except BaseException:
             f.close()
             raise
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return f
 
 
@@ -207,9 +211,9 @@ def open_for_read(path: str | os.PathLike) -> h5py.File:
     close each one when done.
     """
     path = require_hdf5(path)
-    _check_not_abandoned(path)
     stat = path.stat()
     key = (stat.st_dev, stat.st_ino)
+    _check_not_abandoned(path, key)
     with _READERS_LOCK:
         shared = _READERS.get(key)
         if shared is not None and shared.id.valid:
@@ -476,12 +480,14 @@ def abandon(f: h5py.File) -> None:
         _ABANDONED[(st.st_dev, st.st_ino)] = f
 
 
-def _check_not_abandoned(path: Path) -> None:
-    try:
-        st = path.stat()
-    except OSError:
-        return
-    if (st.st_dev, st.st_ino) in _ABANDONED:
+def _check_not_abandoned(path: Path, key: tuple[int, int] | None = None) -> None:
+    if key is None:
+        try:
+            st = path.stat()
+        except OSError:
+            return
+        key = (st.st_dev, st.st_ino)
+    if key in _ABANDONED:
         raise StorageFullError(
             errno.EFBIG,
             f"{path}: this process gave the store up after the disk refused a write, and "
