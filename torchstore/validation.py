@@ -21,6 +21,7 @@ Examples:
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
@@ -127,41 +128,17 @@ def int_in_range(
     return int(value)
 
 
-def int_at_least(
-    name: str,
-    value: Any,
-    low: int,
-    *,
-    allow_none: bool = False,
-    error: type[Exception] | None = None,
-    hint: str = "",
-) -> int | None:
-    """``value`` as an int >= ``low``: ``name (value) must be an int >= low``."""
-    return int_in_range(name, value, low, allow_none=allow_none, error=error, hint=hint)
+#: ``int_at_least(name, value, low)``: ``value`` as an int >= ``low`` (``int_in_range``
+#: without its upper bound).
+int_at_least = int_in_range
 
+#: ``positive_int(name, value)``: ``value`` as an int >= 1 (a count, a capacity, a format
+#: version); the keywords of :func:`int_in_range`.
+positive_int = functools.partial(int_in_range, low=1)
 
-def positive_int(
-    name: str,
-    value: Any,
-    *,
-    allow_none: bool = False,
-    error: type[Exception] | None = None,
-    hint: str = "",
-) -> int | None:
-    """``value`` as an int >= 1 (a count, a capacity, a format version)."""
-    return int_in_range(name, value, 1, allow_none=allow_none, error=error, hint=hint)
-
-
-def non_negative_int(
-    name: str,
-    value: Any,
-    *,
-    allow_none: bool = False,
-    error: type[Exception] | None = None,
-    hint: str = "",
-) -> int | None:
-    """``value`` as an int >= 0 (an index, a seed, a retry count)."""
-    return int_in_range(name, value, 0, allow_none=allow_none, error=error, hint=hint)
+#: ``non_negative_int(name, value)``: ``value`` as an int >= 0 (an index, a seed, a retry
+#: count); the keywords of :func:`int_in_range`.
+non_negative_int = functools.partial(int_in_range, low=0)
 
 
 def number_at_least(
@@ -192,28 +169,13 @@ def number_at_least(
     return value
 
 
-def positive_number(
-    name: str,
-    value: Any,
-    *,
-    finite: bool = True,
-    error: type[Exception] | None = None,
-    hint: str = "",
-) -> Any:
-    """``value``, a real number > 0 (a rate, a timeout, a length in seconds)."""
-    return number_at_least(name, value, 0, strict=True, finite=finite, error=error, hint=hint)
+#: ``positive_number(name, value)``: ``value``, a real number > 0 (a rate, a timeout, a
+#: length in seconds); the keywords of :func:`number_at_least`.
+positive_number = functools.partial(number_at_least, low=0, strict=True)
 
-
-def non_negative_number(
-    name: str,
-    value: Any,
-    *,
-    finite: bool = True,
-    error: type[Exception] | None = None,
-    hint: str = "",
-) -> Any:
-    """``value``, a real number >= 0 (a noise scale, a damping, an exponent)."""
-    return number_at_least(name, value, 0, finite=finite, error=error, hint=hint)
+#: ``non_negative_number(name, value)``: ``value``, a real number >= 0 (a noise scale, a
+#: damping, an exponent); the keywords of :func:`number_at_least`.
+non_negative_number = functools.partial(number_at_least, low=0)
 
 
 def fraction(

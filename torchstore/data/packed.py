@@ -42,7 +42,7 @@ from torchstore.data.packed_plan import (
 from torchstore.data.packed_rowcopy import _ByteColumn, copy_rows
 from torchstore.data.recycled import RECYCLE_BYTES, RecycledBuffers
 
-__all__ = ["PackedColumns", "BatchPlan", "tensordict_of"]
+__all__ = ["PackedColumns", "PackedRows", "BatchPlan", "tensordict_of"]
 
 # The word a block is made of: the widest of these that divides the row's byte width.
 _WORD_DTYPES = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.uint8}
@@ -477,3 +477,20 @@ def _kernel_module(name: str) -> ModuleType | None:
 
 _KERNEL_MODULES: dict[str, ModuleType] = {}
 _ROW_KERNELS = os.environ.get("TORCHSTORE_KERNELS", "1") != "0"
+
+
+class PackedRows:
+    """What a store view holding its rows in a :class:`PackedColumns` (``self.packed``)
+    answers about them: the columns it holds and the device they live on."""
+
+    packed: PackedColumns
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        """The columns held, in packing order."""
+        return self.packed.columns
+
+    @property
+    def device(self) -> torch.device:
+        """The device the rows live on."""
+        return self.packed.device

@@ -463,6 +463,12 @@ class StoreReplay(
         self._checkpointer = value
 
     def dumps(self, path: str | os.PathLike) -> None:
+        """Write this storage's checkpoint folder (torchrl's ``Storage.dumps``).
+
+        ``rb.dumps(path)`` writes the storage, then the sampler and writer, one after the
+        other: a kill between them leaves new rows beside old priorities. To checkpoint a
+        whole buffer as one step, use :func:`torchstore.data.dump_buffer`.
+        """
         with self._guard():  # a shared ring: no process writes while the dump reads
             if isinstance(self._checkpointer, StoreReplayCheckpointer):
                 self._checkpointer.dumps(self, path)

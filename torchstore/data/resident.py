@@ -14,9 +14,8 @@ from pathlib import Path
 import torch
 from tensordict import TensorDict
 
-from torchstore.data.columns import ColumnSpec
 from torchstore.data.episodes import EpisodeIndex
-from torchstore.data.packed import PackedColumns
+from torchstore.data.packed import PackedColumns, PackedRows
 from torchstore.data.reader import StoreReader
 from torchstore.errors import RowIndexError
 
@@ -26,7 +25,7 @@ __all__ = ["ResidentStore"]
 _SLAB_ROWS = 65536
 
 
-class ResidentStore:
+class ResidentStore(PackedRows):
     """Columns of a trajectory store held in memory; rows are gathered by index.
 
     All of a row's columns sit side by side in one packed block (see
@@ -75,14 +74,6 @@ class ResidentStore:
             slab = store.read_slab(start, stop, names, raw=True)
             packed.write(slice(start, stop), {spec.name: slab.get(spec.key) for spec in specs})
         return cls(packed, store.episodes.to(packed.device), store.path)
-
-    @property
-    def columns(self) -> tuple[ColumnSpec, ...]:
-        return self.packed.columns
-
-    @property
-    def device(self) -> torch.device:
-        return self.packed.device
 
     @property
     def num_rows(self) -> int:

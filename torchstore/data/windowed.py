@@ -13,8 +13,7 @@ from collections.abc import Sequence
 import torch
 from tensordict import TensorDict
 
-from torchstore.data.columns import ColumnSpec
-from torchstore.data.packed import PackedColumns
+from torchstore.data.packed import PackedColumns, PackedRows
 from torchstore.data.reader import StoreReader
 from torchstore.errors import RowIndexError
 from torchstore.validation import positive_int
@@ -22,7 +21,7 @@ from torchstore.validation import positive_int
 __all__ = ["WindowedStore"]
 
 
-class WindowedStore:
+class WindowedStore(PackedRows):
     """``rows`` consecutive store rows held in memory, movable with one contiguous read.
 
     Gathers take store row numbers inside the current window ``[start, stop)``.
@@ -48,14 +47,6 @@ class WindowedStore:
         self.start = 0
         self.stop = 0
         self.refill(0)
-
-    @property
-    def columns(self) -> tuple[ColumnSpec, ...]:
-        return self.packed.columns
-
-    @property
-    def device(self) -> torch.device:
-        return self.packed.device
 
     def __len__(self) -> int:
         return self.stop - self.start
