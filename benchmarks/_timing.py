@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -60,7 +61,7 @@ def print_table(title: str, header: tuple[str, ...], rows: list[tuple]) -> None:
             print("  " + "  ".join("-" * w for w in widths))
 
 
-def median_per_call_interleaved(
+def per_call_interleaved(
     fns: list[Callable[[], object]],
     *,
     inner: int = 1,
@@ -68,20 +69,28 @@ def median_per_call_interleaved(
     warmup: int = 1,
     setups: list[Callable[[], object] | None] | None = None,
     sync: Callable[[], object] | None = None,
-) -> list[float]:
-    """Median wall time of one call of each of ``fns``, timed in turn (A B C A B C ...).
+    shuffle: random.Random | None = None,
+) -> list[list[float]]:
+    """Time one call of each of ``fns``, all cases once per round (A B C, A B C, ...).
 
-    Each sample times ``inner`` calls and divides. ``setups[k]`` runs untimed before each
-    sample of ``fns[k]`` (writing rows between draws, say); ``sync`` runs before the clock
-    starts and before it stops (``torch.cuda.synchronize`` for device work). On shared,
-    noisy machines a slow spell hits every case alike, so the ratios between the returned
-    medians are steadier than from back-to-back runs.
+    Each sample times ``inner`` calls and divides; ``times[k][r]`` is case ``k`` in round
+    ``r`` (warm-up rounds left out), so cases of one round can be compared as a ratio.
+    ``setups[k]`` runs untimed before each sample of ``fns[k]`` (writing rows between
+    draws, say); ``sync`` runs before the clock starts and before it stops
+    (``torch.cuda.synchronize`` for device work). With ``shuffle`` each round times the
+    cases in an order of its own: no case is always the one timed after another's cache
+    eviction. On shared, noisy machines a slow spell hits every case of a round alike, so
+    ratios between cases are steadier than from back-to-back runs.
     """
     setups = setups or [None] * len(fns)
     clock = CLOCK[0]
     times: list[list[float]] = [[] for _ in fns]
+    order = list(range(len(fns)))
     for r in range(warmup + repeats):
-        for k, (fn, setup) in enumerate(zip(fns, setups)):
+        if shuffle is not None:
+            shuffle.shuffle(order)
+        for k in order:
+            fn, setup = fns[k], setups[k]
             if setup is not None:
                 setup()
             if sync is not None:
@@ -93,4 +102,16 @@ def median_per_call_interleaved(
                 sync()
             if r >= warmup:
                 times[k].append((clock() - t0) / inner)
-    return [statistics.median(t) for t in times]
+    return times
+
+
+def median_per_call_interleaved(fns: list[Callable[[], object]], **kwargs) -> list[float]:
+    """Median time of one call of each of ``fns``: :func:`per_call_interleaved`'s samples."""
+    return [statistics.median(t) for t in per_call_interleaved(fns, **kwargs)]
+
+
+def ratio_spread(num: list[float], den: list[float]) -> tuple[float, float, float]:
+    """``(median, low decile, high decile)`` of the per-round ratios ``num[r] / den[r]``."""
+    ratios = sorted(a / b for a, b in zip(num, den))
+    last = len(ratios) - 1
+    return statistics.median(ratios), ratios[last // 10], ratios[last - last // 10]

@@ -34,7 +34,7 @@ def test_a_short_torture_run_is_all_on_target(torture, tmp_path, capsys):
             "--dumps",
             "2",
             "--dump-rows",
-            "20000",
+            "5000",
             "--second-writers",
             "3",
             "--kill-sequences",

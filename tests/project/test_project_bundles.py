@@ -32,6 +32,23 @@ def _run(argv, cwd, env, timeout=600):
     return proc.stdout
 
 
+def _cli(argv, cwd, env, monkeypatch, capsys) -> str:
+    """``torchstore ARGV`` in this process (the CLI spares a torch import per call), with
+    ``cwd`` and ``env`` as a shell would give them; returns what it printed."""
+    with monkeypatch.context() as m:
+        m.chdir(cwd)
+        for key, value in env.items():
+            if os.environ.get(key) != value:
+                m.setenv(key, value)
+        for key in set(os.environ) - set(env):
+            m.delenv(key)
+        capsys.readouterr()
+        code = main(argv)
+        out, err = capsys.readouterr()
+    assert code == 0, out[-2000:] + err[-3000:]
+    return out
+
+
 def _env(cache: Path, **extra) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSTARTUP")}
     env.update(TORCHSTORE_CACHE=str(cache), TORCHSTORE_DISABLE_PROGRESS="1", **extra)
@@ -63,15 +80,14 @@ def reach_location(tmp_path, file_server):
 
 
 def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
-    tmp_path, reach_location
+    tmp_path, reach_location, monkeypatch, capsys
 ):
     url, dataset = reach_location
     here = tmp_path / "machine-a"
     env_a = _env(here / "cache", TORCHSTORE_LOCATIONS=url)
     project = _new_project(here / "project")
-    store_path = _run(
-        [sys.executable, "-m", "torchstore.cli", "datasets", "reach-demo", "--path"], here, env_a
-    ).strip()
+    store_path = _cli(["datasets", "reach-demo", "--path"], here, env_a, monkeypatch, capsys)
+    store_path = store_path.strip()
     trained = _run(
         [
             sys.executable,
@@ -89,10 +105,8 @@ def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
     assert _learned(rolled) == _learned(trained)
     (project / "recipes" / "__pycache__").mkdir(exist_ok=True)
     (project / "recipes" / "__pycache__" / "bc.cpython-311.pyc").write_bytes(b"\0" * 16)
-    pushed = _run(
-        [sys.executable, "-m", "torchstore.cli", "project", "push", str(project), url, "reach-bc"],
-        here,
-        env_a,
+    pushed = _cli(
+        ["project", "push", str(project), url, "reach-bc"], here, env_a, monkeypatch, capsys
     )
     assert f"dataset reach-demo@{dataset.revision[:12]}" in pushed and run_rel in pushed
     shutil.rmtree(here)  # the first machine is gone: its project and its cache
@@ -100,11 +114,7 @@ def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
     there = tmp_path / "machine-b"
     there.mkdir()
     env_b = _env(there / "cache")  # no locations configured: the bundle pins them
-    pulled = _run(
-        [sys.executable, "-m", "torchstore.cli", "project", "pull", url, "reach-bc", "proj"],
-        there,
-        env_b,
-    )
+    pulled = _cli(["project", "pull", url, "reach-bc", "proj"], there, env_b, monkeypatch, capsys)
     fresh = there / "proj"
     manifest = ProjectManifest.parse((fresh / MANIFEST_NAME).read_bytes())
     (ds,) = manifest.datasets
