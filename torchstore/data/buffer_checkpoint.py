@@ -44,9 +44,10 @@ from torchstore.errors import (
     StoreFormatError,
     StoreLockedError,
 )
+from torchstore.io.durable import fsync_folder
 from torchstore.io.writer_lock import WriterLock, live_writer, locked_message
 
-__all__ = ["MANIFEST", "dump_buffer", "load_buffer", "swap_method"]
+__all__ = ["MANIFEST", "dump_buffer", "load_buffer"]
 
 #: Written last into a checkpoint folder: the size and CRC-32 of every other file in it.
 MANIFEST = "torchstore_checkpoint.json"
@@ -100,14 +101,6 @@ def _leftovers(folder: Path) -> list[Path]:
 
 
 # ----------------------------------------------------------------- durability
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _files(root: Path) -> list[Path]:
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -140,7 +133,7 @@ def _seal(folder: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     for dirpath, _, _ in sorted(os.walk(folder), key=lambda t: -len(t[0])):
-        _fsync_path(Path(dirpath))
+        fsync_folder(Path(dirpath))
 
 
 def _verify(folder: Path) -> None:
@@ -193,34 +186,15 @@ def _exchange(new: Path, folder: Path) -> bool:
     return True
 
 
-def swap_method(folder: str | os.PathLike) -> str:
-    """How :func:`dump_buffer` puts a checkpoint in place under ``folder``'s parent:
-    ``"exchange"`` (one atomic ``renameat2``) or ``"rename"`` (aside and in, with a marker).
-
-    Probed with two empty folders created and removed in that parent.
-    """
-    parent = Path(os.path.abspath(os.fspath(folder))).parent
-    a = parent / f".{Path(folder).name}.probe-{os.getpid()}-{secrets.token_hex(8)}"
-    b = a.with_name(a.name + "b")
-    a.mkdir()
-    try:
-        b.mkdir()
-        return "exchange" if _exchange(a, b) else "rename"
-    finally:
-        for p in (a, b):
-            with contextlib.suppress(OSError):
-                p.rmdir()
-
-
 def _swap_in(new: Path, folder: Path) -> None:
     """Put the sealed folder ``new`` at ``folder``; the old one (if any) is removed after."""
     parent = folder.parent
     if not os.path.lexists(folder):
         os.rename(new, folder)
-        _fsync_path(parent)
+        fsync_folder(parent)
         return
     if _exchange(new, folder):
-        _fsync_path(parent)
+        fsync_folder(parent)
         shutil.rmtree(new)  # now the old checkpoint
         return
     aside = _sibling(folder, "aside")
@@ -229,12 +203,12 @@ def _swap_in(new: Path, folder: Path) -> None:
         json.dump({"new": new.name, "aside": aside.name}, f)
         f.flush()
         os.fsync(f.fileno())
-    _fsync_path(parent)
+    fsync_folder(parent)
     os.rename(folder, aside)
     os.rename(new, folder)
-    _fsync_path(parent)
+    fsync_folder(parent)
     os.unlink(marker)
-    _fsync_path(parent)
+    fsync_folder(parent)
     shutil.rmtree(aside)
 
 
@@ -252,9 +226,9 @@ def _recover(folder: Path) -> list[str]:
             # killed between the two renames: the new checkpoint was sealed before the
             # marker was written, so it is complete; put it in place (else the old one)
             os.rename(new if new.is_dir() else aside, folder)
-            _fsync_path(folder.parent)
+            fsync_folder(folder.parent)
         marker.unlink()
-        _fsync_path(folder.parent)
+        fsync_folder(folder.parent)
     removed = []
     for path in _leftovers(folder):
         shutil.rmtree(path, ignore_errors=True)

@@ -36,6 +36,7 @@ from torchstore.errors import (
 )
 from torchstore.io.checksummed import STAGE_BYTES
 from torchstore.io.destination import check_destination
+from torchstore.io.durable import fsync_folder
 from torchstore.io.hdf5 import (
     abandon,
     create_for_append,
@@ -65,16 +66,6 @@ def _disk_full_errno(exc: BaseException) -> int | None:
                 return code
         exc = exc.__cause__ or exc.__context__
     return None
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make a rename in ``folder`` durable (best effort: some filesystems refuse it)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def flatten_rows(rows: Mapping[str, Any] | TensorDictBase) -> dict[str, Any]:
@@ -621,7 +612,7 @@ class TrajectoryStoreWriter:
                         with open(self._aside, "rb") as done:
                             os.fsync(done.fileno())
                     os.replace(self._aside, self.path)
-                    _fsync_folder(self.path.parent)
+                    fsync_folder(self.path.parent, best_effort=True)
                 else:
                     self._aside.unlink(missing_ok=True)
         finally:

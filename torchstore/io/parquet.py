@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from torchstore.errors import ParquetFormatError
+from torchstore.io.durable import fsync_folder
 
 __all__ = [
     "MAGIC",
@@ -94,11 +95,7 @@ def replace_atomically(path: str | os.PathLike, write, *, durable: bool = False)
         Path(tmp).unlink(missing_ok=True)
         raise
     if durable:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_folder(path.parent)
 
 
 def write_tables(

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from torchstore.io.durable import fsync_folder
 from torchstore.io.parquet import require_pyarrow, write_table_atomically, write_tables
 from torchstore.lerobot.episodes_table import concat_episode_tables
 from torchstore.lerobot.layout import SCRATCH_DIR, data_path, episodes_path, video_path, writer_lock
@@ -214,12 +215,7 @@ def _swap_in(
             folder.rmdir()  # a chunk folder the merge emptied
     if durable:
         for folder in {t.parent for _, t in staged} | {f.parent for f in folders}:
-            with contextlib.suppress(OSError):
-                fd = os.open(folder, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            fsync_folder(folder, best_effort=True)
 
 
 def drop_covered_tables(files: Sequence[Path]) -> list[Any]:

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import DestinationExistsError, EpisodeError, LeRobotFormatError
+from torchstore.io.durable import fsync_folder
 from torchstore.io.parquet import require_pyarrow, write_table_atomically, write_tables
 from torchstore.lerobot.bulk import BulkMixin
 from torchstore.lerobot.cameras import CameraFile, CamerasMixin, encoder_settings
@@ -519,11 +520,7 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
         if not self._durable:
             return
         for folder in {f.parent for f in files}:
-            fd = os.open(folder, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_folder(folder)
 
     def _write_tasks(self) -> None:
         pa = require_pyarrow()
