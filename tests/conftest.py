@@ -92,3 +92,14 @@ def _no_thread_left_realtime():
     yield
     if restore_scheduling(before):
         pytest.fail("the test left threads at realtime scheduling priority (SCHED_FIFO/RR)")
+
+
+@pytest.fixture(scope="session")
+def preloaded(tmp_path_factory):
+    """A :class:`tests.preloaded.PreloadedInterpreter`: script runs without the ~5 s import
+    of torch and Lightning each (one server per test worker that asks for it)."""
+    from tests.preloaded import PreloadedInterpreter
+
+    server = PreloadedInterpreter(tmp_path_factory.mktemp("preloaded"))
+    yield server
+    server.close()

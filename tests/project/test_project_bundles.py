@@ -26,8 +26,10 @@ from torchstore.remote import RemoteCatalog, push
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run(argv, cwd, env, timeout=600):
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+def _run(server, argv, cwd, env, timeout=600):
+    """``argv`` (a recipe) as its own process in ``cwd`` with ``env``, forked from the
+    preloaded interpreter; returns what it printed."""
+    proc = server.run(argv, cwd=cwd, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc.stdout
 
@@ -80,7 +82,7 @@ def reach_location(tmp_path, file_server):
 
 
 def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
-    tmp_path, reach_location, monkeypatch, capsys
+    tmp_path, reach_location, monkeypatch, capsys, preloaded
 ):
     url, dataset = reach_location
     here = tmp_path / "machine-a"
@@ -89,6 +91,7 @@ def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
     store_path = _cli(["datasets", "reach-demo", "--path"], here, env_a, monkeypatch, capsys)
     store_path = store_path.strip()
     trained = _run(
+        preloaded,
         [
             sys.executable,
             "recipes/bc.py",
@@ -101,7 +104,7 @@ def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
     )
     (run,) = list((project / "outputs" / "bc").iterdir())
     run_rel = run.relative_to(project).as_posix()
-    rolled = _run([sys.executable, "recipes/rollout.py", run_rel], project, env_a)
+    rolled = _run(preloaded, [sys.executable, "recipes/rollout.py", run_rel], project, env_a)
     assert _learned(rolled) == _learned(trained)
     (project / "recipes" / "__pycache__").mkdir(exist_ok=True)
     (project / "recipes" / "__pycache__" / "bc.cpython-311.pyc").write_bytes(b"\0" * 16)
@@ -131,9 +134,9 @@ def test_a_recipe_run_bundled_pulled_elsewhere_rolls_out_and_retrains_the_same(
     assert not list(fresh.rglob("__pycache__"))
     assert (fresh / "datasets" / "reach-demo" / "reach_demo.h5").is_file()
     assert "reproduce (in proj): python recipes/bc.py" in pulled
-    again = _run([sys.executable, "recipes/rollout.py", run_rel], fresh, env_b)
+    again = _run(preloaded, [sys.executable, "recipes/rollout.py", run_rel], fresh, env_b)
     assert again == rolled  # the same printed result, to the digit
-    retrained = _run([sys.executable, *recorded.command[1:]], fresh, env_b)
+    retrained = _run(preloaded, [sys.executable, *recorded.command[1:]], fresh, env_b)
     assert _learned(retrained) == _learned(trained)
 
 
@@ -396,7 +399,8 @@ def test_ctrl_c_during_a_project_pull_leaves_no_destination_and_the_next_pull_fi
     assert not (tmp_path / "dest").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".dest")]
     file_server.drip_s.clear()
-    _run(argv, tmp_path, env)
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "dest" / "datasets" / "ds" / "a.bin").read_bytes() == payload
 
 

@@ -7,7 +7,6 @@ ring, and the length-4 windows the learner samples stay inside one env's stream.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,15 +25,13 @@ SMOKE = [
 ]
 
 
-def test_multi_env_sac_smoke(tmp_path):
+def test_multi_env_sac_smoke(tmp_path, preloaded):
     run_dir = tmp_path / "run"
     env = {**os.environ, "HYDRA_FULL_ERROR": "1"}
-    proc = subprocess.run(
+    proc = preloaded.run(  # its own process, forked from an interpreter with torch imported
         [sys.executable, str(ROOT / "recipes" / "sac.py"), *SMOKE, f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     out = proc.stdout + proc.stderr

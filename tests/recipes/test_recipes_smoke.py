@@ -1,10 +1,12 @@
 """Each recipe end to end, as a user runs it (``python recipes/X.py overrides``), in smoke size.
 
 Run from a scratch folder, so the recipes must find the shipped data and configs relative to
-the repository, not the working directory. Each smoke run is started once per module and
-checked from several sides: its output, its run folder, its saved policy rolled out again
-(``recipes/rollout.py``) and fetched through ``torchstore.remote``. Interrupted runs get a
-real SIGINT / SIGTERM.
+the repository, not the working directory. Each smoke run is started once per module, by a
+fresh interpreter, and checked from several sides: its output (start-up noise included), its
+run folder, its saved policy rolled out again (``recipes/rollout.py``) and fetched through
+``torchstore.remote``. Interrupted runs get a real SIGINT / SIGTERM. Rollouts and interrupted
+runs are processes forked from a preloaded interpreter (``tests/preloaded.py``): what they
+check happens after the imports.
 """
 
 from __future__ import annotations
@@ -150,15 +152,13 @@ def test_recipe_output_has_no_third_party_noise(smoke):
 
 
 @pytest.mark.parametrize("smoke", _runs(["bc", "offline_rl", "sac"]), indirect=True)
-def test_saved_policy_rolls_out_as_the_run_evaluated_it(smoke):
+def test_saved_policy_rolls_out_as_the_run_evaluated_it(smoke, preloaded):
     """``recipes/rollout.py`` on the run folder prints the run's own evaluation, to the digit."""
     assert smoke.proc.returncode == 0, smoke.proc.stderr[-3000:]
-    proc = subprocess.run(
+    proc = preloaded.run(
         [sys.executable, str(ROOT / "recipes" / "rollout.py"), str(smoke.run_dir)],
         cwd=smoke.folder,
         env=_env(),
-        capture_output=True,
-        text=True,
         timeout=200,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -190,13 +190,13 @@ def test_saved_policy_through_fetch_policy_weights(smoke, tmp_path):
     assert smoke.result_line() in rolled.splitlines()
 
 
-def test_load_policy_refuses_a_folder_without_one(tmp_path):
+def test_load_policy_refuses_a_folder_without_one(tmp_path, preloaded):
     with pytest.raises(FileNotFoundError, match="has no config.yaml"):
         load_policy(tmp_path)
-    proc = subprocess.run(
+    proc = preloaded.run(
         [sys.executable, str(ROOT / "recipes" / "rollout.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
+        cwd=tmp_path,
+        env=_env(),
         timeout=120,
     )
     assert (
@@ -207,7 +207,7 @@ def test_load_policy_refuses_a_folder_without_one(tmp_path):
 
 
 @pytest.mark.parametrize("smoke", _runs(["bc"]), indirect=True)
-def test_rollout_refuses_damaged_or_mismatched_weights(smoke, tmp_path):
+def test_rollout_refuses_damaged_or_mismatched_weights(smoke, tmp_path, preloaded):
     """A truncated weights file, or bc weights under an offline_rl label: one error line."""
     import shutil
 
@@ -228,10 +228,10 @@ def test_rollout_refuses_damaged_or_mismatched_weights(smoke, tmp_path):
     ):
         with pytest.raises(ValueError, match=said):
             load_policy(folder)
-    proc = subprocess.run(
+    proc = preloaded.run(
         [sys.executable, str(ROOT / "recipes" / "rollout.py"), str(truncated)],
-        capture_output=True,
-        text=True,
+        cwd=tmp_path,
+        env=_env(),
         timeout=120,
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -276,15 +276,12 @@ def _rows(path: Path) -> list[dict[str, str]]:
     [("bc", signal.SIGINT), ("sac", signal.SIGINT), ("offline_rl", signal.SIGTERM)],
     ids=["bc-SIGINT", "sac-SIGINT", "offline_rl-SIGTERM"],
 )
-def test_interrupted_recipe_exits_cleanly_with_its_outputs(name, sig, tmp_path):
+def test_interrupted_recipe_exits_cleanly_with_its_outputs(name, sig, tmp_path, preloaded):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(
+    proc = preloaded.popen(
         [sys.executable, str(_script(name)), *LONG[name], f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
         env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         deadline = time.monotonic() + 240
