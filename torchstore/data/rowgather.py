@@ -7,17 +7,24 @@ cache lines of the row ``AHEAD`` positions further on before it copies the curre
 about that many rows' misses are in flight at once. Measured here (4096 of 1 M rows of 224
 bytes, one thread, interleaved medians): ``index_select`` 329 us, this copy without
 prefetch 402 us, with prefetch 8 rows ahead 238 us, 16 ahead 226 us, 32 ahead 258 us.
-In ``benchmarks/sampling.py``, next to the other cases: 0.7-0.8x ``index_select`` for the
-walker row, 0.82-0.9x for an 84x84x3 image row (there the copy itself is most of the time;
-its first 512 bytes are asked for, the hardware prefetcher streams the rest).
+
+The hint asks for the lines into L2 only (:func:`prefetch_to_l2`): a row asked for 16 rows
+early is 64 lines in flight, more than L1 has miss buffers for, and a hint into L1 waits for
+one. Measured side by side (the same 4096 of 1 M rows, a 13 MB read between calls, 16 rows
+ahead): the L1 hint 228 us, the L2 hint 184 us, ``index_select`` 294 us; for an 84x84x3 row
+(256 of 20,000) the two hints are alike (the copy is bandwidth bound there: 0.72-0.77x
+``index_select`` into a preallocated batch, about 0.9x next to the other cases of
+``benchmarks/sampling.py``). Its first 512 bytes are asked for; the hardware prefetcher
+streams the rest of a long row.
 
 For a small batch the cost is the call itself: with numpy arrays in and out there is no
 tensor made per call but the one the caller wraps (a 256-row gather of 36-byte rows is
 about half an ``index_select`` call).
 
-:func:`prefetch` is the hint itself, shared with the sampling kernels (the sum-tree
-descent). Imported on first use only (numba takes about a second to load), through
-:func:`torchstore.data.packed.gather_kernels`.
+:func:`prefetch` (into every level) serves the sampling kernels: the sum-tree descent reads
+each line it asked for a few draws later (there the L2 hint measured the same, 396 against
+397 us for a cold 4096-draw descent at 1 M leaves). Imported on first use only (numba takes
+about a second to load), through :func:`torchstore.data.packed.gather_kernels`.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["prefetch", "gather_rows", "AHEAD", "PREFETCH_BYTES"]
+__all__ = ["prefetch", "prefetch_to_l2", "gather_rows", "AHEAD", "PREFETCH_BYTES"]
 
 #: rows ahead whose lines the gather asks for before copying the current row
 AHEAD = 16
@@ -38,24 +45,39 @@ PREFETCH_BYTES = 512
 _LINE = 64
 
 
-@intrinsic
-def prefetch(typingctx, array, index):  # pragma: no cover - compiled
-    """Ask the CPU to start loading the cache line of ``array[index]`` (a 1-D array): a
-    hint only (it never faults and yields no value)."""
+def _prefetch_intrinsic(locality: int, doc: str):
+    """A numba intrinsic ``(array, index) -> None`` asking the CPU to start loading the cache
+    line of ``array[index]`` (a 1-D array) with LLVM's ``locality`` hint (3: into every
+    level, 2: into L2 and below): a hint only (it never faults and yields no value)."""
 
-    def codegen(context, builder, signature, args):
-        array_type = signature.args[0]
-        data = context.make_array(array_type)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(
-            context, builder, array_type, data, [args[1]], wraparound=False
-        )
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, keep in all levels, data
-        return context.get_dummy_value()
+    @intrinsic
+    def hint(typingctx, array, index):  # pragma: no cover - compiled
+        def codegen(context, builder, signature, args):
+            array_type = signature.args[0]
+            data = context.make_array(array_type)(context, builder, args[0])
+            ptr = cgutils.get_item_pointer(
+                context, builder, array_type, data, [args[1]], wraparound=False
+            )
+            i32 = ir.IntType(32)
+            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+            builder.call(fn, [ptr, i32(0), i32(locality), i32(1)])  # read, data
+            return context.get_dummy_value()
 
-    return types.void(array, index), codegen
+        return types.void(array, index), codegen
+
+    hint.__doc__ = doc
+    return hint
+
+
+prefetch = _prefetch_intrinsic(
+    3, "Start loading the cache line of ``array[index]`` into every cache level."
+)
+prefetch_to_l2 = _prefetch_intrinsic(
+    2,
+    "Start loading the cache line of ``array[index]`` into L2 (not L1): for data read a "
+    "few dozen lines later, so the hints do not crowd L1's few miss buffers.",
+)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -75,8 +97,8 @@ def gather_rows(src, index, out):  # pragma: no cover - compiled
         if i + AHEAD < n:
             base = index[i + AHEAD] * width
             for c in range(0, span, step):
-                prefetch(flat, base + c)
-            prefetch(flat, base + span - 1)  # a row straddling one more line
+                prefetch_to_l2(flat, base + c)
+            prefetch_to_l2(flat, base + span - 1)  # a row straddling one more line
         r = index[i]
         for j in range(width):
             out[i, j] = src[r, j]
