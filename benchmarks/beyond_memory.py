@@ -360,7 +360,7 @@ def bench_store(
     t0 = time.perf_counter()
     write_store(path, columns, rows, episode)
     with TrajectoryStore(path) as store:
-        from torchstore.data.packed import PackedColumns
+        from torchstore.data.rows.packed import PackedColumns
 
         total = PackedColumns(store.columns, 1).row_bytes * store.num_rows
     budget = int(total * args.fraction)

@@ -54,7 +54,7 @@ from _timing import (  # noqa: E402
 from _torchrl_tree import load_torchrl_tree  # noqa: E402
 
 from torchstore.data import ColumnSpec  # noqa: E402
-from torchstore.data.replay import StoreReplay  # noqa: E402
+from torchstore.data.replay.ring import StoreReplay  # noqa: E402
 from torchstore.samplers import (  # noqa: E402
     PhiloxSampler,
     PhiloxStream,

@@ -71,7 +71,7 @@ def replay_tables(rows: int, per_batch: int, sample_size: int) -> None:
     import ray
     from torchrl.data import TensorDictReplayBuffer
 
-    from torchstore.data.replay import StoreReplay
+    from torchstore.data.replay.ring import StoreReplay
     from torchstore.distributed import init_local_ray, serve_replay
     from torchstore.samplers.uniform import UniformSampler
 

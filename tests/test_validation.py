@@ -127,7 +127,7 @@ def test_a_huge_int_is_a_finite_number():
 
 @pytest.mark.parametrize("version", [0, "1", True])
 def test_a_manifest_format_version_is_checked_in_the_same_shape(version):
-    from torchstore.data.manifest import Manifest
+    from torchstore.data.file.manifest import Manifest
 
     text = json.dumps({"format": "torchstore.trajectory", "format_version": version})
     with pytest.raises(

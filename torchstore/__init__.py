@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchstore._lazy import lazy_exports
+from torchstore._lazy import alias_moved_modules, lazy_exports
 from torchstore._version import __version__
 from torchstore.errors import (
     AmbiguousDatasetError,
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
         TrajectoryStoreWriter,
         WindowedStore,
     )
-    from torchstore.data.replay import StoreReplay
-    from torchstore.data.verify import verify_store
+    from torchstore.data.replay.ring import StoreReplay
+    from torchstore.data.store.verify import verify_store
     from torchstore.datasets import load
     from torchstore.formats import (
         export_robomimic,
@@ -61,19 +61,22 @@ if TYPE_CHECKING:
         sample_into,
         update_priority_,
     )
+    from torchstore.window import WindowSampler, WindowStorage
 
 _EXPORTS = {
     "ColumnSpec": "torchstore.data.columns",
     "EpisodeIndex": "torchstore.data.episodes",
-    "Manifest": "torchstore.data.manifest",
+    "Manifest": "torchstore.data.file.manifest",
     "Quantize": "torchstore.data.quantize",
-    "ResidentStore": "torchstore.data.resident",
-    "ResidentStorage": "torchstore.data.resident_storage",
-    "TrajectoryStore": "torchstore.data.store",
-    "StoreSet": "torchstore.data.store_set",
-    "TrajectoryStoreWriter": "torchstore.data.writer",
-    "WindowedStore": "torchstore.data.windowed",
-    "StoreReplay": "torchstore.data.replay",
+    "ResidentStore": "torchstore.data.residency.resident",
+    "ResidentStorage": "torchstore.data.residency.resident_storage",
+    "TrajectoryStore": "torchstore.data.store.store",
+    "StoreSet": "torchstore.data.store.store_set",
+    "TrajectoryStoreWriter": "torchstore.data.file.writer",
+    "WindowedStore": "torchstore.data.residency.windowed",
+    "StoreReplay": "torchstore.data.replay.ring",
+    "WindowStorage": "torchstore.window.window_storage",
+    "WindowSampler": "torchstore.window.window_storage",
     "ERE": "torchstore.samplers.ere",
     "PhiloxSampler": "torchstore.samplers.device",
     "PhiloxStream": "torchstore.samplers.philox",
@@ -95,11 +98,24 @@ _EXPORTS = {
     "export_zarr": "torchstore.formats",
     "import_rlds": "torchstore.formats",
     "sniff_format": "torchstore.formats",
-    "verify_store": "torchstore.data.verify",
+    "verify_store": "torchstore.data.store.verify",
     "load": "torchstore.datasets",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+# modules the docs named at their old places before data/ and samplers/ got rooms of their own
+alias_moved_modules(
+    {
+        "torchstore.data.writer": "torchstore.data.file.writer",
+        "torchstore.data.resident": "torchstore.data.residency.resident",
+        "torchstore.data.resident_storage": "torchstore.data.residency.resident_storage",
+        "torchstore.data.windowed": "torchstore.data.residency.windowed",
+        "torchstore.data.verify": "torchstore.data.store.verify",
+        "torchstore.data.buffer_checkpoint": "torchstore.data.replay.buffer_dump",
+        "torchstore.samplers.window_storage": "torchstore.window.window_storage",
+    }
+)
 
 __all__ = [
     "__version__",
@@ -114,6 +130,8 @@ __all__ = [
     "TrajectoryStoreWriter",
     "WindowedStore",
     "StoreReplay",
+    "WindowSampler",
+    "WindowStorage",
     "ERE",
     "PhiloxSampler",
     "PhiloxStream",

@@ -49,7 +49,7 @@ from torchstore.remote.index import RemoteEntry
 from torchstore.remote.location import is_offline, parse_location
 
 if TYPE_CHECKING:
-    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.store.store import TrajectoryStore
 
 __all__ = [
     "load",
@@ -340,7 +340,7 @@ def load(
         >>> store = torchstore.load("reach-demo")  # doctest: +SKIP
         >>> store = torchstore.load("lerobot/pusht@v3.0")  # doctest: +SKIP
     """
-    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.store.store import TrajectoryStore
 
     resolved = resolve(
         name,
@@ -390,7 +390,7 @@ def _episodes(root: Path, entry: RemoteEntry) -> tuple[int | None, str]:
                 meta = root / "metadata.json"
             return int(json.loads(meta.read_text())["total_episodes"]), "Minari"
         if stores:
-            from torchstore.data.store import TrajectoryStore
+            from torchstore.data.store.store import TrajectoryStore
 
             total = 0
             for rel in stores:

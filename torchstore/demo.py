@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.data.writer import TrajectoryStoreWriter
+from torchstore.data.file.writer import TrajectoryStoreWriter
 from torchstore.errors import StoreFormatError
 from torchstore.validation import non_negative_int, positive_int
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.data.store import TrajectoryStore
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.validation import positive_int
 
 __all__ = [
@@ -291,7 +291,7 @@ def plot_lerobot(
 ) -> list[Path]:
     """Plot a LeRobot dataset folder read-only: episode lengths and numeric feature traces.
 
-    Camera features are not decoded; ``import-lerobot`` and :func:`plot_store` draw them.
+    Camera features are not decoded; ``torchstore import`` and :func:`plot_store` draw them.
     """
     from torchstore.lerobot import LeRobotSource
 

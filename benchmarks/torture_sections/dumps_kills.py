@@ -35,7 +35,7 @@ WHOLE = "old or new, whole"
 def _buffer(rows: int):
     from torchrl.data import TensorDictReplayBuffer
 
-    from torchstore.data.replay import StoreReplay
+    from torchstore.data.replay.ring import StoreReplay
     from torchstore.samplers import PrioritizedSampler
 
     # torchstore's PrioritizedSampler is a torchrl PrioritizedSampler subclass; torchrl's
@@ -73,7 +73,7 @@ def ring(version: int, rows: int):
 
 def _versions(folder: Path, rows: int, plain: bool) -> dict:
     """Load ``folder`` into a fresh buffer; the version each component holds (-1: none)."""
-    from torchstore.data.buffer_checkpoint import load_buffer
+    from torchstore.data.replay.buffer_dump import load_buffer
 
     # a forked child must not enter the OpenMP pool its parent started: it would wait forever
     torch.set_num_threads(1)
@@ -98,7 +98,7 @@ def _versions(folder: Path, rows: int, plain: bool) -> dict:
 
 
 def _dump(rb, folder: Path, plain: bool) -> None:
-    from torchstore.data.buffer_checkpoint import dump_buffer
+    from torchstore.data.replay.buffer_dump import dump_buffer
 
     if plain:
         rb.dumps(folder)

@@ -25,7 +25,7 @@ from torture_sections.kit import (
 _TRAPS_COMMIT = [
     ("torchstore.io.checksummed", "ChecksummedDataset", "seal"),
     ("h5py", "File", "flush"),
-    ("torchstore.data.layout", "StoreDatasets", "write_commit"),
+    ("torchstore.data.file.layout", "StoreDatasets", "write_commit"),
     ("torchstore.io.checksummed", "ChecksummedDataset", "write_staged"),
 ]
 _TRAPS_RESUME = [

@@ -7,7 +7,7 @@ import sys
 import torch
 
 from torchstore.cli import main
-from torchstore.data.store import TrajectoryStore
+from torchstore.data.store.store import TrajectoryStore
 
 
 def test_demo_then_info_as_a_user_types_it(tmp_path):
@@ -128,7 +128,7 @@ def test_demo_data_is_byte_reproducible_and_never_replaces_a_foreign_file(tmp_pa
 
 def test_info_median_of_an_even_count_and_a_store_with_no_episodes(tmp_path, capsys):
     from torchstore.data.columns import ColumnSpec
-    from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.data.file.writer import TrajectoryStoreWriter
 
     path = tmp_path / "two.h5"
     with TrajectoryStoreWriter(path, [ColumnSpec("obs", "float32", (2,))]) as w:
@@ -304,3 +304,49 @@ def test_python_m_torchstore_runs_the_command_line(tmp_path):
     )
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
     assert "already a torchstore store" in bad.stderr
+
+
+def test_help_shows_one_verb_per_job_and_lists_the_older_spellings_once(capsys):
+    from torchstore.cli.formats import OLDER_SPELLINGS
+
+    try:
+        main(["--help"])  # argparse's --help exits; main may return the status instead
+    except SystemExit:
+        pass
+    out = capsys.readouterr().out
+    listing, epilog = out.split("older spellings", 1)
+    for old, new in OLDER_SPELLINGS.items():
+        assert old not in listing, old  # not a command of its own in the list
+        assert f"{old} = {new}" in " ".join(epilog.split())
+    assert "  import " in listing and "  export " in listing
+
+
+def test_an_older_spelling_runs_as_the_verb_it_stands_for(tmp_path, capsys):
+    import numpy as np
+
+    frames = np.zeros((20, 36))
+    frames[:, 6] = 1.0
+    np.savetxt(tmp_path / "walk1_subject1.csv", frames, delimiter=",")
+    assert main(["import", str(tmp_path), str(tmp_path / "a.h5"), "--format", "lafan"]) == 0
+    assert main(["import-lafan", str(tmp_path), str(tmp_path / "b.h5")]) == 0
+    from torchstore.data import TrajectoryStore
+
+    with TrajectoryStore(tmp_path / "a.h5") as a, TrajectoryStore(tmp_path / "b.h5") as b:
+        assert a.num_rows == b.num_rows == 20 and a.columns == b.columns
+
+
+def test_an_option_of_another_format_is_refused_in_one_line(tmp_path, capsys):
+    import numpy as np
+
+    np.savetxt(tmp_path / "walk1_subject1.csv", np.zeros((5, 36)), delimiter=",")
+    code = main(["import", str(tmp_path), str(tmp_path / "a.h5"), "--format", "lafan",
+                 "--revision", "v3.0"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code != 0 and "--revision applies to lerobot" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "a.h5").exists()
+
+
+def test_a_dataset_id_needs_a_format_that_takes_ids(tmp_path, capsys):
+    code = main(["import", "someone/some-dataset", str(tmp_path / "a.h5")])
+    err = capsys.readouterr().err
+    assert code != 0 and "--format lerobot" in err and len(err.splitlines()) == 1

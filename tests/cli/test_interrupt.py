@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torchstore.data.store import TrajectoryStore
+from torchstore.data.store.store import TrajectoryStore
 
 ENV = {**os.environ, "TORCHSTORE_DISABLE_PROGRESS": "1"}
 
@@ -115,7 +115,8 @@ def test_ctrl_c_during_import_lafan_then_the_printed_resume_command_finishes_it(
     line = err.strip()
     assert len(line.splitlines()) == 1 and line.startswith("interrupted; "), err
     resume = shlex.split(line.split("resume with: ", 1)[1])
-    assert resume[1] == "import-lafan" and "--resume" in resume and "--fps" in resume
+    assert resume[1] == "import" and "--resume" in resume and "--fps" in resume
+    assert resume[resume.index("--format") + 1] == "lafan"
     done = subprocess.run(
         [sys.executable, "-m", "torchstore.cli", *resume[1:]],
         capture_output=True,
@@ -166,7 +167,7 @@ def test_ctrl_c_before_anything_is_written_says_so(tmp_path):
 
 def test_info_json_into_a_closed_pipe_ends_without_a_traceback(tmp_path):
     from torchstore.data.columns import ColumnSpec
-    from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.data.file.writer import TrajectoryStoreWriter
 
     path = tmp_path / "big_meta.h5"
     notes = {f"note_{i}": "x" * 200 for i in range(2000)}  # ~400 KB of JSON: more than a pipe holds

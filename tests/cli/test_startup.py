@@ -126,7 +126,7 @@ def test_every_public_name_resolves_both_ways(package):
 
 
 def test_store_replay_is_public_and_unknown_names_raise_attribute_error():
-    from torchstore.data.replay import StoreReplay
+    from torchstore.data.replay.ring import StoreReplay
 
     assert torchstore.StoreReplay is StoreReplay and "StoreReplay" in torchstore.__all__
     with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
@@ -137,6 +137,6 @@ def test_store_replay_is_public_and_unknown_names_raise_attribute_error():
 def test_submodules_stay_reachable_as_attributes():
     code = (
         "import torchstore\n"
-        "assert torchstore.data.store.TrajectoryStore and torchstore.samplers.sumtree.SumTree"
+        "assert torchstore.data.store.store.TrajectoryStore and torchstore.samplers.sumtree.SumTree"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -15,10 +15,10 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-import torchstore.data.buffer_checkpoint as bc
+import torchstore.data.replay.buffer_dump as bc
 from torchstore.data import ColumnSpec
-from torchstore.data.buffer_checkpoint import MANIFEST, dump_buffer, load_buffer
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.buffer_dump import MANIFEST, dump_buffer, load_buffer
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.errors import (
     ArgumentTypeError,
     CheckpointNotFoundError,

@@ -193,7 +193,7 @@ def _crashed_store(tmp_path) -> tuple[str, int]:
 
 def _resume_dying_at(path: str, step: str) -> None:
     """Resume ``path`` in this (forked) process and SIGKILL it at ``step`` of the resume."""
-    import torchstore.data.writer as writer_module
+    import torchstore.data.file.writer as writer_module
     import torchstore.io.hdf5 as hdf5
 
     def die() -> None:

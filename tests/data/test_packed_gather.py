@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from torchstore.data import ColumnSpec, rowgather
-from torchstore.data.packed import PackedColumns, _plain_matches, _state, tensordict_of
+from torchstore.data import ColumnSpec
 from torchstore.data.quantize import Quantize
+from torchstore.data.rows import rowgather
+from torchstore.data.rows.packed import PackedColumns, _plain_matches, _state, tensordict_of
 
 COLUMNS = [
     ColumnSpec("obs", torch.float32, (3,)),

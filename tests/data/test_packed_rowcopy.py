@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from torchstore.data import ColumnSpec, Quantize
-from torchstore.data import packed as packed_module
-from torchstore.data.packed import PackedColumns
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
+from torchstore.data.rows import packed as packed_module
+from torchstore.data.rows.packed import PackedColumns
 
 DTYPES = [
     torch.bool,

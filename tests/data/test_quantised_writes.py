@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.errors import ColumnError
 
 

@@ -9,8 +9,8 @@ import pickle
 import torch
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.data.packed import PackedColumns
-from torchstore.data.recycled import RECYCLE_BYTES, RecycledBuffers
+from torchstore.data.rows.packed import PackedColumns
+from torchstore.data.rows.recycled import RECYCLE_BYTES, RecycledBuffers
 
 FRAME = ColumnSpec("frame", torch.uint8, (64, 64, 3))  # 12 KiB a row
 ROWS = 400

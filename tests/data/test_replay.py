@@ -23,8 +23,8 @@ from torchrl.data import (
 from torchrl.data.replay_buffers.samplers import Sampler
 
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.data.replay import REPLAY_FILE, StoreReplay
-from torchstore.data.ring_episodes import age_rows
+from torchstore.data.replay.ring import REPLAY_FILE, StoreReplay
+from torchstore.data.replay.ring_episodes import age_rows
 from torchstore.errors import ColumnError, StoreFormatError
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)

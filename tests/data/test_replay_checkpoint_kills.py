@@ -22,7 +22,7 @@ from tensordict import TensorDict
 from torchrl.data import TensorDictReplayBuffer
 
 from tests.forked import run_forked
-from torchstore.data.replay import REPLAY_FILE, StoreReplay
+from torchstore.data.replay.ring import REPLAY_FILE, StoreReplay
 from torchstore.errors import DestinationError
 
 CAPACITY = 24_000
@@ -67,7 +67,7 @@ def _dump_dying_at(folder, replay: StoreReplay, step: str) -> None:
     """Dump ``replay`` over the checkpoint in ``folder``, SIGKILLing this (forked) process
     at ``step``. (The ring is built before the fork: torch's thread pool does not survive
     one.)"""
-    import torchstore.data.writer as writer_module
+    import torchstore.data.file.writer as writer_module
 
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -154,7 +154,7 @@ def test_dumps_killed_at_random_moments_leave_the_old_or_the_new_checkpoint(tmp_
 
 def test_an_exception_during_a_dump_keeps_the_old_checkpoint(tmp_path, rings, monkeypatch):
     rings[0].dumps(tmp_path)
-    import torchstore.data.writer as writer_module
+    import torchstore.data.file.writer as writer_module
 
     calls = []
     end_episode = writer_module.TrajectoryStoreWriter.end_episode

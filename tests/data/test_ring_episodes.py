@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchstore.data import ring_episodes
-from torchstore.data.ring_episodes import RingEpisodes, age_rows, segments_from_ends
+from torchstore.data.replay import ring_episodes
+from torchstore.data.replay.ring_episodes import RingEpisodes, age_rows, segments_from_ends
 
 
 def brute_segments(

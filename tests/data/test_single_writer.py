@@ -20,7 +20,7 @@ from tensordict import TensorDict
 
 from tests.forked import run_forked
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.data.replay import REPLAY_FILE, StoreReplay
+from torchstore.data.replay.ring import REPLAY_FILE, StoreReplay
 from torchstore.errors import (
     DestinationError,
     DestinationExistsError,

@@ -9,7 +9,7 @@ from tensordict import TensorDict
 
 from tests.conftest import WALKER_COLUMNS, make_rows
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.data.layout import MANIFEST_ATTR, MANIFEST_HASH_ATTR
+from torchstore.data.file.layout import MANIFEST_ATTR, MANIFEST_HASH_ATTR
 from torchstore.errors import (
     ColumnError,
     EnvUnavailableError,

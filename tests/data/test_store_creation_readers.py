@@ -18,7 +18,7 @@ import textwrap
 import pytest
 import torch
 
-import torchstore.data.writer as writer_module
+import torchstore.data.file.writer as writer_module
 import torchstore.io.hdf5 as hdf5
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 

@@ -15,14 +15,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import torchstore.data.store_set as store_set
+import torchstore.data.store.store_set as store_set
 from torchstore.cli import main
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.data.manifest import Manifest
-from torchstore.data.store_set import StoreSet, find_shards, open_store
-from torchstore.data.summary import summarize
-from torchstore.data.verify import verify_store
-from torchstore.data.writer import build_store_file
+from torchstore.data.file.manifest import Manifest
+from torchstore.data.file.writer import build_store_file
+from torchstore.data.store.store_set import StoreSet, find_shards, open_store
+from torchstore.data.store.summary import summarize
+from torchstore.data.store.verify import verify_store
 from torchstore.errors import (
     ColumnError,
     EpisodeError,

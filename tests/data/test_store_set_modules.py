@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from torchstore.data import StoreSet, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.demo import write_demo_store
 from torchstore.lightning import DemonstrationDataModule, OfflineDataModule
 

@@ -22,8 +22,8 @@ from torchrl.data.replay_buffers.checkpointers import (
     TensorStorageCheckpointer,
 )
 
-from torchstore.data.replay import StoreReplay
-from torchstore.data.replay_torchrl import RING_FILE
+from torchstore.data.replay.ring import StoreReplay
+from torchstore.data.replay.torchrl_checkpointers import RING_FILE
 from torchstore.errors import UnsupportedError
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)

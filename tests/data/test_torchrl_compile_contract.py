@@ -16,7 +16,7 @@ from tensordict import TensorDict
 from torch._dynamo.testing import CompileCounter
 from torchrl.data import LazyTensorStorage
 
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)
 

@@ -15,7 +15,7 @@ from tensordict import LazyStackedTensorDict, TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
 from torchrl.data.replay_buffers import Sequence
 
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.errors import ColumnError
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)

@@ -26,7 +26,7 @@ from torchrl.data import (
     TensorDictReplayBuffer,
 )
 
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.errors import UnsupportedError
 from torchstore.samplers import (
     ERE,

@@ -24,7 +24,7 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import prioritized as trl_prioritized
 
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.samplers import PrioritizedSampler
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.errors import UnsupportedError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -21,7 +21,7 @@ from torchrl.data import (
     TensorDictReplayBuffer,
 )
 
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)
 

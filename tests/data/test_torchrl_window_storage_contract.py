@@ -18,10 +18,10 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
 
-from torchstore.data.store import TrajectoryStore
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.demo import write_demo_store
 from torchstore.errors import ReadOnlyStorageError, RowIndexError, UnsupportedError
-from torchstore.samplers.window_storage import WindowSampler, WindowStorage
+from torchstore.window.window_storage import WindowSampler, WindowStorage
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)
 

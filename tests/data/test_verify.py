@@ -11,7 +11,7 @@ import pytest
 
 from torchstore.cli import main
 from torchstore.data import TrajectoryStore
-from torchstore.data.verify import verify_store
+from torchstore.data.store.verify import verify_store
 from torchstore.demo import write_demo_store
 
 

@@ -17,10 +17,11 @@ from tensordict import TensorDict
 from torchrl.data import TensorDictReplayBuffer
 
 from tests.data.test_packed_rowcopy import kernels
-from torchstore.data import ColumnSpec, rowcopy
-from torchstore.data import replay as replay_module
-from torchstore.data.replay import StoreReplay
-from torchstore.data.ring_episodes import RingEpisodes
+from torchstore.data import ColumnSpec
+from torchstore.data.replay import ring as replay_module
+from torchstore.data.replay.ring import StoreReplay
+from torchstore.data.replay.ring_episodes import RingEpisodes
+from torchstore.data.rows import rowcopy
 from torchstore.errors import ColumnError
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)

@@ -30,7 +30,7 @@ from zarr.storage import LocalStore
 
 from torchstore import TrajectoryStore
 from torchstore.data.columns import ColumnSpec
-from torchstore.data.writer import TrajectoryStoreWriter
+from torchstore.data.file.writer import TrajectoryStoreWriter
 from torchstore.errors import DatasetFormatError, DestinationError, DestinationExistsError
 from torchstore.formats import zarr_export, zarr_import, zarr_source
 from torchstore.formats.zarr_export import export_zarr

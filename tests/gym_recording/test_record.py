@@ -286,7 +286,7 @@ def test_image_observations_stay_uint8_or_are_quantised(tmp_path):
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from torchstore.data.writer import lossless_cast  # noqa: E402
+from torchstore.data.file.writer import lossless_cast  # noqa: E402
 
 
 @given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=20))

@@ -14,7 +14,7 @@ import torch
 from torchrl.data import ReplayBuffer
 
 from torchstore.data import TrajectoryStore
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.demo import write_demo_store
 from torchstore.lightning import DemonstrationDataModule, OfflineDataModule
 from torchstore.samplers import (

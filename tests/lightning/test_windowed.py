@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning_fixtures import QUIET, Recorder, demo_xy, offline_xy
 
-from torchstore.data.store import TrajectoryStore
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.demo import write_demo_store
 from torchstore.errors import ResidencyError
 from torchstore.lightning import DemonstrationDataModule, OfflineDataModule

@@ -52,7 +52,7 @@ def test_distributed_sac_smoke(tmp_path):
     from torchrl.data import TensorDictReplayBuffer
 
     from torchstore import UniformSampler
-    from torchstore.data.replay import StoreReplay
+    from torchstore.data.replay.ring import StoreReplay
 
     resumed = TensorDictReplayBuffer(
         storage=StoreReplay(100000), sampler=UniformSampler(), batch_size=64

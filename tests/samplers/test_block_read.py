@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.data.store import TrajectoryStore
-from torchstore.data.writer import TrajectoryStoreWriter
+from torchstore.data.file.writer import TrajectoryStoreWriter
+from torchstore.data.residency import block_read as block_read_module
+from torchstore.data.residency.block_read import ChunkReader
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.errors import IntegrityError
-from torchstore.samplers import philox
-from torchstore.samplers.block_read import ChunkReader
-from torchstore.samplers.block_window import BlockWindow
 from torchstore.samplers.philox import PhiloxStream
 from torchstore.samplers.sumtree import SumTree
+from torchstore.window.block_window import BlockWindow
 
 COLUMNS = [
     ColumnSpec("img", torch.uint8, (40, 25)),  # 1000 bytes a row: 131 rows a chunk
@@ -230,7 +230,7 @@ def read_path(request, monkeypatch):
     """How a direct read reads and checks its chunks: one compiled call a span (the
     default), or ``os.preadv`` and ``xxhash`` chunk by chunk (compiled kernels off).
     Counts the chunks of each compiled call."""
-    import torchstore.samplers.block_read as block_read
+    import torchstore.data.residency.block_read as block_read
 
     calls: list[int] = []
     if request.param == "xxhash":
@@ -333,7 +333,7 @@ def test_a_landing_never_sits_1_to_31_bytes_past_its_source_or_its_copy_before_i
 def test_a_failed_compiled_read_falls_back_to_os_preadv(frames_path, monkeypatch):
     """When the compiled read reports a failed call (-1: a signal, too many iovecs), the
     span is read again through ``os.preadv`` and checked chunk by chunk: same rows."""
-    import torchstore.samplers.block_read as block_read
+    import torchstore.data.residency.block_read as block_read
 
     class Failing:
         @staticmethod
@@ -360,7 +360,7 @@ def test_the_compiled_read_checks_each_chunk_and_stops_at_a_short_read(tmp_path)
     far it got and leaves that chunk unverified; a closed file reports -1."""
     import xxhash
 
-    from torchstore.samplers.direct_read import read_rows
+    from torchstore.data.residency.direct_read import read_rows
 
     rng = np.random.default_rng(9)
     rnb, offset, at = 300, 4096, np.array([0, 700, 1500], dtype=np.int64)
@@ -399,8 +399,8 @@ def test_the_compiled_read_checks_each_chunk_and_stops_at_a_short_read(tmp_path)
 def test_a_compiled_read_that_cannot_be_built_falls_back_with_one_warning(frames_path, monkeypatch):
     """Where the compiled read raises (its ``preadv`` symbol missing on a platform, say),
     the reader warns once, reads through ``os.preadv`` from then on, and returns the rows."""
-    import torchstore.samplers.block_read as block_read
-    from torchstore.samplers import direct_read
+    import torchstore.data.residency.block_read as block_read
+    from torchstore.data.residency import direct_read
 
     tries = []
 
@@ -433,7 +433,7 @@ def test_2_kib_rows_go_straight_with_the_compiled_read_and_through_the_buffer_wi
         for _ in range(6):
             w.add_episode({"img": rng.integers(0, 256, (100, 32, 64), dtype=np.uint8)})
     for kernels in (True, False):
-        monkeypatch.setattr(philox, "KERNELS", kernels)
+        monkeypatch.setattr(block_read_module, "KERNELS", kernels)
         with TrajectoryStore(path) as store:
             stats: dict = {}
             reader = ChunkReader(

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.data.store import TrajectoryStore
-from torchstore.data.writer import TrajectoryStoreWriter
-from torchstore.samplers.block_window import BlockWindow
+from torchstore.data.file.writer import TrajectoryStoreWriter
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.samplers.philox import PhiloxStream
+from torchstore.window.block_window import BlockWindow
 
 LENGTHS = [37, 5, 60, 12, 1, 44, 23, 9, 70, 31, 18, 50, 3, 27, 41, 16]
 

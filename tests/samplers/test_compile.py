@@ -14,7 +14,7 @@ import torch._dynamo
 from torch._dynamo.testing import CompileCounter
 from torchrl.data import LazyTensorStorage, ReplayBuffer, RoundRobinWriter
 
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.samplers import (
     ERE,
     PhiloxSampler,

@@ -9,7 +9,7 @@ from tensordict import TensorDict
 from torchrl.data import ReplayBuffer
 
 from torchstore.data import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.data.replay import StoreReplay
+from torchstore.data.replay.ring import StoreReplay
 from torchstore.errors import EmptyStorageError
 from torchstore.samplers import PrioritizedSampler
 from torchstore.samplers.device import PhiloxSampler, empty_batch, sample_into, update_priority_

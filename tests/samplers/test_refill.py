@@ -10,13 +10,13 @@ import torch
 from scipy.stats import chisquare
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.data.store import TrajectoryStore
-from torchstore.data.writer import TrajectoryStoreWriter
+from torchstore.data.file.writer import TrajectoryStoreWriter
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.errors import IntegrityError, ResidencyError, RowIndexError
-from torchstore.samplers.block_window import BlockWindow
 from torchstore.samplers.philox import PhiloxStream
 from torchstore.samplers.refill import RefillSchedule, cut_blocks, parse_budget
 from torchstore.samplers.sumtree import SumTree
+from torchstore.window.block_window import BlockWindow
 
 LENGTHS = [37, 5, 60, 12, 1, 44, 23, 9, 70, 31, 18, 50, 3, 27, 41, 16]
 

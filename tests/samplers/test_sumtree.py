@@ -207,7 +207,7 @@ def test_half_precision_trees_run_on_the_cpu(dtype):
     from tensordict import TensorDict
     from torchrl.data import TensorDictReplayBuffer
 
-    from torchstore.data.replay import StoreReplay
+    from torchstore.data.replay.ring import StoreReplay
     from torchstore.samplers import PrioritizedSampler
 
     tree = SumTree(8, dtype=dtype)

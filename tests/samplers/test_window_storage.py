@@ -6,10 +6,10 @@ import pytest
 import torch
 from torchrl.data import TensorDictReplayBuffer
 
-from torchstore.data.store import TrajectoryStore
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.demo import write_demo_store
 from torchstore.errors import ReadOnlyStorageError, RowIndexError
-from torchstore.samplers.window_storage import WindowSampler, WindowStorage
+from torchstore.window.window_storage import WindowSampler, WindowStorage
 
 
 @pytest.fixture(scope="module")

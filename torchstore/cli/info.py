@@ -42,7 +42,7 @@ def _json_inside_json(value: object) -> object:
 
 def summarize_minari(data: Path) -> dict:
     """A Minari dataset's facts with the keys of a store's summary (read-only, no minari)."""
-    from torchstore.data.summary import length_stats
+    from torchstore.data.store.summary import length_stats
 
     meta = json.loads((data / "metadata.json").read_text())
     if not isinstance(meta, dict):
@@ -119,7 +119,7 @@ def _folder_size(path: Path) -> int:
 
 def summarize_lerobot(root: str | os.PathLike) -> dict:
     """A LeRobot v3.0/v2.1 folder's facts with the keys of a store's summary (read-only)."""
-    from torchstore.data.summary import length_stats
+    from torchstore.data.store.summary import length_stats
     from torchstore.lerobot import LeRobotSource
 
     root = Path(root)
@@ -127,7 +127,7 @@ def summarize_lerobot(root: str | os.PathLike) -> dict:
         lengths = [e.length for e in source.episodes]
         return {
             "path": str(root),
-            "format": f"LeRobot dataset {source.version} (a folder; import-lerobot makes a store)",
+            "format": f"LeRobot dataset {source.version} (a folder; `torchstore import` reads it)",
             "created": None,
             "env_id": source.info.get("robot_type"),
             "seed": None,
@@ -159,10 +159,10 @@ def summarize_path(path: str | os.PathLike) -> dict:
                 return summarize_minari(data)
             except (KeyError, ValueError, TypeError, OSError) as exc:
                 raise StoreFormatError(f"{path} looks like a Minari dataset but {exc!r}") from None
-        from torchstore.data.store_set import StoreSet, find_shards
+        from torchstore.data.store.store_set import StoreSet, find_shards
 
         if find_shards(path):
-            from torchstore.data.summary import summarize
+            from torchstore.data.store.summary import summarize
 
             with StoreSet(path) as shards:
                 return summarize(shards)
@@ -170,8 +170,8 @@ def summarize_path(path: str | os.PathLike) -> dict:
             f"{path} is a folder but not a LeRobot dataset (no meta/info.json), not a Minari "
             "dataset (no data/metadata.json) and not a store file"
         )
-    from torchstore.data.store import TrajectoryStore
-    from torchstore.data.summary import summarize
+    from torchstore.data.store.store import TrajectoryStore
+    from torchstore.data.store.summary import summarize
 
     with TrajectoryStore(path) as store:
         return summarize(store)
@@ -179,7 +179,7 @@ def summarize_path(path: str | os.PathLike) -> dict:
 
 def print_info(path: str | os.PathLike, *, as_json: bool = False) -> None:
     """Print the summary of ``path`` as a table, or as JSON."""
-    from torchstore.data.summary import format_summary
+    from torchstore.data.store.summary import format_summary
 
     info = summarize_path(path)
     print(json.dumps(info, indent=2) if as_json else format_summary(info))

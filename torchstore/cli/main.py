@@ -78,21 +78,6 @@ def _demo(args: argparse.Namespace) -> None:
     print(f"wrote {args.episodes} episodes of {args.steps} steps to {path}")
 
 
-def _import_lafan(args: argparse.Namespace) -> None:
-    from torchstore.motion import import_lafan
-
-    path = import_lafan(
-        args.source,
-        args.dest,
-        fps=args.fps,
-        quat_order=args.quat_order,
-        overwrite=args.overwrite,
-        resume=args.resume,
-        progress=not args.no_progress,
-    )
-    print(f"wrote {path}")
-
-
 def _demo_data(args: argparse.Namespace) -> None:
     from torchstore.tasks import write_demo_data
 
@@ -109,77 +94,14 @@ def _viz(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
-def _import_lerobot(args: argparse.Namespace) -> None:
-    from torchstore.lerobot import import_lerobot  # checks the destination (check_destination)
-
-    summary = import_lerobot(
-        args.source,
-        args.dest,
-        episodes=args.episodes,
-        columns=args.columns,
-        revision=args.revision,
-        include_rejected=args.include_rejected,
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
-    )
-    print(summary)
-
-
-def _export_lerobot(args: argparse.Namespace) -> None:
-    from torchstore.lerobot import export_lerobot  # checks the destination (check_destination)
-
-    summary = export_lerobot(
-        args.store,
-        args.dir,
-        fps=args.fps,
-        task=args.task,
-        robot_type=args.robot_type,
-        columns=args.columns,
-        cameras=args.cameras,
-        video_encoder=args.codec,
-        overwrite=args.overwrite,
-        progress=not args.no_progress,
-    )
-    print(summary)
-
-
 def _verify(args: argparse.Namespace) -> None:
-    from torchstore.data.verify import verify_store
+    from torchstore.data.store.verify import verify_store
     from torchstore.errors import IntegrityError
 
     report = verify_store(args.path, progress=not args.no_progress)
     if not report.ok:
         raise IntegrityError(report.verdict())
     print(report.verdict())
-
-
-def _import_minari(args: argparse.Namespace) -> None:
-    from torchstore.minari import import_minari
-
-    path = import_minari(
-        args.source, args.dest, overwrite=args.overwrite, progress=not args.no_progress
-    )
-    print(f"wrote {path}")
-
-
-def _export_minari(args: argparse.Namespace) -> None:
-    from torchstore.minari import export_minari
-
-    path = export_minari(
-        args.store,
-        args.dataset_id,
-        root=args.root,
-        data_format=args.format,
-        progress=not args.no_progress,
-    )
-    print(f"wrote {path}")
-
-
-def _import_d4rl(args: argparse.Namespace) -> None:
-    from torchstore.minari import import_d4rl
-
-    path = import_d4rl(args.source, args.dest, env_id=args.env_id, overwrite=args.overwrite)
-    print(f"wrote {path}")
 
 
 # ---------------------------------------------------------------- parser
@@ -203,11 +125,6 @@ def _demo_resume(a: argparse.Namespace) -> str:
         f"torchstore demo {a.path} --episodes {a.episodes} --steps {a.steps} "
         f"--seed {a.seed} --resume"
     )
-
-
-def _lafan_resume(a: argparse.Namespace) -> str:
-    fps = "" if a.fps is None else f" --fps {a.fps:g}"
-    return f"torchstore import-lafan {a.source} {a.dest}{fps} --quat-order {a.quat_order} --resume"
 
 
 def _add_core_commands(sub: argparse._SubParsersAction) -> None:
@@ -234,33 +151,6 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_demo)
     _writes(p, "path", _demo_resume)
-
-    p = sub.add_parser(
-        "import-lafan", help="import LAFAN1 motions retargeted to the Unitree G1 (CSV)"
-    )
-    p.add_argument("source", type=types.existing_path, help="a CSV file or a folder of them")
-    p.add_argument("dest", type=types.output_file, help="the store file to write")
-    p.add_argument(
-        "--fps",
-        type=types.finite_float(0.0, 1000.0),
-        default=None,
-        help="resample to this frame rate (default: keep the source's 30 fps)",
-    )
-    p.add_argument(
-        "--quat-order",
-        choices=("wxyz", "xyzw"),
-        default="wxyz",
-        help="order of the stored root_quat",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="append the files an interrupted import of the same source did not commit",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_import_lafan)
-    _writes(p, "dest", _lafan_resume)
 
     p = sub.add_parser(
         "demo-data",
@@ -300,55 +190,6 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     _writes(p, "out", episodes=False)
 
     p = sub.add_parser(
-        "import-lerobot",
-        help="import a LeRobot v3.0/v2.1 dataset (folder or Hub repo id) into a store",
-    )
-    p.add_argument("source", help="a dataset folder, or a Hub repo id like user/name")
-    p.add_argument("dest", type=types.output_file, help="the store file to write")
-    p.add_argument(
-        "--episodes",
-        type=types.non_negative_int,
-        nargs="+",
-        default=None,
-        help="episode indices (default: all)",
-    )
-    p.add_argument("--columns", nargs="+", default=None, help="feature names (default: all)")
-    p.add_argument("--revision", default=None, help="Hub revision (default: the v3.0 tag)")
-    p.add_argument(
-        "--include-rejected", action="store_true", help="keep episodes an operator rejected"
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_import_lerobot)
-    _writes(p, "dest")
-
-    p = sub.add_parser("export-lerobot", help="write a store as a LeRobot v3.0 dataset folder")
-    p.add_argument("store", type=types.existing_file, help="the store to export")
-    p.add_argument("dir", type=types.output_folder, help="the dataset folder to write")
-    p.add_argument(
-        "--fps",
-        type=types.bounded_int(1, 1000),
-        default=None,
-        help="frames per second (default: the fps a LeRobot import recorded)",
-    )
-    p.add_argument(
-        "--task", default=None, help="the task of every frame (default: the imported tasks)"
-    )
-    p.add_argument("--robot-type", default=None, help="info.json robot_type (default: none)")
-    p.add_argument("--columns", nargs="+", default=None, help="columns to export (default: all)")
-    p.add_argument(
-        "--cameras",
-        choices=("video", "image"),
-        default=None,
-        help="every camera as MP4 or PNG (default: imported cameras as they were, others MP4)",
-    )
-    p.add_argument("--codec", choices=("av1", "h264"), default="av1", help="video codec")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing folder at DIR")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_export_lerobot)
-    _writes(p, "dir")
-
-    p = sub.add_parser(
         "verify", help="read every byte of a store and check its checksums (exit 1 if damaged)"
     )
     p.add_argument(
@@ -357,52 +198,15 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_verify)
 
-    p = sub.add_parser(
-        "import-minari", help="import a Minari dataset (folder or local dataset id) into a store"
-    )
-    p.add_argument(
-        "source", help="a Minari dataset folder, or a dataset id in the local Minari root"
-    )
-    p.add_argument("dest", type=types.output_file, help="the store file to write")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_import_minari)
-    _writes(p, "dest")
-
-    p = sub.add_parser("export-minari", help="write a store as a Minari dataset")
-    p.add_argument("store", type=types.existing_file, help="the store to export")
-    p.add_argument("dataset_id", help="the new dataset's id, like namespace/name-v0")
-    p.add_argument(
-        "--root",
-        type=types.output_folder,
-        default=None,
-        help="the Minari datasets root (default: $MINARI_DATASETS_PATH, else ~/.minari/datasets)",
-    )
-    p.add_argument("--format", choices=("hdf5", "arrow"), default="hdf5", help="Minari data format")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=_export_minari)
-
-    p = sub.add_parser(
-        "import-d4rl",
-        help=(
-            "import a D4RL-style flat HDF5 file "
-            "(observations, actions, rewards, terminals, timeouts)"
-        ),
-    )
-    p.add_argument("source", type=types.existing_file, help="the D4RL-style .hdf5 file")
-    p.add_argument("dest", type=types.output_file, help="the store file to write")
-    p.add_argument(
-        "--env-id", default=None, help="the env the data comes from (default: none recorded)"
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
-    p.set_defaults(func=_import_d4rl)
-    _writes(p, "dest")
-
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole ``torchstore`` parser (every subcommand), without running anything."""
+    from torchstore.cli.formats import older_spellings_epilog
+
     parser = _Parser(
-        prog="torchstore", description="Trajectory stores, replay data and remote datasets."
+        prog="torchstore",
+        description="Trajectory stores, replay data and remote datasets.",
+        epilog=older_spellings_epilog(),
     )
     parser.add_argument(
         "--version", action="version", version=f"torchstore {__version__}", help="print the version"
@@ -414,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     from torchstore.cli.formats import add_commands as add_format_commands
     from torchstore.cli.remote import add_commands
 
-    add_format_commands(sub, _writes)  # import (any format, sniffed), export --to
+    add_format_commands(sub, _writes)  # import (any format), export --to, older spellings
 
     add_commands(sub)  # catalog, pull, push, sync, remote index, datasets, list, project
     rerun = "run the same command again to continue"
@@ -473,7 +277,7 @@ def _committed(path: Path) -> int | None:
 
             with LeRobotSource(path) as source:
                 return len(source.episodes)
-        from torchstore.data.store import TrajectoryStore
+        from torchstore.data.store.store import TrajectoryStore
 
         with TrajectoryStore(path) as store:
             return store.num_episodes
@@ -496,7 +300,8 @@ def _interrupted(args: argparse.Namespace, before: tuple[int, int] | None) -> st
     if n is None:
         return f"interrupted; {path} holds nothing readable yet"
     hint = getattr(args, "resume_hint", None)
-    tail = f", resume with: {hint(args)}" if hint else ", run again with --overwrite to start over"
+    resume = hint(args) if hint else None
+    tail = f", resume with: {resume}" if resume else ", run again with --overwrite to start over"
     return f"interrupted; {n} episodes committed to {path}{tail}"
 
 

@@ -195,7 +195,7 @@ def _datasets(args: argparse.Namespace) -> None:
     if args.path:
         print(path)
         return
-    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.store.store import TrajectoryStore
 
     with TrajectoryStore(path) as store:
         episodes, rows = store.num_episodes, store.num_rows

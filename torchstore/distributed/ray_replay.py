@@ -127,7 +127,7 @@ def serve_replay(
     from torchrl.data import TensorDictReplayBuffer
     from torchrl.data.replay_buffers.ray_buffer import RayReplayBuffer
 
-    from torchstore.data.replay import StoreReplay
+    from torchstore.data.replay.ring import StoreReplay
     from torchstore.samplers.prioritized import PrioritizedSampler
     from torchstore.samplers.uniform import UniformSampler
 
@@ -229,7 +229,7 @@ class ShardCollector:
         return {"rows": self.rows, "episodes": self.episodes}
 
     def _write(self, batch: TensorDictBase) -> None:
-        from torchstore.data.writer import TrajectoryStoreWriter
+        from torchstore.data.file.writer import TrajectoryStoreWriter
 
         if self.writer is None:
             if self.shard.exists():

@@ -421,7 +421,7 @@ class _Slabs:
         if not self.used:
             return
         if self.writer is None:
-            from torchstore.data.writer import TrajectoryStoreWriter
+            from torchstore.data.file.writer import TrajectoryStoreWriter
 
             columns = _columns(self.src.schema, self.episodes.shapes, str(self.src.root))
             metadata = _store_metadata(self.src, self.tables)

@@ -250,7 +250,7 @@ def import_robomimic(
     Examples:
         >>> import_robomimic("lift/ph/image.hdf5", "lift.h5")  # doctest: +SKIP
     """
-    from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.data.file.writer import TrajectoryStoreWriter
     from torchstore.io.destination import check_destination, written_beside
     from torchstore.io.progress import progress_bar
 

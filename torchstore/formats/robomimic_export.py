@@ -298,7 +298,7 @@ def export_robomimic(
     Examples:
         >>> export_robomimic("demos.h5", "demos.hdf5")  # doctest: +SKIP
     """
-    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.store.store import TrajectoryStore
     from torchstore.io.destination import check_destination, written_beside
     from torchstore.io.progress import progress_bar
 

@@ -395,7 +395,7 @@ def export_zarr(
     """Write ``store`` as a diffusion-policy zarr (``ReplayBuffer`` layout); returns ``dest``.
 
     Args:
-        store: a :class:`~torchstore.data.store.TrajectoryStore` or a store path.
+        store: a :class:`~torchstore.data.store.store.TrajectoryStore` or a store path.
         dest: the zarr folder to write, or a ``.zip`` (a ``.zarr.zip``, zarr's
             ``ZipStore``, stored uncompressed as zarr 2 writes it).
         overwrite: replace an existing zarr folder or zip at ``dest`` (never anything else).
@@ -424,7 +424,7 @@ def export_zarr(
         DestinationError: ``dest`` exists and is not a zarr folder or zip (never replaced).
         ArgumentError: a ``zarr_format``, ``chunk_rows`` or ``compressor`` it cannot use.
     """
-    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.store.store import TrajectoryStore
     from torchstore.io.progress import progress_bar
 
     require_zarr()

@@ -295,7 +295,7 @@ def import_zarr(
     Warns (``UserWarning``) of chunks of a zarr v2 array that zarr 2 wrote which are not
     stored, and so read as the fill value (zarr 3 leaves out chunks holding only that).
     """
-    from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.data.file.writer import TrajectoryStoreWriter
     from torchstore.io.destination import check_destination, written_beside
     from torchstore.io.progress import progress_bar
 

@@ -5,13 +5,13 @@ Each row is one step: ``obs`` (the observation the action was taken in), ``actio
 observation the step returned), with observation and action columns declared from the
 env's spaces (:mod:`torchstore.gym.spaces`). Steps are given one at a time, without a
 time axis, as the env returns them; values are converted to the column dtypes when no
-information is lost (the writer's rule, :func:`~torchstore.data.writer.lossless_cast`).
+information is lost (the writer's rule, :func:`~torchstore.data.file.writer.lossless_cast`).
 An episode is committed when it ends, so a killed recording keeps every finished one.
 
 The manifest records the env id, the first reset seed and, under ``metadata["gymnasium"]``,
 the observation and action spaces and the env spec (``EnvSpec.to_json``, kwargs
 included), from which
-:meth:`TrajectoryStore.make_env <torchstore.data.store.TrajectoryStore.make_env>` rebuilds
+:meth:`TrajectoryStore.make_env <torchstore.data.store.store.TrajectoryStore.make_env>` rebuilds
 the env. Each episode's metadata holds its reset seed (None when the reset was not seeded)
 and, for vector envs, the sub-env (``stream``) it came from.
 
@@ -224,7 +224,7 @@ class EpisodeRecorder:
 
     # ------------------------------------------------------------------ lifetime
     def _open(self, seed: int | None) -> None:
-        from torchstore.data.writer import TrajectoryStoreWriter
+        from torchstore.data.file.writer import TrajectoryStoreWriter
 
         gym_meta = {
             **env_spec_metadata(self._spec),

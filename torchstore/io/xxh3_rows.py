@@ -11,7 +11,7 @@ measured with a window over 84x84x3 pixel rows (4 blocks resident, reuse 4), the
 thread drew 18 % more batches a second with the hashing left out, and about as few as
 before with every Python call kept but no bytes hashed. Here the check is compiled and
 holds no GIL: :func:`verify_rows` checks any number of blocks in one call, and the refill's
-compiled read (:mod:`torchstore.samplers.direct_read`) calls it as each chunk arrives.
+compiled read (:mod:`torchstore.data.residency.direct_read`) calls it as each chunk arrives.
 
 The function is XXH3_64bits with seed 0 and the default secret for inputs longer than 240
 bytes (the "long" path of the published algorithm): 64-byte stripes accumulated into eight

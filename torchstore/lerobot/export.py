@@ -149,7 +149,7 @@ def export_lerobot(
             default) or ``"h264"``.
         caps: ``chunks_size``, ``data_files_size_in_mb``, ``video_files_size_in_mb``.
     """
-    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.store.store import TrajectoryStore
     from torchstore.io.destination import check_destination
     from torchstore.lerobot.cameras import encoder_settings
 

@@ -158,7 +158,7 @@ def import_lerobot(
             episode table says it is (default: a quarter of a frame period).
         progress: show a progress bar over frames.
     """
-    from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.data.file.writer import TrajectoryStoreWriter
     from torchstore.io.destination import check_destination, written_beside
 
     started = time.perf_counter()

@@ -17,7 +17,7 @@ ranks, and the same seed gives the same rows as ``UniformSampler(seed=...)``,
 rows.
 
 A store larger than memory (``resident=`` rows or bytes): instead of loading the columns,
-:meth:`setup` builds a :class:`~torchstore.samplers.block_window.BlockWindow` over the training
+:meth:`setup` builds a :class:`~torchstore.window.block_window.BlockWindow` over the training
 episodes and keeps the store open for it (:meth:`close` stops its thread and closes the
 store). Rows are drawn by the refill schedule of :mod:`torchstore.samplers.refill` from the
 same Philox stream; every row keeps the expected frequency of whole-store sampling, ranks
@@ -26,7 +26,7 @@ read disjoint blocks, and the window's schedule state is checkpointed with the s
 is read in the background); ``resident_reuse`` (default 1) is how many draws per row a
 block gives per read (larger: fewer reads, the same expected frequencies). A budget
 refuses ``ere`` and ``shard_episodes``; prioritized draws keep the bias documented in
-:class:`~torchstore.samplers.block_window.BlockWindow` (a priority changed while its block
+:class:`~torchstore.window.block_window.BlockWindow` (a priority changed while its block
 is away counts on the block's next turn).
 
 Checkpoints. :meth:`state_dict` holds every rank's stream position (and sampler state,
@@ -50,9 +50,9 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from torchstore.data.packed import PackedColumns, tensordict_of
-from torchstore.data.store import TrajectoryStore
-from torchstore.data.store_set import open_store
+from torchstore.data.rows.packed import PackedColumns, tensordict_of
+from torchstore.data.store.store import TrajectoryStore
+from torchstore.data.store.store_set import open_store
 from torchstore.errors import ResidencyError
 from torchstore.lightning.batches import (
     Batches,
@@ -62,7 +62,6 @@ from torchstore.lightning.batches import (
     to_cpu,
 )
 from torchstore.lightning.split import EpisodeSplit, shard_episodes, split_episodes
-from torchstore.samplers.block_window import BlockWindow
 from torchstore.samplers.draws import uniform_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.philox import PhiloxStream
@@ -75,6 +74,7 @@ from torchstore.validation import (
     non_negative_number,
     positive_number,
 )
+from torchstore.window.block_window import BlockWindow
 
 __all__ = ["StoreDataModule", "Output", "SamplerKind"]
 
@@ -150,7 +150,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         super().__init__()
         self.sampler = choice(SamplerKind, sampler, "sampler")
         self._set_residency(resident, resident_blocks, resident_reuse, ere, shard_episodes)
-        #: the :class:`~torchstore.samplers.block_window.BlockWindow` sampled with a budget
+        #: the :class:`~torchstore.window.block_window.BlockWindow` sampled with a budget
         #: (else None)
         self.window: BlockWindow | None = None
         self.prioritized_alpha = float(non_negative_number("prioritized_alpha", prioritized_alpha))

@@ -44,8 +44,8 @@ import torch
 from tensordict import TensorDict
 
 from torchstore.data.columns import column_key, set_nested
-from torchstore.data.packed import PackedColumns
-from torchstore.data.store import TrajectoryStore
+from torchstore.data.rows.packed import PackedColumns
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
 from torchstore.lightning.normalizer import Normalization, Normalizer, load_or_compute_stats
 from torchstore.samplers.ere import ERE

@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 
 from torchstore.data.columns import name_from_key
-from torchstore.data.resident import ResidentStore
-from torchstore.data.store import TrajectoryStore
+from torchstore.data.residency.resident import ResidentStore
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.errors import ColumnError
 from torchstore.lightning.base import choice
 

@@ -51,8 +51,8 @@ import torch
 from tensordict import TensorDict
 
 from torchstore.data.columns import column_key, set_nested
-from torchstore.data.packed import tensordict_of
-from torchstore.data.store import TrajectoryStore
+from torchstore.data.rows.packed import tensordict_of
+from torchstore.data.store.store import TrajectoryStore
 from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
 from torchstore.samplers.draws import uniform_gathered, uniform_rows
 from torchstore.samplers.ere import ERE
@@ -118,7 +118,7 @@ class OfflineDataModule(StoreDataModule):
             the budget of a store larger than memory, in rows (an int) or bytes
             (``"8GiB"``, ``"512MB"``): ``resident_blocks`` blocks of contiguous rows are
             sampled while a background thread reads the next one (see
-            :class:`~torchstore.samplers.block_window.BlockWindow`; ``datamodule.window.stats``
+            :class:`~torchstore.window.block_window.BlockWindow`; ``datamodule.window.stats``
             counts reads and waits). Validation episodes are read from disk batch by batch.
             Not with ``ere`` or ``shard_episodes`` (ranks read disjoint blocks already).
         resident_blocks: blocks sampled from at once with a budget (the budget holds them
@@ -415,7 +415,7 @@ class OfflineDataModule(StoreDataModule):
         return self._finish(leaves, index.shape[0])
 
     def _batch_plan(self, packed: Any) -> Any:
-        """The :class:`~torchstore.data.packed.BatchPlan` of this layout over ``packed``
+        """The :class:`~torchstore.data.rows.packed.BatchPlan` of this layout over ``packed``
         (kept for the last ``packed`` asked for: the resident view's is asked every batch)."""
         cached = self.__dict__.get("_row_plan")
         if cached is not None and cached[0] is packed:

@@ -105,7 +105,7 @@ def import_d4rl(
         >>> import_d4rl("hopper-medium-v2.hdf5", "hopper.h5", env_id="Hopper-v5")
         PosixPath('hopper.h5')
     """
-    from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.data.file.writer import TrajectoryStoreWriter
 
     source = Path(source)
     try:

@@ -221,7 +221,7 @@ def export_minari(
     larger than memory exports. A failed export removes the partial dataset.
 
     Args:
-        store: a :class:`~torchstore.data.store.TrajectoryStore` or a store path.
+        store: a :class:`~torchstore.data.store.store.TrajectoryStore` or a store path.
         dataset_id: ``(namespace/)name-vN``, as ``minari.load_dataset`` takes it.
         root: the Minari datasets root to write under (default: ``$MINARI_DATASETS_PATH``,
             else ``~/.minari/datasets``).
@@ -233,7 +233,7 @@ def export_minari(
         ColumnError: the store lacks a column a Minari episode needs.
         UnsafePathError: the id would land outside the root (``..`` parts).
     """
-    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.store.store import TrajectoryStore
     from torchstore.io.progress import progress_bar
 
     minari = require_minari()

@@ -185,7 +185,7 @@ def import_minari(
         >>> import_minari("D4RL/door/human-v2", "door.h5")
         PosixPath('door.h5')
     """
-    from torchstore.data.writer import TrajectoryStoreWriter
+    from torchstore.data.file.writer import TrajectoryStoreWriter
     from torchstore.io.progress import progress_bar
 
     ds = open_minari(source)

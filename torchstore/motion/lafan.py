@@ -418,7 +418,7 @@ def _episodes(
 
 def _remaining(files: Sequence[Path], metadata: dict, dest: Path) -> list[Path]:
     """The files an interrupted import into ``dest`` has not committed yet."""
-    from torchstore.data.store import TrajectoryStore
+    from torchstore.data.store.store import TrajectoryStore
 
     with TrajectoryStore(dest) as store:
         done = [store.episode_metadata(i).get("file") for i in range(store.num_episodes)]

@@ -216,7 +216,7 @@ class ProjectListing:
         return self._bundled_lines(most) + self._left_out_lines(most)
 
     def _bundled_lines(self, most: int) -> list[str]:
-        from torchstore.data.summary import format_size
+        from torchstore.data.store.summary import format_size
 
         groups: dict[str, list[tuple[str, int]]] = {}
         for rel, size in self.bundled:

@@ -74,7 +74,7 @@ def dead_writer_note(path: Path, episodes: int | None = None) -> str:
 
 
 def _committed(path: Path) -> tuple[int, int]:
-    from torchstore.data import TrajectoryStore
+    from torchstore.data.store import TrajectoryStore
 
     with TrajectoryStore(path) as store:
         return store.num_episodes, store.num_rows
@@ -86,7 +86,8 @@ def snapshot_store(path: str | os.PathLike, dest: str | os.PathLike) -> tuple[in
     Returns ``(episodes, rows)`` copied. Quantised columns are copied as their codes, and
     the manifest (env id, seed, metadata) and episode metadata are kept.
     """
-    from torchstore.data import TrajectoryStore, TrajectoryStoreWriter
+    from torchstore.data.file.writer import TrajectoryStoreWriter
+    from torchstore.data.store import TrajectoryStore
 
     with TrajectoryStore(path) as store:
         manifest = store.manifest

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from torchstore._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from torchstore.samplers.block_window import BlockWindow
     from torchstore.samplers.device import (
         PhiloxSampler,
         empty_batch,
@@ -41,7 +40,6 @@ if TYPE_CHECKING:
     from torchstore.samplers.sequence import SequenceWindowSampler
     from torchstore.samplers.sumtree import SumTree
     from torchstore.samplers.uniform import UniformSampler
-    from torchstore.samplers.window_storage import WindowSampler, WindowStorage
     from torchstore.samplers.windows import (
         RowSet,
         Windows,
@@ -77,12 +75,16 @@ _EXPORTS = {
     "RowSet": "torchstore.samplers.windows",
     "context_windows": "torchstore.samplers.windows",
     "RefillSchedule": "torchstore.samplers.refill",
-    "BlockWindow": "torchstore.samplers.block_window",
-    "WindowStorage": "torchstore.samplers.window_storage",
-    "WindowSampler": "torchstore.samplers.window_storage",
 }
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)  # a new public name goes here too
+# the refilled window reads the store file, so it left the samplers for torchstore.window
+_MOVED = {
+    "BlockWindow": "torchstore.window.block_window",
+    "WindowStorage": "torchstore.window.window_storage",
+    "WindowSampler": "torchstore.window.window_storage",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _MOVED)  # a new public name goes here too
 
 __all__ = [
     "ERE",
@@ -110,7 +112,4 @@ __all__ = [
     "RowSet",
     "context_windows",
     "RefillSchedule",
-    "BlockWindow",
-    "WindowStorage",
-    "WindowSampler",
 ]

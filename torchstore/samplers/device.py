@@ -20,7 +20,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchstore.data.packed import PackedColumns
+from torchstore.data.rows.packed import PackedColumns
 from torchstore.samplers.draws import uniform_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.prioritized import PrioritizedSampler
@@ -58,7 +58,7 @@ class PhiloxSampler(UniformSampler):
 
     Examples:
         >>> from torchrl.data import ReplayBuffer
-        >>> from torchstore.data.replay import StoreReplay
+        >>> from torchstore.data.replay.ring import StoreReplay
         >>> rb = ReplayBuffer(storage=StoreReplay(100), sampler=PhiloxSampler(seed=1))
     """
 
@@ -160,8 +160,8 @@ def _shares(leaf: Tensor, blocks: list[Tensor]) -> bool:
 def sample_into(storage: Any, sampler: Sampler, out: TensorDictBase) -> TensorDictBase:
     """Draw ``len(out)`` rows with ``sampler`` and write them into ``out`` in place.
 
-    ``storage`` is a :class:`~torchstore.data.replay.StoreReplay` or a
-    :class:`~torchstore.data.resident_storage.ResidentStorage` (``store.resident()``);
+    ``storage`` is a :class:`~torchstore.data.replay.ring.StoreReplay` or a
+    :class:`~torchstore.data.residency.resident_storage.ResidentStorage` (``store.resident()``);
     ``sampler`` a :class:`PhiloxSampler` (or any ``UniformSampler(seed=...)``) or a
     :class:`PrioritizedSampler` built with ``seed=`` or ``philox=``; with an ERE schedule
     the draws come from the ring's newest ``c_k`` rows. The rows are those eager

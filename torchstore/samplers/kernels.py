@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from torchstore.data.rowgather import gather_rows, prefetch
+from torchstore.data.rows.rowgather import gather_rows, prefetch
 
 __all__ = [
     "philox_words",
@@ -176,7 +176,7 @@ def draw_gather(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``count`` uniform rows of ``src`` in one call: ``index = offset +
     randint_below(words[first : first + count], n)`` and ``src[index]`` (see
-    :func:`torchstore.data.rowgather.gather_rows`), as new arrays.
+    :func:`torchstore.data.rows.rowgather.gather_rows`), as new arrays.
 
     Raises:
         IndexError: if a drawn row lies outside ``src`` (``offset + n > len(src)``).

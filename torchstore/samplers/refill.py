@@ -1,6 +1,6 @@
 """The refill schedule of a window over a store larger than memory: blocks, order, phases.
 
-Pure host-side bookkeeping, no I/O (the reads live in :mod:`torchstore.samplers.block_window`).
+Pure host-side bookkeeping, no I/O (the reads live in :mod:`torchstore.window.block_window`).
 
 **Blocks.** The rows to sample (a set of segments: episodes, or one run of rows) are cut
 into *blocks* of at most ``block_rows`` contiguous rows (:func:`cut_blocks`). With
@@ -37,7 +37,7 @@ of uniform sampling over the whole store (up to the carried remainder, less than
 per phase, which moves to the next phase instead of being dropped). ``tests/samplers``
 checks the phase counts and a chi-square over one epoch's row counts. The same argument
 with mass in place of rows makes the prioritized marginal ``p_i / sum(p)``; see
-:mod:`torchstore.samplers.block_window` for the bias that remains when priorities change
+:mod:`torchstore.window.block_window` for the bias that remains when priorities change
 mid-epoch and how the importance weights treat it.
 
 State for an exact resume: ``(phase, left, credit)`` here, plus the row stream's position.

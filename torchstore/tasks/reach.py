@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from torchstore.data.columns import ColumnSpec
+from torchstore.data.file.writer import TrajectoryStoreWriter
 from torchstore.data.quantize import Quantize
-from torchstore.data.writer import TrajectoryStoreWriter
 from torchstore.tasks.rollout import evaluate
 from torchstore.validation import (
     int_at_least,

@@ -1,0 +1,274 @@
+"""Where things live inside a store file, and how a file's datasets are built and opened.
+
+```
+/                     attribute torchstore_manifest (JSON bytes, static schema; a
+                      fixed-length attribute: format 1 kept a heap string) and
+                      torchstore_manifest_xxh3 (uint64: xxh3-64 of the manifest's UTF-8 bytes)
+/commit               int64[4]: committed rows, episodes, episode-metadata bytes, and the
+                      xxh3-64 of those three int64s (format 1 stores: int64[3], no hash)
+/columns/<name>       [rows, *shape] per column ('/' in a name nests groups)
+/episodes/index       int64[episodes, 3]: ep_len, ep_offset, meta_end (one table, so a
+                      commit appends one row to one dataset)
+/episodes/meta        uint8[bytes]: per-episode JSON, concatenated; episode i's JSON ends
+                      at meta_end[i]
+/checksums/...        the per-block hash table of every dataset above
+```
+
+HDF5 checksums its own metadata (superblock, object headers, B-trees) but neither raw data
+nor the global heap that variable-length strings live in: everything a reader's values
+depend on is covered by a hash of torchstore's instead (the manifest's beside it in the
+checksummed root object header, the commit record's in the record itself, the rest per
+block in ``/checksums``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+import xxhash
+
+from torchstore.data.columns import numpy_dtype
+from torchstore.data.file.manifest import UNCHECKED_FORMAT_VERSION, Manifest
+from torchstore.errors import IntegrityError, StoreFormatError
+from torchstore.io.checksummed import ChecksummedDataset, create_checksummed
+from torchstore.io.hdf5 import MANIFEST_ATTR
+
+__all__ = [
+    "MANIFEST_ATTR",
+    "MANIFEST_HASH_ATTR",
+    "COMMIT",
+    "build_store_file",
+    "read_manifest",
+    "StoreDatasets",
+]
+
+MANIFEST_HASH_ATTR = "torchstore_manifest_xxh3"
+#: Reads of a commit record whose hash does not match, before it is called damaged: a
+#: reader can catch the record mid-write by a live writer (the next read is whole).
+_COMMIT_READ_ATTEMPTS = 50
+COMMIT = "commit"
+COLUMNS = "columns"
+EPISODES = "episodes"
+CHECKSUMS = "checksums"
+EP_INDEX = "index"
+EP_INDEX_FIELDS = ("ep_len", "ep_offset", "meta_end")
+EP_META = "meta"
+# Episode tables grow by one row a commit and every flush rewrites their last chunk:
+# small chunks keep that rewrite cheap.
+_EPISODE_TABLES = ((EP_INDEX, np.int64, (3,), 8192), (EP_META, np.uint8, (), 16384))
+
+
+def build_store_file(f: h5py.File, manifest: Manifest) -> None:
+    """Create every dataset and attribute of an empty store (SWMR allows no new objects later)."""
+    # Fixed-length bytes, not a variable-length string: those live in the global heap,
+    # which HDF5 neither checksums nor reads safely when damaged (a flipped heap byte can
+    # hang the read); a fixed-length attribute lives in the checksummed object header.
+    text = manifest.to_json().encode("utf-8")
+    f.attrs[MANIFEST_ATTR] = np.bytes_(text)
+    f.attrs[MANIFEST_HASH_ATTR] = np.uint64(xxhash.xxh3_64_intdigest(text))
+    f.create_dataset(COMMIT, data=commit_record(0, 0, 0, checked=True))
+    sums = f.create_group(CHECKSUMS)
+    for spec in manifest.columns:
+        create_checksummed(
+            f.require_group(COLUMNS),
+            spec.name,
+            numpy_dtype(spec.storage_dtype),
+            spec.shape,
+            sums.require_group(COLUMNS),
+        )
+    for name, dtype, shape, chunk_bytes in _EPISODE_TABLES:
+        create_checksummed(
+            f.require_group(EPISODES),
+            name,
+            np.dtype(dtype),
+            shape,
+            sums.require_group(EPISODES),
+            chunk_bytes=chunk_bytes,
+        )
+    f[EPISODES][EP_INDEX].attrs["fields"] = np.bytes_(",".join(EP_INDEX_FIELDS).encode())
+
+
+def commit_record(rows: int, episodes: int, meta: int, *, checked: bool) -> np.ndarray:
+    """The commit record's int64s: the three counts, then their xxh3-64 when ``checked``."""
+    counts = np.array([rows, episodes, meta], dtype=np.int64)
+    if not checked:
+        return counts
+    digest = np.array([xxhash.xxh3_64_intdigest(counts.tobytes())], dtype=np.uint64).view(np.int64)
+    return np.concatenate([counts, digest])
+
+
+#: Where format 1 stores keep the global heap of their manifest (it is allocated first).
+_HEAP_WINDOW = 64 * 1024
+
+
+def _check_global_heap(filename: str, source: str) -> None:
+    """Walk the global heap collections near the start of a format 1 store.
+
+    HDF5 does not checksum the global heap, and reading a string from a collection whose
+    object sizes are damaged can loop forever; a collection whose objects do not tile it
+    exactly is reported instead of handed to HDF5.
+    """
+    try:
+        with open(filename, "rb") as fh:
+            data = fh.read(_HEAP_WINDOW)
+    except OSError:
+        return
+    pos = data.find(b"GCOL")
+    while pos >= 0:
+        start = pos
+        size = int.from_bytes(data[start + 8 : start + 16], "little")
+        end = start + size
+        if data[start + 4] == 1 and end <= len(data):
+            at = start + 16
+            while at + 16 <= end:
+                index = int.from_bytes(data[at : at + 2], "little")
+                length = int.from_bytes(data[at + 8 : at + 16], "little")
+                if index == 0:  # the free space: the rest of the collection
+                    at = end if at + length == end else -1
+                    break
+                at += 16 + (length + 7) // 8 * 8
+            if at < 0 or at > end:
+                raise StoreFormatError(
+                    f"{source}: the global heap holding the manifest is damaged (an object "
+                    f"overruns its collection at byte {start})"
+                )
+        pos = data.find(b"GCOL", start + 4)
+
+
+def read_manifest(f: h5py.File, source: str) -> Manifest:
+    """The manifest of an open store file, verified against its hash.
+
+    Everything odd about the attributes (a damaged root object header, a missing or
+    malformed manifest, a hash mismatch) is a torchstore error naming ``source``.
+    """
+    try:
+        attrs = f.attrs
+        if MANIFEST_ATTR not in attrs:
+            raise StoreFormatError(
+                f"{source} is an HDF5 file but not a torchstore store "
+                f"(no '{MANIFEST_ATTR}' attribute)"
+            )
+        expected = attrs[MANIFEST_HASH_ATTR] if MANIFEST_HASH_ATTR in attrs else None
+        if expected is None:  # format 1: the manifest is a string in the global heap
+            _check_global_heap(f.filename, source)
+        text = attrs[MANIFEST_ATTR]
+    except StoreFormatError:
+        raise
+    except Exception as exc:  # h5py raises KeyError/OSError/RuntimeError for a damaged header
+        raise StoreFormatError(
+            f"{source}: the store's attributes cannot be read (damaged file?): {exc}"
+        ) from exc
+    raw = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    if not isinstance(raw, bytes):
+        raise StoreFormatError(
+            f"{source}: the manifest attribute is not text ({type(text).__name__})"
+        )
+    if expected is not None:
+        try:
+            expected = int(np.asarray(expected).reshape(()))
+        except (TypeError, ValueError) as exc:
+            raise IntegrityError(
+                f"{source}: the manifest's checksum attribute is malformed"
+            ) from exc
+        if xxhash.xxh3_64_intdigest(raw) != expected:
+            raise IntegrityError(
+                f"{source}: the manifest (column specs, quantisation, env id, metadata) fails its "
+                "checksum; the file is damaged"
+            )
+    manifest = Manifest.from_json(raw, source=source)
+    if expected is None and manifest.format_version > UNCHECKED_FORMAT_VERSION:
+        raise IntegrityError(
+            f"{source}: store format {manifest.format_version} keeps a manifest checksum, "
+            "but it is missing"
+        )
+    return manifest
+
+
+@dataclass
+class StoreDatasets:
+    """The open datasets of a store file."""
+
+    commit: h5py.Dataset
+    columns: dict[str, ChecksummedDataset]
+    ep_index: ChecksummedDataset
+    ep_meta: ChecksummedDataset
+
+    @classmethod
+    def open(cls, f: h5py.File, manifest: Manifest) -> StoreDatasets:
+        def table(group: str, name: str, label: str) -> ChecksummedDataset:
+            return ChecksummedDataset(f[f"{group}/{name}"], f[f"{CHECKSUMS}/{group}/{name}"], label)
+
+        return cls(
+            commit=f[COMMIT],
+            columns={
+                spec.name: table(COLUMNS, spec.name, f"column '{spec.name}'")
+                for spec in manifest.columns
+            },
+            ep_index=table(EPISODES, EP_INDEX, "episode index"),
+            ep_meta=table(EPISODES, EP_META, "episode metadata"),
+        )
+
+    def all(self) -> list[ChecksummedDataset]:
+        return [*self.columns.values(), self.ep_index, self.ep_meta]
+
+    @property
+    def checked(self) -> bool:
+        """Whether the commit record carries its hash (format 2 and later)."""
+        return self.commit.shape == (4,)
+
+    def write_commit(self, rows: int, episodes: int, meta: int) -> None:
+        record = commit_record(rows, episodes, meta, checked=self.checked)
+        self.commit.id.write(h5py.h5s.ALL, h5py.h5s.ALL, record)
+
+    def read_commit(self) -> tuple[int, int, int]:
+        """The committed counts ``(rows, episodes, metadata bytes)``, verified.
+
+        A hash mismatch is re-read a few times (a live writer may be writing the record)
+        before it is reported; counts that could not fit in the file are reported at once.
+        """
+        checked = self.checked
+        for attempt in range(_COMMIT_READ_ATTEMPTS):
+            try:
+                self.commit.refresh()
+                record = np.asarray(self.commit[...], dtype=np.int64)
+            except (OSError, ValueError, KeyError, RuntimeError) as exc:
+                if attempt + 1 < _COMMIT_READ_ATTEMPTS:
+                    time.sleep(0.001)
+                    continue
+                raise IntegrityError(f"the commit record cannot be read ({exc})") from exc
+            if record.shape not in ((3,), (4,)):
+                raise StoreFormatError(
+                    f"the commit record has shape {list(record.shape)}, expected [4]"
+                )
+            rows, episodes, meta = (int(v) for v in record[:3])
+            if not checked or np.array_equal(
+                commit_record(rows, episodes, meta, checked=True), record
+            ):
+                break
+            time.sleep(0.001)
+        else:
+            raise IntegrityError(
+                f"the commit record ({rows}, {episodes}, {meta}) fails its checksum; "
+                "the file is damaged"
+            )
+        self._check_counts(rows, episodes, meta)
+        return rows, episodes, meta
+
+    def _check_counts(self, rows: int, episodes: int, meta: int) -> None:
+        """Counts that the file is too small to hold are damage (and must not be allocated)."""
+        if min(rows, episodes, meta) < 0 or episodes > rows or (episodes == 0) != (rows == 0):
+            raise IntegrityError(f"the commit record ({rows}, {episodes}, {meta}) is inconsistent")
+        try:
+            size = os.stat(self.commit.file.filename).st_size
+        except OSError:
+            return
+        row_bytes = sum(t.row_nbytes for t in self.columns.values())
+        if rows * row_bytes > size or episodes * 24 > size or meta > size:
+            raise IntegrityError(
+                f"the commit record ({rows} rows, {episodes} episodes, {meta} metadata bytes) "
+                f"counts more than the {size}-byte file can hold; the file is damaged"
+            )

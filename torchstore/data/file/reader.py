@@ -1,0 +1,236 @@
+"""The lower level of a store file opened for reading: the snapshot, columns, contiguous reads.
+
+:class:`StoreReader` is what the layers above a store file read through: the committed
+counts (``num_rows``, ``num_episodes``, the episode index, the manifest), the column
+specs (``select_columns``) and contiguous reads (``read_column``, ``read_slab``,
+``iter_slabs``). :class:`~torchstore.data.store.store.TrajectoryStore` adds the sequence face
+(indexing, iteration), the env it records and the steps into residency on top of it.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from torchstore.data.columns import ColumnSpec
+from torchstore.data.episodes import EpisodeIndex
+from torchstore.data.file.layout import StoreDatasets, read_manifest
+from torchstore.data.file.manifest import Manifest
+from torchstore.errors import (
+    ColumnError,
+    IntegrityError,
+    RowIndexError,
+    StoreFormatError,
+    TorchstoreError,
+)
+from torchstore.io.hdf5 import open_for_read
+from torchstore.validation import positive_int
+
+__all__ = ["StoreReader"]
+
+
+class StoreReader:
+    """A store file opened for reading: its committed snapshot and contiguous reads.
+
+    What the reader shows is a snapshot of the committed episodes taken at open; call
+    :meth:`refresh` to see episodes committed since (a live writer may keep appending).
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._file = open_for_read(self.path)
+        try:
+            self._manifest = read_manifest(self._file, str(self.path))
+            try:
+                self._ds = StoreDatasets.open(self._file, self._manifest)
+            except TorchstoreError:
+                raise
+            except Exception as exc:  # KeyError, OSError, RuntimeError from a damaged header
+                raise StoreFormatError(
+                    f"{self.path}: a dataset the manifest names is missing or unreadable ({exc})"
+                ) from exc
+            if self._manifest.format_version > 1 and not self._ds.checked:
+                raise StoreFormatError(
+                    f"{self.path}: the commit record lacks the checksum its format version keeps"
+                )
+            self._rows = self._episodes_n = self._meta_n = -1
+            self.refresh()
+        except BaseException:
+            self._file.close()
+            raise
+
+    # ----------------------------------------------------------------- snapshot
+    def refresh(self) -> bool:
+        """Catch up with episodes a live writer committed since; True if there were any."""
+        try:
+            # the commit record first: everything it counts was flushed before it was written
+            rows, episodes, meta = self._ds.read_commit()
+        except TorchstoreError as exc:
+            raise type(exc)(f"{self.path}: {exc}") from exc
+        try:
+            for table in self._ds.all():
+                table.refresh()
+        except Exception as exc:  # h5py: OSError, ValueError, KeyError, RuntimeError
+            raise IntegrityError(
+                f"{self.path}: the store's tables cannot be refreshed ({exc})"
+            ) from exc
+        if (rows, episodes, meta) == (self._rows, self._episodes_n, self._meta_n):
+            return False
+        for name, table in self._ds.columns.items():
+            if table.data.shape[0] < rows:
+                raise IntegrityError(
+                    f"{self.path}: column '{name}' holds {table.data.shape[0]} rows but {rows} are "
+                    "committed; the file is truncated or damaged"
+                )
+        if min(rows, episodes, meta) < 0 or (episodes == 0) != (rows == 0):
+            raise IntegrityError(
+                f"{self.path}: the commit record ({rows}, {episodes}, {meta}) is inconsistent"
+            )
+        table = self._ds.ep_index.read(0, episodes, episodes, self._latest(1))
+        lengths, offsets = (
+            torch.from_numpy(table[:, 0].copy()),
+            torch.from_numpy(table[:, 1].copy()),
+        )
+        try:
+            self._episodes = EpisodeIndex(lengths, offsets, num_rows=rows)
+        except StoreFormatError as exc:
+            raise IntegrityError(f"{self.path}: the episode index is inconsistent: {exc}") from exc
+        self._meta_end = table[:, 2].copy()
+        if episodes and (self._meta_end[-1] != meta or bool((np.diff(self._meta_end) < 0).any())):
+            raise IntegrityError(f"{self.path}: the episode metadata offsets are inconsistent")
+        self._rows, self._episodes_n, self._meta_n = rows, episodes, meta
+        return True
+
+    def _latest(self, field: int):
+        """Re-reads one count of the commit record (for a block a live writer just extended)."""
+        return lambda: self._ds.read_commit()[field]
+
+    @property
+    def columns(self) -> tuple[ColumnSpec, ...]:
+        return self._manifest.columns
+
+    @property
+    def manifest(self) -> Manifest:
+        """The manifest, with the committed counts of the current snapshot."""
+        return self._manifest.with_counts(self._rows, self._episodes_n)
+
+    @property
+    def episodes(self) -> EpisodeIndex:
+        return self._episodes
+
+    @property
+    def num_rows(self) -> int:
+        return self._rows
+
+    @property
+    def num_episodes(self) -> int:
+        return self._episodes_n
+
+    def __len__(self) -> int:
+        """Committed rows (of the current snapshot), as for a torchrl storage."""
+        return self._rows
+
+    def column(self, name: str) -> ColumnSpec:
+        for spec in self.columns:
+            if spec.name == name:
+                return spec
+        raise ColumnError(
+            f"no column '{name}' in {self.path}; columns are {[c.name for c in self.columns]}"
+        )
+
+    def select_columns(self, columns: Iterable[str] | None) -> list[ColumnSpec]:
+        """The specs of ``columns`` (names, or nested keys), all columns for ``None``."""
+        if columns is None:
+            return list(self.columns)
+        if isinstance(columns, str):
+            columns = [columns]
+        return [self.column(name if isinstance(name, str) else "/".join(name)) for name in columns]
+
+    # ----------------------------------------------------------------- reading
+    def read_column(self, name: str, start: int, stop: int) -> np.ndarray:
+        """One column's rows ``[start, stop)`` in its storage dtype (verified)."""
+        return self._ds.columns[self.column(name).name].read(
+            start, stop, self._rows, self._latest(0)
+        )
+
+    def read_slab(
+        self,
+        start: int,
+        stop: int,
+        columns: Iterable[str] | None = None,
+        *,
+        raw: bool = False,
+    ) -> TensorDict:
+        """Contiguous rows ``[start, stop)`` as a TensorDict.
+
+        Quantised columns are dequantised unless ``raw`` (then they are their uint8 codes).
+        """
+        try:
+            start, stop = operator.index(start), operator.index(stop)
+        except TypeError as exc:
+            raise RowIndexError(f"slab bounds must be ints, got {start!r} and {stop!r}") from exc
+        if not 0 <= start <= stop <= self._rows:
+            raise RowIndexError(
+                f"slab [{start}, {stop}) is outside the rows [0, {self._rows}) of {self.path} "
+                "(bounds are absolute and ascending; negative bounds are not accepted)"
+            )
+        leaves: dict[Any, torch.Tensor] = {}
+        for spec in self.select_columns(columns):
+            value = torch.from_numpy(self.read_column(spec.name, start, stop))
+            if spec.quantize is not None and not raw:
+                value = spec.quantize.decode(value, spec.dtype)
+            leaves[spec.key] = value
+        return TensorDict(leaves, batch_size=[stop - start])
+
+    def iter_slabs(
+        self, rows: int = 65536, columns: Iterable[str] | None = None, *, raw: bool = False
+    ) -> Iterator[TensorDict]:
+        """The whole store as consecutive slabs of ``rows`` rows (the last may be shorter)."""
+        rows = positive_int("rows", rows, error=RowIndexError)
+        names = [s.name for s in self.select_columns(columns)]
+        for start in range(0, self._rows, rows):
+            yield self.read_slab(start, min(start + rows, self._rows), names, raw=raw)
+
+    def episode(
+        self, index: int, columns: Iterable[str] | None = None, *, raw: bool = False
+    ) -> TensorDict:
+        """All rows of one episode."""
+        start, stop = self._episodes.range(index)
+        return self.read_slab(start, stop, columns, raw=raw)
+
+    def episode_metadata(self, index: int) -> dict[str, Any]:
+        """The metadata given when the episode was committed (``{}`` if none)."""
+        self._episodes.range(index)  # bounds check
+        index %= self._episodes_n
+        end = int(self._meta_end[index])
+        begin = int(self._meta_end[index - 1]) if index else 0
+        if begin == end:
+            return {}
+        raw = self._ds.ep_meta.read(begin, end, self._meta_n, self._latest(2))
+        try:
+            return json.loads(raw.tobytes())
+        except (ValueError, RecursionError) as exc:
+            raise IntegrityError(
+                f"{self.path}: episode {index} metadata is not valid JSON"
+            ) from exc
+
+    # ----------------------------------------------------------------- lifetime
+    def size_on_disk(self) -> int:
+        return self.path.stat().st_size
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> StoreReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

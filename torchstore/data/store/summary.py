@@ -1,0 +1,123 @@
+"""A store's summary as rows of text: what ``torchstore info`` prints.
+
+:func:`format_summary` also prints the summary of a LeRobot folder, which has the same keys.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torchstore.data.store.store import TrajectoryStore
+
+__all__ = ["summarize", "format_summary", "format_size", "length_stats"]
+
+
+def _size(nbytes: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.1f} {unit}" if unit != "B" else f"{int(nbytes)} B"
+        nbytes /= 1024
+    return f"{nbytes:.1f} TiB"
+
+
+#: ``1.5 MiB`` style sizes (what ``info`` and ``verify`` print).
+format_size = _size
+
+
+def length_stats(lengths: Sequence[int]) -> dict | None:
+    """``{"min", "median", "max"}`` of episode lengths, or None when there are none.
+
+    The median of an even count is the mean of the middle two (20 and 30 give 25).
+    """
+    values = [int(n) for n in lengths]
+    if not values:
+        return None
+    return {"min": min(values), "median": float(statistics.median(values)), "max": max(values)}
+
+
+def summarize(store: TrajectoryStore) -> dict:
+    """The facts ``torchstore info`` shows, as a JSON-friendly dict.
+
+    ``episode_length`` is None for a store with no episodes.
+    """
+    m = store.manifest
+    return {
+        "path": str(store.path),
+        "format": f"{m.format} v{m.format_version} (torchstore {m.torchstore_version})",
+        "created": m.created,
+        "env_id": m.env_id,
+        "seed": m.seed,
+        "rows": m.num_rows,
+        "episodes": m.num_episodes,
+        "episode_length": length_stats(store.episodes.lengths.tolist()),
+        "size_on_disk": store.size_on_disk(),
+        "columns": [
+            {
+                "name": c.name,
+                "dtype": str(c.dtype).removeprefix("torch."),
+                "shape": list(c.shape),
+                "quantize": None if c.quantize is None else c.quantize.to_dict(),
+            }
+            for c in m.columns
+        ],
+        "metadata": m.metadata,
+        "verified": False,
+        **({"shards": [str(s.path) for s in store.shards]} if hasattr(store, "shards") else {}),
+    }
+
+
+def format_summary(info: dict) -> str:
+    """A readable table of :func:`summarize`'s dict."""
+    ep = info["episode_length"]
+    lengths = (
+        "no episodes"
+        if ep is None
+        else f"length min {ep['min']}, median {ep['median']:g}, max {ep['max']}"
+    )
+    created = f", created {info['created']}" if info.get("created") else ""
+    lines = [
+        f"{'store' if info['format'].startswith('torchstore') else 'dataset':<11}{info['path']}",
+        f"format     {info['format']}{created}",
+        f"env id     {info['env_id'] or '-'}",
+        f"seed       {info['seed'] if info['seed'] is not None else '-'}",
+        f"rows       {info['rows']:,}",
+        f"episodes   {info['episodes']:,}  ({lengths})",
+        f"on disk    {_size(info['size_on_disk'])}",
+    ]
+    if info.get("shards"):
+        lines.append(f"shards     {len(info['shards'])} (one writer each)")
+    if info.get("verified") is False:
+        # opening checks the manifest, commit record and episode index; column bytes are
+        # checked only when read, so a summary says nothing about their health
+        lines.append(
+            "checksums  not verified (data is checked when read; run: torchstore verify "
+            f"{info['path']})"
+        )
+    lines.append("")
+    header = ("column", "dtype", "shape", "quantisation")
+    rows = [
+        (
+            c["name"],
+            c["dtype"],
+            "x".join(str(s) for s in c["shape"]) or "scalar",
+            "-"
+            if not c.get("quantize")
+            else f"uint8 [{c['quantize']['low']:g}, {c['quantize']['high']:g}]",
+        )
+        for c in info["columns"]
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for r in [header, tuple("-" * w for w in widths), *rows]:
+        lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    if info["metadata"]:
+        lines += ["", "metadata"]
+        for key, value in info["metadata"].items():
+            text = json.dumps(value)
+            if len(text) > 100:
+                text = text[:97] + "..."
+            lines.append(f"  {key}: {text}")
+    return "\n".join(lines)
