@@ -16,15 +16,12 @@ import random
 import select
 import signal
 import struct
-import sys
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 
 from torchstore.data import TrajectoryStoreWriter
-from torchstore.errors import TorchstoreError
-from torture_sections.kit import check_committed, episode_rows, short
+from torture_sections.kit import check_committed, episode_rows, run_writer_child, short
 from torture_sections.writer_kills import (
     _TRAPS_COMMIT,
     _TRAPS_RESUME,
@@ -64,9 +61,9 @@ def _phase_marker(fd: int, module, name: str) -> None:
 
 def _child(path: Path, fd: int, plan: tuple) -> None:
     """Resume ``path`` and commit up to ``plan``'s episode count, then close; killed on the way."""
-    code = 0
     kind, trap, episodes = plan
-    try:
+
+    def body() -> None:
         import torchstore.io.hdf5 as hdf5
 
         if kind == "inside recovery" and trap is None:
@@ -85,15 +82,8 @@ def _child(path: Path, fd: int, plan: tuple) -> None:
             os.write(fd, struct.pack("<q", _PHASE))
         w.close()
         os.write(fd, struct.pack("<q", _PHASE_DONE))
-    except TorchstoreError as exc:
-        os.write(fd, struct.pack("<q", -2))
-        print("writer:", type(exc).__name__, exc, file=sys.stderr)
-        code = 2
-    except BaseException:
-        os.write(fd, struct.pack("<q", -3))
-        traceback.print_exc()
-        code = 3
-    os._exit(code)
+
+    run_writer_child(fd, body)
 
 
 class _Report(_ChildReport):

@@ -8,10 +8,13 @@ import hashlib
 import json
 import os
 import signal
+import struct
+import sys
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import torch
@@ -173,3 +176,21 @@ def short(value: object) -> str:
     if len(lines) <= 4:
         return " | ".join(lines)[:400]
     return (lines[0] + " | ... | " + " | ".join(line.strip() for line in lines[-3:]))[:400]
+
+
+def run_writer_child(fd: int, body: Callable[[], None]) -> NoReturn:
+    """How every forked writer child ends: run ``body``, then exit without Python's clean-up.
+    A torchstore error is reported to the parent as ``-2`` on ``fd`` (exit 2), anything else
+    as ``-3`` with its traceback on stderr (exit 3); a body that returns exits 0."""
+    code = 0
+    try:
+        body()
+    except TorchstoreError as exc:
+        os.write(fd, struct.pack("<q", -2))
+        print("writer:", type(exc).__name__, exc, file=sys.stderr)
+        code = 2
+    except BaseException:
+        os.write(fd, struct.pack("<q", -3))
+        traceback.print_exc()
+        code = 3
+    os._exit(code)

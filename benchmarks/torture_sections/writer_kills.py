@@ -9,16 +9,15 @@ import signal
 import struct
 import sys
 import time
-import traceback
 from collections import Counter
 from pathlib import Path
 
 from torchstore.data import TrajectoryStoreWriter
-from torchstore.errors import TorchstoreError
 from torture_sections.kit import (
     COLUMNS,
     check_committed,
     episode_rows,
+    run_writer_child,
     short,
 )
 
@@ -57,8 +56,8 @@ def _arm(trap: tuple[str, str | None, str], when: str, nth: int) -> None:
 
 def _writer_child(path: Path, first: int, progress_w: int, trap) -> None:
     """Resume ``path`` and commit episodes from ``first`` on, reporting each commit."""
-    code = 0
-    try:
+
+    def body() -> None:
         if trap is not None and trap[0] == "resume":
             _arm(*trap[1:])
         os.write(progress_w, struct.pack("<q", -1))  # started
@@ -68,15 +67,8 @@ def _writer_child(path: Path, first: int, progress_w: int, trap) -> None:
             for i in range(first, first + 400):
                 w.add_episode(episode_rows(i), metadata={"i": i})
                 os.write(progress_w, struct.pack("<q", i + 1))
-    except TorchstoreError as exc:
-        os.write(progress_w, struct.pack("<q", -2))
-        print("writer:", type(exc).__name__, exc, file=sys.stderr)
-        code = 2
-    except BaseException:
-        os.write(progress_w, struct.pack("<q", -3))
-        traceback.print_exc()
-        code = 3
-    os._exit(code)
+
+    run_writer_child(progress_w, body)
 
 
 def _fresh_kill_store(path: Path) -> int:
