@@ -22,8 +22,11 @@ Prints medians and ratios:
 - gather order (batch order is free for i.i.d. draws): ``index_select`` of random rows vs the
   same rows in sorted order (sorted by ``torch.sort``, or by the core's counting sort), and
   vs the prefetching gather kernel every CPU gather of a store runs
-  (``torchstore.data.rowgather``, rows in their random order), for the walker row and an
+  (``torchstore.data.rows.rowgather``, rows in their random order), for the walker row and an
   84x84x3 uint8 image row;
+- cpprb (optional; its rows are skipped when it is not installed, ``benchmarks/_cpprb.py``):
+  ``ReplayBuffer.sample``/``add`` next to uniform and extend, ``PrioritizedReplayBuffer``
+  sample + ``update_priorities`` next to prioritized; numpy out, and converted to TensorDicts;
 - windows, 64 x 64 steps, on a ring written between samples (1000 rows each time):
   ``SequenceWindowSampler(64)`` vs torchrl's ``SliceSampler(num_slices=64)`` uncached;
 - ``extend`` of 1000-row chunks, rows/s;
@@ -58,6 +61,7 @@ from torchrl.data import LazyTensorStorage, RandomSampler, SliceSampler, TensorD
 from torchrl.data.replay_buffers.samplers import PrioritizedSampler as TorchrlPrioritizedSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _cpprb  # noqa: E402
 from _timing import (  # noqa: E402
     add_clock_flag,
     median_per_call_interleaved,
@@ -68,8 +72,9 @@ from _timing import (  # noqa: E402
 )
 from _torchrl_tree import load_torchrl_tree  # noqa: E402
 
-from torchstore.data import ColumnSpec, rowgather  # noqa: E402
-from torchstore.data.replay import StoreReplay  # noqa: E402
+from torchstore.data import ColumnSpec  # noqa: E402
+from torchstore.data.replay.ring import StoreReplay  # noqa: E402
+from torchstore.data.rows import rowgather  # noqa: E402
 from torchstore.samplers import (  # noqa: E402
     PrioritizedSampler,
     SequenceWindowSampler,
@@ -184,7 +189,7 @@ class Ring:
     gen: torch.Generator
 
 
-def uniform_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
+def uniform_section(ring: Ring, trl_rb: TensorDictReplayBuffer, crb) -> list[tuple]:
     n, source, idx, storage, rb = ring.n, ring.source, ring.idx, ring.storage, ring.rb
     leaves = [
         trl_rb.storage._storage.get(k) for k in ("obs", "action", "reward", "done", ("next", "obs"))
@@ -192,6 +197,7 @@ def uniform_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
     seeded = TensorDictReplayBuffer(
         storage=storage, sampler=UniformSampler(seed=0), batch_size=BATCH
     )
+    peers = _cpprb.uniform_cases(crb, idx, BATCH)  # none without cpprb
     # each round times the cases in an order of its own (no case always follows the same
     # other case's cache evictions); the ratio to the floor is taken round by round
     samples = per_call_interleaved(
@@ -204,13 +210,14 @@ def uniform_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
             rb.sample,
             seeded.sample,
             trl_rb.sample,
+            *(fn for _, fn, _ in peers),
         ],
         repeats=ring.reps,
         warmup=10,
         shuffle=random.Random(ring.reps),
     )
     floor, floor_draw, per_column, ours_get, trl_get, ours_sample, seeded_sample, trl_sample = (
-        statistics.median(t) for t in samples
+        statistics.median(t) for t in samples[:8]
     )
     vs_floor, vs_floor_low, vs_floor_high = ratio_spread(samples[5], samples[0])
     rows = [
@@ -243,10 +250,18 @@ def uniform_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
             "1.00x",
         ),
     ]
+    rows += _cpprb.table_rows(  # a gather alone is set against torchrl's get, like ours
+        peers,
+        samples[8:],
+        lambda t, part: (ratio(t, floor), ratio(trl_get if part else trl_sample, t)),
+    )
     print_table(
         f"uniform, {BATCH} rows of {n:,} (ms, median of {ring.reps}, cases timed in turn)",
         ("case", "ms", "vs floor", "torchrl / this"),
         rows,
+    )
+    _cpprb.print_versus(
+        peers, samples[8:], ("ours rb.sample()", samples[5]), ("ours get(idx)", samples[3])
     )
     return [
         (
@@ -263,7 +278,7 @@ def uniform_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
     ]
 
 
-def extend_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
+def extend_section(ring: Ring, trl_rb: TensorDictReplayBuffer, crb) -> list[tuple]:
     n, storage, rb, chunks = ring.n, ring.storage, ring.rb, ring.chunks
     trl_chunks = Cycle([td.clone() for td in chunks.items])  # the same rows, own copies
     reps = max(ring.reps, 51)
@@ -278,13 +293,16 @@ def extend_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
         trl_cursor[0] = (trl_cursor[0] + CHUNK) % n
         trl_storage.set((trl_cursor[0] + ring_run) % n, trl_chunks())
 
-    ours_ext, trl_ext, ours_st, trl_st = median_per_call_interleaved(
-        [lambda: rb.extend(chunks()), lambda: trl_rb.extend(trl_chunks()), ours_set, trl_set],
+    peers = _cpprb.extend_cases(crb, trl_chunks)
+    samples = per_call_interleaved(
+        [lambda: rb.extend(chunks()), lambda: trl_rb.extend(trl_chunks()), ours_set, trl_set]
+        + [fn for _, fn, _ in peers],
         # the direct sets move the ring's cursor; the writer follows it (untimed)
-        setups=[lambda: storage.align_writer(rb), None, None, None],
+        setups=[lambda: storage.align_writer(rb)] + [None] * (3 + len(peers)),
         repeats=reps,
         warmup=5,
     )
+    ours_ext, trl_ext, ours_st, trl_st = map(statistics.median, samples[:4])
     storage.align_writer(rb)
     rows = [
         (
@@ -312,12 +330,16 @@ def extend_section(ring: Ring, trl_rb: TensorDictReplayBuffer) -> list[tuple]:
             "1.00x",
         ),
     ]
+    rows += _cpprb.table_rows(
+        peers, samples[4:], lambda t, _: (f"{CHUNK / t / 1e6:.2f}", ratio(trl_ext, t))
+    )
     print_table(
         f"extend, {CHUNK}-row chunks into a full ring of {n:,} (median of {reps}, "
         "cases timed in turn)",
         ("case", "ms/chunk", "M rows/s", "speed-up"),
         rows,
     )
+    _cpprb.print_versus(peers, samples[4:], ("ours rb.extend", samples[0]))
     return [
         (
             f"rb.extend >= {EXTEND_TARGET}x torchrl rows/s",
@@ -483,6 +505,11 @@ def prioritized_section(ring: Ring) -> list[tuple]:
         repeats=reps,
         warmup=5,
     )
+    # cpprb's turns evict our tree from the caches: its cases are timed in turn with our
+    # step alone, apart from the cases above, whose figures the targets read
+    peers, ours_with, peer_times = _cpprb.prioritized_peer(
+        ring.source, ours_step, new_priority, gen, episode=EPISODE, batch=BATCH, reps=reps
+    )
     trl_rb, why = torchrl_prioritized(n)
     trl_p = None
     if trl_rb is not None:
@@ -539,6 +566,16 @@ def prioritized_section(ring: Ring) -> list[tuple]:
             ),
             ("torchrl, REPORTED for its design at 1 M, not measured here", f"{lo}-{hi}", "", ""),
         ]
+    if peers:
+        t = statistics.median(ours_with)
+        rows.append(("ours sample + update_priority, in turn with cpprb", ms(t), "", vs_rebuilt(t)))
+    rows += _cpprb.table_rows(  # a piece of a step (sample or update alone): no step to compare
+        peers,
+        peer_times,
+        lambda t, part: (
+            ("", "") if part else ("" if trl_p is None else ratio(trl_p, t), vs_rebuilt(t))
+        ),
+    )
     print_table(
         f"prioritized, {BATCH} rows of {n:,}, alpha 0.6 beta 0.4 (ms, median of {reps})",
         (
@@ -549,6 +586,7 @@ def prioritized_section(ring: Ring) -> list[tuple]:
         ),
         rows,
     )
+    _cpprb.print_versus(peers, peer_times, ("ours sample + update_priority", ours_with))
     if why:
         print(f"  torchrl's PrioritizedSampler did not load: {why}")
     print(
@@ -670,11 +708,12 @@ def ring_sections(n: int, source: torch.Tensor, gen, args, wanted: list[str]) ->
             storage=LazyTensorStorage(n), sampler=RandomSampler(), batch_size=BATCH
         )
         fill(trl_rb, source)
+        crb = _cpprb.walker_buffer(source, episode=EPISODE)  # None without cpprb
         if "uniform" in wanted:
-            summary += uniform_section(ring, trl_rb)
+            summary += uniform_section(ring, trl_rb, crb)
         if "extend" in wanted:
-            summary += extend_section(ring, trl_rb)
-        del trl_rb  # free torchrl's copy before the window section builds its own
+            summary += extend_section(ring, trl_rb, crb)
+        del trl_rb, crb  # free torchrl's and cpprb's copies before the window section
         gc.collect()
     for name, section in (
         ("windows", window_section),
