@@ -13,7 +13,6 @@ listed once in ``torchstore --help``'s epilog, not as commands of their own.
 from __future__ import annotations
 
 import argparse
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,9 +32,8 @@ OLDER_SPELLINGS = {
     "export-minari": "export --to minari",
 }
 
-#: a dataset id (``user/name`` on the Hub, ``namespace/name-v0`` in Minari's root)
-_DATASET_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)*")
-#: formats whose source may be a dataset id instead of a path
+#: formats whose source may be a dataset id (``user/name`` on the Hub, ``namespace/name-v0``
+#: in Minari's root) instead of a path
 _BY_ID = ("lerobot", "minari")
 #: importers that check DEST themselves (LAFAN1: against its CSV files, not their folder, so a
 #: store may sit next to them; and not when resuming)
@@ -43,13 +41,11 @@ _CHECKS_ITS_DESTINATION = ("lafan", "lerobot")
 
 
 def source_or_id(text: str) -> Path | str:
-    """An input that exists, or a dataset id (``user/name``) for the formats that take one."""
+    """An input that exists, else the text as given: a dataset id (``user/name``) for the
+    formats that take one. ``_import`` refuses the text for the others, and the LeRobot and
+    Minari importers say themselves why a text is neither a folder nor an id they know."""
     path = Path(text)
-    if path.exists():
-        return path
-    if _DATASET_ID.fullmatch(text) and "/" in text:
-        return text
-    raise argparse.ArgumentTypeError(f"no such file or folder: {text}")
+    return path if path.exists() else text
 
 
 source_or_id.__name__ = "path or dataset id"
@@ -79,10 +75,10 @@ def _import_rlds(a: argparse.Namespace) -> None:
     import_rlds(a.source, a.dest, split=split, overwrite=a.overwrite, progress=_progress(a))
 
 
-def _import_lerobot(a: argparse.Namespace) -> None:
+def _import_lerobot(a: argparse.Namespace) -> object:
     from torchstore.lerobot import import_lerobot  # checks the destination itself
 
-    import_lerobot(
+    return import_lerobot(
         a.source,
         a.dest,
         episodes=a.episodes,
@@ -120,7 +116,8 @@ def _import_lafan(a: argparse.Namespace) -> None:
     )
 
 
-IMPORTERS: dict[str, Callable[[argparse.Namespace], None]] = {
+#: each importer; one that returns a summary of its own has it printed in place of the store's
+IMPORTERS: dict[str, Callable[[argparse.Namespace], object]] = {
     "robomimic": _import_robomimic,
     "d4rl": _import_d4rl,
     "zarr": _import_zarr,
@@ -178,7 +175,7 @@ def _import(a: argparse.Namespace) -> None:
     from torchstore.formats.sniff import sniff_format
     from torchstore.io.destination import check_destination
 
-    if isinstance(a.source, str):  # a dataset id, not a path
+    if isinstance(a.source, str):  # no such path: a dataset id, or a mistake
         if a.format not in _BY_ID:
             raise ArgumentError(
                 f"no such file or folder: {a.source} (a dataset id needs --format lerobot or "
@@ -190,9 +187,10 @@ def _import(a: argparse.Namespace) -> None:
         if found not in _CHECKS_ITS_DESTINATION:
             check_destination(a.dest, sources=[a.source], overwrite=a.overwrite, what="store")
     _refuse_others(a, _IMPORT_ONLY, found, "sources")
-    print(f"reading {a.source} as {found}")
-    IMPORTERS[found](a)
-    print(_summary(a.dest))
+    if a.format is None:  # say what sniffing found
+        print(f"reading {a.source} as {found}")
+    said = IMPORTERS[found](a)
+    print(said if said is not None else _summary(a.dest))
 
 
 def _export(a: argparse.Namespace) -> None:
@@ -209,7 +207,7 @@ def _export(a: argparse.Namespace) -> None:
     elif a.to == "lerobot":
         from torchstore.lerobot import export_lerobot
 
-        path = export_lerobot(
+        said = export_lerobot(
             a.store,
             a.dest,
             fps=a.fps,
@@ -220,7 +218,9 @@ def _export(a: argparse.Namespace) -> None:
             video_encoder=a.codec or "av1",
             overwrite=a.overwrite,
             progress=progress,
-        ).path
+        )
+        print(said)  # its own summary: episodes, frames, rate
+        return
     else:
         from torchstore.minari import export_minari
 
