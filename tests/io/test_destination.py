@@ -143,3 +143,44 @@ def test_written_beside_renames_when_whole_and_removes_when_interrupted(tmp_path
         partial.write_text("half")
         raise KeyboardInterrupt
     assert dest.read_text() == "whole" and list(tmp_path.iterdir()) == [dest]
+
+
+_HOLD_PARTIAL = """
+import sys, time
+from pathlib import Path
+from torchstore.io.destination import written_beside
+with written_beside(Path(sys.argv[1]), "importing") as partial:
+    partial.write_text("the first import's rows")
+    print("writing", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_second_writer_of_one_destination_is_refused_and_touches_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    from torchstore.io.destination import written_beside
+
+    dest = tmp_path / "out.h5"
+    first = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_PARTIAL, str(dest)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert first.stdout.readline() == "writing\n"
+        partial = tmp_path / ".out.h5.importing"
+        with pytest.raises(StoreLockedError) as refused, written_beside(dest, "importing"):
+            pytest.fail("the second writer got the partial file")
+        message = str(refused.value)
+        assert message.startswith(f"another import is writing {dest}: process {first.pid} ")
+        assert "\n" not in message
+        assert partial.read_text() == "the first import's rows" and not dest.exists()
+    finally:
+        first.kill()
+        first.wait()
+    # a killed holder frees the partial at once: its leftover is replaced, not refused
+    with written_beside(dest, "importing") as partial:
+        assert not partial.exists()
+        partial.write_text("whole")
+    assert dest.read_text() == "whole"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.h5"]

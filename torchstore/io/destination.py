@@ -16,7 +16,7 @@ import h5py
 
 from torchstore.errors import DestinationError, DestinationExistsError, StoreLockedError
 from torchstore.io.hdf5 import MANIFEST_ATTR, open_for_read
-from torchstore.io.writer_lock import live_writer, locked_message
+from torchstore.io.writer_lock import WriterLock, describe_holder, live_writer, locked_message
 
 __all__ = ["check_destination", "is_store_file", "written_beside"]
 
@@ -149,20 +149,49 @@ def _check_parent(dest: Path) -> None:
         raise DestinationError(f"the folder {parent} is not writable, so {dest} cannot be written")
 
 
+#: what a command that writes beside a destination is called, by the tag of its partial file
+_COMMANDS = {"importing": "import", "exporting": "export"}
+
+
+def _claim_partial(dest: Path, tag: str) -> WriterLock:
+    """The lock of ``dest``'s partial file ``.NAME.TAG``: one command builds it at a time.
+
+    Its own sidecar (``.NAME.TAG.lock``), neither ``dest``'s writer lock (readers of a
+    store being replaced must not wait for it) nor the lock of the store written into the
+    partial file (that writer takes it itself).
+    """
+    command = _COMMANDS.get(tag, "command")
+    return WriterLock.acquire(
+        dest,
+        what=command,
+        kind=f"{tag}.lock",
+        refused=lambda holder: (
+            f"another {command} is writing {dest}: {describe_holder(holder)}; wait for it to "
+            "finish or stop it, or write to another path"
+        ),
+    )
+
+
 @contextlib.contextmanager
 def written_beside(dest: Path, tag: str) -> Iterator[Path]:
     """The hidden path ``.NAME.TAG`` beside ``dest`` to write a whole output to.
 
     When the block ends normally the output is renamed onto ``dest``; when it raises
     (Ctrl-C and SIGTERM included: the command line delivers both as ``KeyboardInterrupt``)
-    it is removed, so ``dest`` never holds half an output. A leftover of a killed writer
-    at the same path is removed first.
+    it is removed, so ``dest`` never holds half an output. The partial file is locked
+    first: a second command writing the same ``dest`` is refused with a
+    :class:`~torchstore.errors.StoreLockedError` and touches nothing of the first's. A
+    leftover of a killed writer at the same path (no live holder) is removed.
     """
     partial = dest.with_name(f".{dest.name}.{tag}")
-    partial.unlink(missing_ok=True)
+    claim = _claim_partial(dest, tag)
     try:
-        yield partial
-        os.replace(partial, dest)
-    except BaseException:
         partial.unlink(missing_ok=True)
-        raise
+        try:
+            yield partial
+            os.replace(partial, dest)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    finally:
+        claim.release()

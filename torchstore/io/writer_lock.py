@@ -20,11 +20,12 @@ import os
 import socket
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 from torchstore.errors import DestinationError, StoreLockedError
 
-__all__ = ["lock_path", "live_writer", "locked_message", "WriterLock"]
+__all__ = ["lock_path", "live_writer", "locked_message", "describe_holder", "WriterLock"]
 
 #: How long an acquire retries a lock that is busy. A lock held by a writer stays busy for
 #: the writer's lifetime; this only rides out :func:`live_writer` probes, which hold a
@@ -32,13 +33,16 @@ __all__ = ["lock_path", "live_writer", "locked_message", "WriterLock"]
 _PROBE_GRACE_S = 0.05
 
 
-def lock_path(path: str | os.PathLike) -> Path:
+def lock_path(path: str | os.PathLike, kind: str = "lock") -> Path:
     """The writer-lock sidecar of ``path``: same folder, hidden, ``.NAME.lock``.
 
-    Symbolic links are resolved first, so two names of one file share one lock.
+    ``kind`` names other locks of the same path (``"importing.lock"``: the lock of the
+    hidden file an import builds before renaming it onto ``path``), so they never meet the
+    writer lock of ``path`` itself. Symbolic links are resolved first, so two names of one
+    file share one lock.
     """
     real = Path(os.path.realpath(os.fspath(path)))
-    return real.with_name(f".{real.name}.lock")
+    return real.with_name(f".{real.name}.{kind}")
 
 
 def _read_holder(fd: int) -> dict | None:
@@ -95,7 +99,8 @@ def live_writer(path: str | os.PathLike) -> dict | None:
         os.close(fd)
 
 
-def _describe(info: dict) -> str:
+def describe_holder(info: dict) -> str:
+    """``process PID on host HOST (since TIME)`` for a holder :func:`live_writer` returned."""
     if not info.get("pid"):
         return "another process"
     when = (
@@ -108,7 +113,7 @@ def _describe(info: dict) -> str:
 def locked_message(path: str | os.PathLike, info: dict, what: str = "store") -> str:
     """The one-line explanation of a refused writer."""
     return (
-        f"{what} {path} is being written by {_describe(info)}; one writer per {what}: wait "
+        f"{what} {path} is being written by {describe_holder(info)}; one writer per {what}: wait "
         f"for that writer to finish or stop it (a killed writer's {what} can be resumed)"
     )
 
@@ -148,8 +153,22 @@ class WriterLock:
         self._pid = os.getpid()
 
     @classmethod
-    def acquire(cls, path: str | os.PathLike, *, what: str = "store") -> WriterLock:
+    def acquire(
+        cls,
+        path: str | os.PathLike,
+        *,
+        what: str = "store",
+        kind: str = "lock",
+        refused: Callable[[dict], str] | None = None,
+    ) -> WriterLock:
         """Take the writer lock of ``path`` without waiting.
+
+        Args:
+            path: the file (or folder) the lock guards.
+            what: what ``path`` is, in the messages.
+            kind: which lock of ``path`` (see :func:`lock_path`).
+            refused: the message of a refusal, from the holder's details (default:
+                :func:`locked_message`).
 
         Raises:
             StoreLockedError: a live process holds it (the message names the path and holder).
@@ -157,7 +176,7 @@ class WriterLock:
                 its filesystem has no file locks.
         """
         path = Path(path)
-        sidecar = lock_path(path)
+        sidecar = lock_path(path, kind)
         while True:
             try:
                 fd = os.open(sidecar, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -175,7 +194,8 @@ class WriterLock:
                     except BlockingIOError:
                         if time.monotonic() > deadline:
                             info = _holder_or_unknown(fd)
-                            raise StoreLockedError(locked_message(path, info, what)) from None
+                            message = refused(info) if refused else locked_message(path, info, what)
+                            raise StoreLockedError(message) from None
                         time.sleep(0.002)
                     except OSError as exc:
                         raise DestinationError(
