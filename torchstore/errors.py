@@ -18,6 +18,7 @@ __all__ = [
     "LeRobotFormatError",
     "ParquetFormatError",
     "VideoError",
+    "FrameCodecError",
     "StoreLockedError",
     "DestinationError",
     "DestinationExistsError",
@@ -92,6 +93,20 @@ class ParquetFormatError(TorchstoreError, ValueError):
 
 class VideoError(TorchstoreError, ValueError):
     """A video cannot be encoded, decoded or appended (truncated, wrong codec, missing frames)."""
+
+
+class FrameCodecError(VideoError):
+    """Camera frames kept as codec packets (video, JPEG, PNG) cannot be encoded or decoded:
+    a corrupt or truncated packet, a frame count or size mismatch, an unsupported codec,
+    pixel format or setting. ``frame`` is the index of the frame named in the message
+    (None when no one frame is at fault); the caller adds the column and episode."""
+
+    def __init__(self, message: str, frame: int | None = None) -> None:
+        super().__init__(message)
+        self.frame = frame
+
+    def __reduce__(self):  # keep ``frame`` across processes (refill workers, DataLoader)
+        return (type(self), (str(self), self.frame))
 
 
 class StoreLockedError(TorchstoreError, RuntimeError):
