@@ -10,7 +10,7 @@
 
 ``plot_metrics`` draws the loss curves of a recipe's ``metrics.csv``.
 
-matplotlib comes with the ``train`` extra: ``pip install "torchstore[train]"``.
+matplotlib comes with the ``train`` extra: ``pip install -e ".[train]"``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import torch
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.store.store import TrajectoryStore
+from torchstore.extras import install_hint
 from torchstore.validation import positive_int
 
 __all__ = [
@@ -46,9 +47,7 @@ def _figure(width: float, height: float):
     try:
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            'torchstore.viz needs matplotlib: pip install "torchstore[train]"'
-        ) from exc
+        raise ImportError(f"torchstore.viz needs matplotlib: {install_hint('train')}") from exc
     return Figure(figsize=(width, height), dpi=_DPI, layout="constrained")
 
 

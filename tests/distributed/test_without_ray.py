@@ -18,7 +18,7 @@ def test_without_ray_the_package_imports_and_says_what_to_install():
         "try:\n"
         "    d.serve_replay(10, batch_size=2)\n"
         "except d.RayUnavailableError as exc:\n"
-        "    assert isinstance(exc, ImportError) and 'torchstore[ray]' in str(exc)\n"
+        "    assert isinstance(exc, ImportError) and 'pip install -e \".[ray]\"' in str(exc)\n"
         "    print('refused')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

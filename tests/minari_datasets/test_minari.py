@@ -8,9 +8,7 @@ import numpy as np
 import pytest
 
 gym = pytest.importorskip("gymnasium", reason="Minari interop needs gymnasium")
-minari = pytest.importorskip(
-    "minari", reason='Minari interop needs: pip install "torchstore[interop]"'
-)
+minari = pytest.importorskip("minari", reason='Minari interop needs: pip install -e ".[interop]"')
 from gymnasium import spaces  # noqa: E402
 from minari.data_collector import EpisodeBuffer  # noqa: E402
 

@@ -14,14 +14,14 @@ from torchstore.remote import TransferError, fetch_policy_weights, pull, push
 
 def test_missing_huggingface_hub_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)
-    with pytest.raises(ImportError, match=r"pip install 'torchstore\[hub\]'"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[hub\]"'):
         require_huggingface_hub()
 
 
 def test_missing_safetensors_names_the_extra(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "safetensors.torch", None)
     monkeypatch.setitem(sys.modules, "safetensors", None)
-    with pytest.raises(ImportError, match=r"needs safetensors: pip install 'torchstore\[hub\]'"):
+    with pytest.raises(ImportError, match=r'needs safetensors: pip install -e "\.\[hub\]"'):
         fetch_policy_weights(tmp_path, "p")
 
 

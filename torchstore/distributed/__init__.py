@@ -1,7 +1,7 @@
 """Beyond one machine on Ray: a replay buffer served from a Ray actor, and collector actors
 that feed it and write shards of their own (read together as a :class:`~torchstore.StoreSet`).
 
-Ray is an optional extra (``pip install "torchstore[ray]"``); only this package imports it.
+Ray is an optional extra (``pip install -e ".[ray]"``); only this package imports it.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from tensordict import TensorDictBase
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import RayUnavailableError, TorchstoreError
+from torchstore.extras import install_hint
 from torchstore.validation import positive_int
 
 __all__ = [
@@ -68,7 +69,7 @@ def _ray():
         import ray
     except ImportError as exc:
         raise RayUnavailableError(
-            'torchstore.distributed needs Ray: pip install "torchstore[ray]" (or pip install ray)'
+            f"torchstore.distributed needs Ray: {install_hint('ray')} (or pip install ray)"
         ) from exc
     return ray
 

@@ -1,7 +1,7 @@
 """Hugging Face Hub transport: repos under one namespace, through ``huggingface_hub``.
 
 ``huggingface_hub`` is imported lazily; without it a Hub location fails with an
-``ImportError`` that names the pip extra (``pip install 'torchstore[hub]'``).
+``ImportError`` that names the pip extra (``pip install -e ".[hub]"``).
 
 The endpoint is ``endpoint=``, else ``HF_ENDPOINT`` read at call time (so a test or a
 mirror can set it after ``huggingface_hub`` was imported); it is passed explicitly to
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchstore.extras import install_hint
 from torchstore.io.paths import check_relpath, resolve_inside
 from torchstore.io.transfer import Progress, RemoteNotFoundError, TransferError, redact
 
@@ -44,7 +45,7 @@ def require_huggingface_hub():
         import huggingface_hub
     except ImportError as exc:
         raise ImportError(
-            "Hub locations need huggingface_hub: pip install 'torchstore[hub]'"
+            f"Hub locations need huggingface_hub: {install_hint('hub', 'lerobot')}"
         ) from exc
     return huggingface_hub
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from torchstore.errors import ParquetFormatError
+from torchstore.extras import install_hint
 from torchstore.io.durable import fsync_folder
 
 __all__ = [
@@ -38,7 +39,7 @@ def require_pyarrow():
         import pyarrow.parquet  # noqa: F401
     except ImportError as exc:
         raise ImportError(
-            "Parquet files need pyarrow: pip install pyarrow (or 'torchstore[lerobot]')"
+            f"Parquet files need pyarrow: {install_hint('lerobot', 'interop')}"
         ) from exc
     return pyarrow
 

@@ -23,7 +23,7 @@ is 2.1 with the AV1 defaults and 1.7 with H.264 (crf 23), PSNR 33.3 dB and 35.7 
 tests require MAE <= 3.0 / 2.5 and PSNR >= 31 / 33 dB. An appended episode decodes
 bit-identically to its own file (each episode starts on a keyframe). Every failure raises
 :class:`~torchstore.errors.VideoError` naming the file.
-PyAV comes with the ``video`` extra: ``pip install 'torchstore[video]'``.
+PyAV comes with the ``video`` extra: ``pip install -e ".[video]"`` (``lerobot`` has it too).
 """
 
 from __future__ import annotations

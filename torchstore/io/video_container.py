@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from torchstore.errors import VideoError
+from torchstore.extras import install_hint
 from torchstore.validation import int_at_least, positive_int
 
 __all__ = ["VideoInfo", "require_av", "probe_video", "append_video", "concat_videos"]
@@ -30,7 +31,7 @@ def require_av():
     try:
         import av
     except ImportError as exc:
-        raise ImportError("video files need PyAV: pip install 'torchstore[video]'") from exc
+        raise ImportError(f"video files need PyAV: {install_hint('video', 'lerobot')}") from exc
     return av
 
 

@@ -1,7 +1,7 @@
 """The LeRobot v3.0 bridge: import, a crash-safe writer, export, rejected episodes, Hub push/pull.
 
 Needs the ``lerobot`` extra (pyarrow, PyAV, Pillow, huggingface_hub):
-``pip install 'torchstore[lerobot]'``.
+``pip install -e ".[lerobot]"``.
 
 * :func:`import_lerobot`: a LeRobot folder or Hub repo (v3.0 or v2.1) into a trajectory store.
 * :class:`LeRobotWriter`: record episodes; after every ``save_episode`` the folder is a

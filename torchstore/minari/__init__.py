@@ -1,7 +1,7 @@
 """Offline-RL datasets in and out: Minari (both formats, both ways) and D4RL-style HDF5.
 
 :func:`import_minari` and :func:`export_minari` need the ``minari`` package
-(``pip install "torchstore[interop]"``); :func:`import_d4rl` needs only h5py.
+(``pip install -e ".[interop]"``); :func:`import_d4rl` needs only h5py.
 """
 
 from torchstore.minari.d4rl import import_d4rl

@@ -12,7 +12,7 @@ The manifest records the env id, and under ``metadata["minari"]`` the dataset's
 ``metadata.json`` (spaces and env spec as Minari's JSON strings), so :func:`export_minari`
 writes the same spaces back and ``store.make_env()`` rebuilds the env; each episode's
 metadata holds its seed and Minari episode id. Reading goes through the ``minari``
-package (``pip install "torchstore[interop]"``).
+package (``pip install -e ".[interop]"``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import numpy as np
 
 from torchstore.data.columns import ColumnSpec, torch_dtype
 from torchstore.errors import ColumnError, DatasetFormatError, TorchstoreError
+from torchstore.extras import install_hint
 from torchstore.gym.spaces import flatten_value, space_columns
 
 __all__ = ["import_minari", "open_minari", "require_minari"]
@@ -45,8 +46,8 @@ def require_minari():
         import minari
     except ImportError as exc:
         raise ImportError(
-            "reading and writing Minari datasets needs the minari package: pip install "
-            '"torchstore[interop]"'
+            "reading and writing Minari datasets needs the minari package: "
+            + install_hint("interop")
         ) from exc
     return minari
 

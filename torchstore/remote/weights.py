@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from torchstore.errors import DeviceError, StoreFormatError
+from torchstore.extras import install_hint
 from torchstore.remote.cache import pull_entry
 
 __all__ = [
@@ -190,7 +191,7 @@ def _require_safetensors():
         import safetensors.torch
     except ImportError as exc:
         raise ImportError(
-            "fetching policy weights needs safetensors: pip install 'torchstore[hub]'"
+            f"fetching policy weights needs safetensors: {install_hint('hub')}"
         ) from exc
     return safetensors.torch
 
