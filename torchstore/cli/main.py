@@ -344,16 +344,48 @@ def _quiet_stdout() -> None:
         pass
 
 
+def _interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or SIGTERM, as :class:`Terminated`) behind ``exc``: ``exc`` itself, or
+    one on its chain of causes. A C extension can wrap it: a Ctrl-C that lands in the
+    callback of h5py's link visit comes out as a ``SystemError`` caused by it."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _exit_status(interrupt: KeyboardInterrupt) -> int:
+    return EXIT_TERMINATED if isinstance(interrupt, Terminated) else EXIT_INTERRUPTED
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``torchstore`` with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    try:
+        return _run(argv)
+    except BaseException as exc:
+        interrupt = _interrupt_in(exc)
+        if interrupt is None:
+            raise
+        # outside the command (while the parser is built, or in a failure's report): no
+        # command's state to report, and still one line
+        previous = _ignore_sigint()
+        try:
+            print("interrupted", file=sys.stderr)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        return _exit_status(interrupt)
+
+
+def _run(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else 0
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
     output = getattr(args, getattr(args, "output", "") or "", None)
     before, created = _state(output), _missing_folders(output)
     guard = InterruptGuard()
@@ -361,20 +393,23 @@ def main(argv: list[str] | None = None) -> int:
         with guard:
             args.func(args)
             sys.stdout.flush()
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM as Terminated
-        guard.handled()
-        previous = _ignore_sigint()  # a second Ctrl-C must not cut the report short
-        try:
-            _remove_if_empty(created)
-            print(_interrupted(args, before), file=sys.stderr)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-    except BrokenPipeError:
-        _quiet_stdout()
-        return EXIT_BROKEN_PIPE
-    except (TorchstoreError, OSError, ValueError, ImportError) as exc:
+    except BaseException as exc:
+        interrupt = _interrupt_in(exc)  # Ctrl-C, or SIGTERM as Terminated
+        if interrupt is not None:
+            guard.handled()
+            previous = _ignore_sigint()  # a second Ctrl-C must not cut the report short
+            try:
+                _remove_if_empty(created)
+                print(_interrupted(args, before), file=sys.stderr)
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGINT, previous)
+            return _exit_status(interrupt)
+        if isinstance(exc, BrokenPipeError):
+            _quiet_stdout()
+            return EXIT_BROKEN_PIPE
+        if not isinstance(exc, (TorchstoreError, OSError, ValueError, ImportError)):
+            raise
         _remove_if_empty(created)
         words = types.cli_words(
             str(exc) or type(exc).__name__, _flags(_command_parser(parser, args))
