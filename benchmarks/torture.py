@@ -27,14 +27,17 @@ never waited on. Sections and their outcomes:
 - concurrent pushes: 4-8 forked pushers racing on one remote location (a folder, and HTTP
   against the loopback file server), then every listed revision pulled and verified:
   consistent / index names missing bytes / revision lost / unexpected error / raw / hang.
+- hostile RLDS datasets: the shipped TFDS fixture with its framing, a record's bytes, an
+  Example's fields or a value of its JSON files mutated, then imported: clean error /
+  imported / raw / not one line / hang / over-memory / partial DEST / crash.
 
 Targets: 0 lost, 0 unopenable, 0 SILENT, 0 crash, 0 hang, 0 raw, 0 false alarms, every
-second writer refused.
+second writer refused, 0 over-memory and 0 partial DEST.
 
 Usage: python benchmarks/torture.py [--seed 0] [--kills 300] [--corruptions 500]
        [--readers 3] [--commits 3000] [--dumps 20] [--dump-rows 200000]
        [--second-writers 9] [--kill-sequences 200] [--disk-full 100]
-       [--concurrent-pushes 40] [--dir /tmp]
+       [--concurrent-pushes 40] [--rlds-files 400] [--dir /tmp]
 Exit status 1 when any outcome is off target.
 """
 
@@ -52,7 +55,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from torture_sections import concurrent_pushes, disk_full, kill_sequences  # noqa: E402
+from torture_sections import (  # noqa: E402
+    concurrent_pushes,
+    disk_full,
+    kill_sequences,
+    rlds_files,
+)
 from torture_sections.bit_flips import corruptions  # noqa: E402
 from torture_sections.dumps_kills import dumps_kills  # noqa: E402
 from torture_sections.live_readers import live_readers  # noqa: E402
@@ -150,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
             (kill_sequences, args.kill_sequences, "kill sequences (2-4 kills)"),
             (disk_full, args.disk_full, "disk full inside HDF5's write"),
             (concurrent_pushes, args.concurrent_pushes, "concurrent pushes (4-8 pushers)"),
+            (rlds_files, args.rlds_files, "hostile RLDS datasets"),
         ):
             if trials:
                 counts, more = module.run_section(workdir, trials, rng)
@@ -208,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=40,
         help="races of 4-8 forked pushers on one location, folder and HTTP (default 40)",
+    )
+    parser.add_argument(
+        "--rlds-files",
+        type=int,
+        default=400,
+        help="mutated RLDS datasets imported, four kinds in turn (default 400)",
     )
     parser.add_argument(
         "--dir", default=None, help="where scratch files go (default: the system temp folder)"

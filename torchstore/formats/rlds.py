@@ -16,24 +16,27 @@ int64 codes into ``metadata["rlds"]["string_tables"][name]``, the exact strings 
 of first appearance (one pass over the text features before the import). Episode-level
 features (``episode_metadata/file_path``, ...) go into each episode's metadata, nested as
 in the dataset, beside ``rlds`` (the shard and record the episode came from).
-``dataset_info.json`` and ``features.json`` are kept in ``metadata["rlds"]``.
+``dataset_info.json`` and ``features.json`` are kept in ``metadata["rlds"]``; both are
+checked value by value first (:mod:`torchstore.formats.rlds_metadata`).
 
 Memory stays flat: one record is read at a time, shard after shard, and episodes decode
-(images in threads) straight into one of two slabs of about :data:`_SLAB_BYTES`, each
-committed in one ``add_episodes`` call on a writing thread while the next slab fills. The
-store is written under a hidden name beside ``dest`` and renamed into place only when
-complete, so a failed import leaves nothing at ``dest``.
+straight into one of two slabs of about :data:`_SLAB_BYTES`. Frames decode on a pool of
+threads (libjpeg-turbo and Pillow release the GIL) while the main thread parses the next
+records; a full slab goes to a writing thread, which waits for its frames and commits it
+in one ``add_episodes`` call, while the next slab fills. An episode longer than a slab is
+written in slab-sized pieces (``append`` ... ``end_episode``). The store is written under a
+hidden name beside ``dest`` and renamed into place only when complete, so a failed import
+leaves nothing at ``dest``.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
-import re
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +46,9 @@ from torchstore.errors import (
     ColumnError,
     DatasetFormatError,
     EpisodeError,
-    UnsupportedError,
 )
 from torchstore.formats.rlds_features import (
+    ImageShapeError,
     Leaf,
     Schema,
     decode_image,
@@ -53,8 +56,9 @@ from torchstore.formats.rlds_features import (
     episode_value,
     read_schema,
     step_count,
-    step_values,
+    tensor_rows,
 )
+from torchstore.formats.rlds_metadata import locate, read_json, shown, split_files
 from torchstore.io.tfrecord import iter_records, parse_example
 
 __all__ = ["import_rlds", "locate_rlds", "RldsSource"]
@@ -63,20 +67,6 @@ __all__ = ["import_rlds", "locate_rlds", "RldsSource"]
 _SLAB_BYTES = 32 * 2**20
 #: Threads decoding images (libjpeg-turbo and Pillow release the GIL while they decode).
 _DECODE_THREADS = min(8, os.cpu_count() or 1)
-_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
-
-
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise DatasetFormatError(f"{path} is missing, so {path.parent} is not a TFDS dataset")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DatasetFormatError(f"{path} cannot be read as JSON ({exc})") from None
-
-
-def _is_version_dir(path: Path) -> bool:
-    return (path / "dataset_info.json").is_file() or (path / "features.json").is_file()
 
 
 def locate_rlds(source: str | os.PathLike) -> Path:
@@ -87,24 +77,7 @@ def locate_rlds(source: str | os.PathLike) -> Path:
         DatasetFormatError: no version folder (no ``dataset_info.json``/``features.json``),
             or several.
     """
-    path = Path(source)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist")
-    if not path.is_dir():
-        raise DatasetFormatError(f"{path} is a file; a TFDS dataset is a folder")
-    if _is_version_dir(path):
-        return path
-    found = sorted(p for p in path.iterdir() if p.is_dir() and _is_version_dir(p))
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise DatasetFormatError(
-            f"{path} is not a TFDS dataset: no features.json or dataset_info.json in it or in "
-            "a version folder below it"
-        )
-    raise DatasetFormatError(
-        f"{path} holds several versions ({', '.join(p.name for p in found)}); pass one"
-    )
+    return locate(source)
 
 
 @dataclass
@@ -122,61 +95,17 @@ class RldsSource:
     @classmethod
     def open(cls, source: str | os.PathLike, split: str = "train") -> RldsSource:
         root = locate_rlds(source)
-        info = _read_json(root / "dataset_info.json")
-        features = _read_json(root / "features.json")
-        if not isinstance(info, dict):
-            raise DatasetFormatError(f"{root / 'dataset_info.json'}: not a JSON object")
-        schema = read_schema(features, str(root / "features.json"))
-        shards, lengths = _shards(root, info, split)
-        return cls(root, split, info, features, schema, shards, lengths)
+        info = read_json(root / "dataset_info.json")
+        info.dict_at(info.data, ())
+        features = read_json(root / "features.json")
+        schema = read_schema(features)
+        files = split_files(root, info, split)
+        return cls(root, split, info.data, features.data, schema, files.shards, files.lengths)
 
     @property
     def episodes(self) -> int | None:
         """Episodes in the split, as dataset_info.json counts them."""
         return None if self.shard_lengths is None else sum(self.shard_lengths)
-
-
-def _shards(root: Path, info: dict, split: str) -> tuple[list[Path], list[int] | None]:
-    where = root / "dataset_info.json"
-    fmt = str(info.get("fileFormat") or "tfrecord")
-    if fmt != "tfrecord":
-        raise UnsupportedError(f"{where}: the file format {fmt!r} (only tfrecord is read)")
-    splits = {s.get("name"): s for s in info.get("splits", []) if isinstance(s, dict)}
-    entry = splits.get(split)
-    name = info.get("name")
-    if entry is None and splits:
-        raise DatasetFormatError(f"{where}: no split {split!r} (splits: {sorted(splits)})")
-    lengths = None if entry is None else entry.get("shardLengths")
-    if not lengths or not name:  # older infos: whatever shards are there
-        pattern = re.compile(
-            rf"{re.escape(str(name or ''))}.*-{re.escape(split)}\.tfrecord-\d+-of-\d+"
-        )
-        found = sorted(p for p in root.iterdir() if pattern.fullmatch(p.name))
-        if not found:
-            raise DatasetFormatError(f"{root}: no TFRecord shards of the split {split!r}")
-        return found, None
-    template = str(entry.get("filepathTemplate") or _TEMPLATE)
-    digits = max(len(str(len(lengths))), 5)
-    shards = []
-    for i in range(len(lengths)):
-        mapping = {
-            "DATASET": name,
-            "SPLIT": split,
-            "FILEFORMAT": "tfrecord",
-            "SHARD_INDEX": f"{i:0{digits}d}",
-            "NUM_SHARDS": f"{len(lengths):0{digits}d}",
-        }
-        mapping["SHARD_X_OF_Y"] = f"{mapping['SHARD_INDEX']}-of-{mapping['NUM_SHARDS']}"
-        try:
-            shard = root / template.format(**mapping)
-        except (KeyError, IndexError, ValueError):
-            raise DatasetFormatError(
-                f"{where}: the file template {template!r} is not tfds's"
-            ) from None
-        if not shard.is_file():
-            raise DatasetFormatError(f"{shard} is missing ({where} lists {len(lengths)} shards)")
-        shards.append(shard)
-    return shards, [int(n) for n in lengths]
 
 
 def _records(src: RldsSource, keys: set[str] | None) -> Iterator[tuple[Path, int, str, dict]]:
@@ -219,8 +148,20 @@ def _scan_strings(src: RldsSource, leaves: list[Leaf]) -> dict[str, list[str]]:
     return {name: list(table) for name, table in seen.items()}
 
 
+@dataclass
+class _Episode:
+    """One parsed episode: where it came from, its steps, features and metadata."""
+
+    where: str
+    steps: int
+    features: dict
+    meta: dict
+
+
 class _Episodes:
-    """Decodes episodes into column arrays, checking every step feature against the schema."""
+    """Decodes episodes into column rows, checking every step feature against the schema;
+    frames go to the decode pool (the futures are returned, to be waited on before the
+    rows are written)."""
 
     def __init__(self, schema: Schema, tables: dict[str, list[str]], pool: ThreadPoolExecutor):
         self.schema = schema
@@ -228,46 +169,11 @@ class _Episodes:
         self.pool = pool
         self.shapes: dict[str, tuple[int, ...]] = {}  # the image shapes the columns hold
 
-    def decode(
-        self, where: str, features: dict, steps: int, out: dict[str, np.ndarray] | None
-    ) -> dict[str, np.ndarray]:
-        """The step columns of one episode of ``steps`` steps (:meth:`length`), written
-        into ``out`` (views of a slab) when given."""
-        rows = {}
-        for leaf in self.schema.steps:
-            what = f"{where}: '{leaf.key}'"
-            target = None if out is None else out[leaf.name]
-            value = step_values(leaf, features.get(leaf.key, []), steps, what)
-            if leaf.kind == "image":
-                rows[leaf.name] = self._images(leaf, value, what, target)
-                continue
-            if leaf.kind == "text":
-                codes = self.codes[leaf.name]
-                try:
-                    value = np.fromiter(
-                        (codes[decode_text(b, what)] for b in value), np.int64, len(value)
-                    )
-                except KeyError as exc:
-                    raise DatasetFormatError(
-                        f"{what}: the text {exc} was not there when the strings were scanned"
-                    ) from None
-            if target is not None:
-                target[...] = value
-                value = target
-            rows[leaf.name] = value
-        return rows
-
-    def metadata(self, where: str, features: dict) -> dict[str, Any]:
-        """The episode-level features, nested as in the dataset."""
-        meta: dict[str, Any] = {}
-        for leaf in self.schema.episode:
-            value = episode_value(leaf, features.get(leaf.key), f"{where}: '{leaf.key}'")
-            node = meta
-            *parents, last = leaf.name.split("/")
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[last] = value
-        return meta
+    def parse(self, where: str, features: dict) -> _Episode:
+        """Check an episode's step counts and read its episode-level features."""
+        return _Episode(
+            where, self.length(where, features), features, self.metadata(where, features)
+        )
 
     def length(self, where: str, features: dict) -> int:
         """The episode's step count; every step feature must hold that many."""
@@ -286,39 +192,75 @@ class _Episodes:
                 )
         return steps or 0
 
-    def _images(
-        self, leaf: Leaf, blobs: list[bytes], what: str, out: np.ndarray | None
-    ) -> np.ndarray:
-        """Decode one episode's images into one array (``out`` when given), in threads."""
-        shape = self.shapes.get(leaf.name)
-        if shape is None:  # the first episode fixes the column's shape
+    def metadata(self, where: str, features: dict) -> dict[str, Any]:
+        """The episode-level features, nested as in the dataset."""
+        meta: dict[str, Any] = {}
+        for leaf in self.schema.episode:
+            value = episode_value(leaf, features.get(leaf.key), f"{where}: '{leaf.key}'")
+            node = meta
+            *parents, last = leaf.name.split("/")
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = value
+        return meta
+
+    def learn_shapes(self, episode: _Episode) -> None:
+        """Fix each image column's shape: the declared one, else the first frame's."""
+        for leaf in self.schema.steps:
+            if leaf.kind != "image" or leaf.name in self.shapes:
+                continue
             if None not in leaf.shape:
-                shape = leaf.shape
-            elif blobs:
-                shape = self._decode(leaf, blobs[0], None, f"{what} step 0").shape
+                self.shapes[leaf.name] = leaf.shape
             else:
-                return np.empty((0, 0, 0, 0), leaf.dtype)
-            self.shapes[leaf.name] = shape
-        if out is None:
-            out = np.empty((len(blobs), *shape), leaf.dtype)
+                blob = episode.features.get(leaf.key, [])[0]
+                what = f"{episode.where}: '{leaf.key}' step 0"
+                self.shapes[leaf.name] = self._decode(leaf, blob, None, what).shape
 
-        def chunk(span: range) -> None:
-            for t in span:
-                self._decode(leaf, blobs[t], out[t], f"{what} step {t}")
+    def decode(self, episode: _Episode, start: int, out: dict[str, np.ndarray]) -> list[Future]:
+        """Decode the steps ``start:start + len(rows)`` of ``episode`` into ``out`` (views
+        of a slab); returns the futures of its frames."""
+        futures: list[Future] = []
+        for leaf in self.schema.steps:
+            what = f"{episode.where}: '{leaf.key}'"
+            target = out[leaf.name]
+            value = episode.features.get(leaf.key, [])
+            if leaf.kind == "image":
+                futures += self._images(leaf, value, start, target, what)
+            elif leaf.kind == "text":
+                codes = self.codes[leaf.name]
+                try:
+                    target[...] = [
+                        codes[decode_text(b, what)] for b in value[start : start + len(target)]
+                    ]
+                except KeyError as exc:
+                    raise DatasetFormatError(
+                        f"{what}: the text {shown(exc.args[0])} was not there when the strings "
+                        "were scanned"
+                    ) from None
+            else:
+                tensor_rows(leaf, value, start, target, what)
+        return futures
 
-        n = len(blobs)
-        tasks = min(n, 2 * _DECODE_THREADS)
-        spans = [range(n * i // tasks, n * (i + 1) // tasks) for i in range(tasks)]
-        if tasks > 1:
-            list(self.pool.map(chunk, spans))
-        elif n:
-            chunk(range(n))
-        return out
+    def _images(
+        self, leaf: Leaf, blobs: list[bytes], start: int, out: np.ndarray, what: str
+    ) -> list[Future]:
+        """Queue the decoding of frames ``start:start + len(out)`` into ``out``."""
+
+        def chunk(first: int, stop: int) -> None:
+            for t in range(first, stop):
+                self._decode(leaf, blobs[start + t], out[t], f"{what} step {start + t}")
+
+        n = len(out)
+        tasks = min(n, _DECODE_THREADS)
+        bounds = [n * i // tasks for i in range(tasks + 1)]
+        return [self.pool.submit(chunk, a, b) for a, b in zip(bounds, bounds[1:])]
 
     @staticmethod
     def _decode(leaf: Leaf, blob: bytes, out: np.ndarray | None, what: str) -> np.ndarray:
         try:
             image = decode_image(blob, leaf, out)
+        except ImageShapeError as exc:
+            raise DatasetFormatError(f"{what}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - Pillow/libjpeg raise OSError, ValueError...
             raise DatasetFormatError(
                 f"{what}: the {leaf.encoding or 'encoded'} image cannot be decoded "
@@ -327,17 +269,14 @@ class _Episodes:
         declared = len(image.shape) == len(leaf.shape) and all(
             d is None or d == s for d, s in zip(leaf.shape, image.shape)
         )
-        if not declared or (out is not None and image.shape != out.shape):
-            want = leaf.shape if out is None else out.shape
-            shown = tuple("?" if d is None else d for d in want)
+        if not declared:
+            shown = tuple("?" if d is None else d for d in leaf.shape)
             raise DatasetFormatError(f"{what}: an image of shape {image.shape}, expected {shown}")
-        if out is not None and image is not out:
-            out[...] = image
         return image
 
 
 def _columns(schema: Schema, shapes: dict[str, tuple[int, ...]], where: str) -> list:
-    from torchstore.data.columns import ColumnSpec
+    from torchstore.data import ColumnSpec
 
     specs = []
     for leaf in schema.steps:
@@ -369,106 +308,142 @@ def _store_metadata(src: RldsSource, tables: dict[str, list[str]]) -> dict:
     return {"rlds": meta}
 
 
+@dataclass
+class _Slab:
+    """One set of row buffers and what fills it: whole episodes (``lengths``, ``meta``)
+    or one piece of a long episode (``piece``: ``"part"``, or ``"last"`` with its metadata
+    in ``meta[0]``)."""
+
+    buffers: dict[str, np.ndarray]
+    capacity: int
+    used: int = 0
+    lengths: list[int] = field(default_factory=list)
+    meta: list[dict] = field(default_factory=list)
+    piece: str | None = None
+    frames: list[Future] = field(default_factory=list)  # decodes into the buffers
+    written: Future | None = None  # the write of the buffers' last contents
+
+    def views(self, steps: int) -> dict[str, np.ndarray]:
+        return {n: b[self.used : self.used + steps] for n, b in self.buffers.items()}
+
+    def reset(self) -> None:
+        self.used, self.lengths, self.meta, self.piece, self.frames = 0, [], [], None, []
+
+
 class _Slabs:
-    """Rows of consecutive episodes in reused buffers of about :data:`_SLAB_BYTES`, committed
-    in one ``add_episodes`` call per slab. The buffers (and the writer) are made from the
-    first episode, once the image shapes are known; later episodes decode straight into
-    them. Two sets of buffers take turns: one is written (in ``io``, a one-thread pool)
-    while the next episodes decode into the other."""
+    """Two slabs taking turns: episodes decode into one while the other is written (in
+    ``io``, a one-thread pool, so writes happen in order). The buffers and the writer are
+    made from the first episode, once the image shapes are known."""
 
     def __init__(self, path: Path, src: RldsSource, tables: dict, episodes: _Episodes, bar: Any):
         self.path, self.src, self.tables, self.episodes, self.bar = path, src, tables, episodes, bar
         self.writer = None
         self.io = ThreadPoolExecutor(1, thread_name_prefix="rlds-write")
-        self.pending: Future | None = None  # the write of the other set
-        self.sets: list[dict[str, np.ndarray] | None] = [None, None]
-        self.buffers: dict[str, np.ndarray] | None = None
-        self.capacity = self.used = 0
-        self.lengths: list[int] = []
-        self.meta: list[dict] = []
+        self.slabs: list[_Slab] = []
+        self.rows = 0  # rows added, pieces of a long episode included
 
-    def reserve(self, steps: int) -> dict[str, np.ndarray] | None:
-        """Views of the next ``steps`` rows of the buffers (None before there are any)."""
-        if self.buffers is None:
-            return None
-        if self.used + steps > self.capacity:
+    @property
+    def current(self) -> _Slab:
+        return self.slabs[0]
+
+    def add(self, episode: _Episode) -> None:
+        """Decode an episode into the slabs (in pieces when longer than a slab)."""
+        if not self.slabs:
+            self._start(episode)
+        slab = self.current
+        if slab.used + episode.steps > slab.capacity:
             self.flush()
-        if steps > self.capacity:  # an episode longer than a slab: a slab of its own
-            self._allocate({n: b[:1] for n, b in self.buffers.items()}, steps)
-        return {n: b[self.used : self.used + steps] for n, b in self.buffers.items()}
-
-    def commit(self, rows: dict[str, np.ndarray], steps: int, meta: dict, in_place: bool) -> None:
-        """Add an episode whose rows are in the reserved views (``in_place``) or in ``rows``."""
-        if not in_place:
-            if self.buffers is None:
-                per_row = sum(a.nbytes for a in rows.values()) // steps
-                self._allocate(rows, max(_SLAB_BYTES // max(per_row, 1), steps))
-            for name, view in self.reserve(steps).items():
-                view[...] = rows[name]
-        self.used += steps
-        self.lengths.append(steps)
-        self.meta.append(meta)
-        if self.used >= self.capacity:
+            slab = self.current
+        if episode.steps <= slab.capacity:
+            slab.frames += self.episodes.decode(episode, 0, slab.views(episode.steps))
+            slab.used += episode.steps
+            slab.lengths.append(episode.steps)
+            slab.meta.append(episode.meta)
+            return
+        for start in range(0, episode.steps, slab.capacity):
+            steps = min(slab.capacity, episode.steps - start)
+            slab.frames += self.episodes.decode(episode, start, slab.views(steps))
+            slab.used = steps
+            last = start + steps == episode.steps
+            slab.piece = "last" if last else "part"
+            slab.meta = [episode.meta] if last else []
             self.flush()
+            slab = self.current
 
-    def _allocate(self, like: dict[str, np.ndarray], capacity: int) -> None:
+    def _start(self, episode: _Episode) -> None:
+        from torchstore.data import TrajectoryStoreWriter
+
+        self.episodes.learn_shapes(episode)
+        columns = _columns(self.src.schema, self.episodes.shapes, str(self.src.root))
         dtypes = {leaf.name: leaf.store_dtype for leaf in self.src.schema.steps}
-        self.buffers = {n: np.empty((capacity, *a.shape[1:]), dtypes[n]) for n, a in like.items()}
-        self.capacity = capacity
+        shapes = {c.name: tuple(c.shape) for c in columns}
+        per_row = sum(math.prod(shapes[n]) * dtypes[n].itemsize for n in dtypes)
+        capacity = max(1, _SLAB_BYTES // max(per_row, 1))
+        for _ in range(2):
+            buffers = {n: np.empty((capacity, *shapes[n]), dtypes[n]) for n in dtypes}
+            self.slabs.append(_Slab(buffers, capacity))
+        metadata = _store_metadata(self.src, self.tables)
+        self.writer = TrajectoryStoreWriter(self.path, columns, metadata=metadata, overwrite=True)
 
     def flush(self) -> None:
-        """Hand the filled set to the writing thread and switch to the other one."""
-        if not self.used:
+        """Hand the current slab to the writing thread and switch to the other one (once
+        its write is done)."""
+        slab = self.current
+        if not slab.used:
             return
-        if self.writer is None:
-            from torchstore.data.file.writer import TrajectoryStoreWriter
+        slab.written = self.io.submit(self._write, slab, self.rows)
+        self.rows += slab.used
+        self.slabs.reverse()
+        other = self.current
+        if other.written is not None:
+            other.written.result()  # its rows are in the store: the buffers are free again
+            other.written = None
+        other.reset()
 
-            columns = _columns(self.src.schema, self.episodes.shapes, str(self.src.root))
-            metadata = _store_metadata(self.src, self.tables)
-            self.writer = TrajectoryStoreWriter(
-                self.path, columns, metadata=metadata, overwrite=True
-            )
-        batch = {n: b[: self.used] for n, b in self.buffers.items()}
-        self.wait()  # the other set's write: that set is free again once it is done
-        self.pending = self.io.submit(self._write, batch, self.lengths, self.meta)
-        full, other = self.buffers, self.sets[1] if self.sets[0] is self.buffers else self.sets[0]
-        if other is None or len(next(iter(other.values()))) != self.capacity:
-            self._allocate(full, self.capacity)
-            other = self.buffers
-        self.sets = [full, other]
-        self.buffers = other
-        self.used, self.lengths, self.meta = 0, [], []
-
-    def _write(self, batch: dict[str, np.ndarray], lengths: list[int], meta: list[dict]) -> None:
+    def _write(self, slab: _Slab, first_row: int) -> None:
+        for frames in slab.frames:
+            frames.result()
+        batch = {n: b[: slab.used] for n, b in slab.buffers.items()}
+        if slab.piece == "part":  # the writer may hold appended rows until the episode ends
+            batch = {n: b.copy() for n, b in batch.items()}
         try:
-            self.writer.add_episodes(batch, lengths, meta)
+            if slab.piece is None:
+                self.writer.add_episodes(batch, slab.lengths, slab.meta)
+            else:
+                self.writer.append(batch)
+                if slab.piece == "last":
+                    self.writer.end_episode(slab.meta[0])
         except (ColumnError, EpisodeError) as exc:
-            first = meta[0]["rlds"]
             raise DatasetFormatError(
-                f"{self.src.root}: the {len(lengths)} episodes from {first['shard']} "
-                f"record {first['record']} on cannot be written ({exc})"
+                f"{self.src.root}: the rows from row {first_row} on cannot be written ({exc})"
             ) from None
         if self.bar is not None:
-            self.bar.update(len(lengths))
+            self.bar.update(len(slab.lengths) + (slab.piece == "last"))
 
-    def wait(self) -> None:
-        """Wait for the write under way (raising its error)."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            pending.result()
+    def first_error(self) -> BaseException | None:
+        """Wait for every decode and write under way; the first error among them (in
+        order: an earlier episode's error comes before a later one's)."""
+        for slab in sorted(self.slabs, key=lambda s: s.written is None):
+            for task in (slab.written, *slab.frames):
+                if task is not None:
+                    error = task.exception()
+                    if error is not None:
+                        return error
+        return None
 
     def close(self, ok: bool) -> None:
         """Finish the writes and close the store (``ok``), or abandon it."""
         try:
             if ok:
                 self.flush()
-                self.wait()
+                for slab in self.slabs:
+                    if slab.written is not None:
+                        slab.written.result()
         except BaseException:
             ok = False
             raise
         finally:
-            if self.pending is not None:
-                wait([self.pending])  # an abandoned write must stop before the file closes
+            self.first_error()  # an abandoned write must stop before the file closes
             self.io.shutdown()
             if self.writer is not None and ok:
                 self.writer.close()
@@ -500,11 +475,12 @@ def import_rlds(
         ``dest``.
 
     Raises:
-        DatasetFormatError: the dataset breaks its format: a missing or unreadable
-            ``features.json``, a missing shard, a truncated shard or one with fewer
-            episodes than ``dataset_info.json`` lists, a CRC32C that does not match, an
-            image that cannot be decoded, a step feature of the wrong length (the message
-            names the file, the episode and the feature). Nothing is left at ``dest``.
+        DatasetFormatError: the dataset breaks its format: a missing or malformed
+            ``features.json`` or ``dataset_info.json`` (the message names the file and
+            the key path), a missing shard, a truncated shard or one with fewer episodes
+            than ``dataset_info.json`` lists, a CRC32C that does not match, an image that
+            cannot be decoded, a step feature of the wrong length (the message names the
+            file, the episode and the feature). Nothing is left at ``dest``.
         UnsupportedError: a feature a store cannot hold (video, nested sequences, dynamic
             shapes, uint64).
 
@@ -530,6 +506,11 @@ def import_rlds(
             try:
                 _import(src, slabs, empty)
                 ok = True
+            except DatasetFormatError:
+                earlier = slabs.first_error()  # an earlier episode's frame that failed
+                if earlier is not None:
+                    raise earlier from None
+                raise
             finally:
                 slabs.close(ok)
     finally:
@@ -546,18 +527,14 @@ def import_rlds(
 
 def _import(src: RldsSource, slabs: _Slabs, empty: list[str]) -> None:
     keys = {leaf.key for leaf in (*src.schema.steps, *src.schema.episode)}
-    episodes = slabs.episodes
     for shard, record, where, features in _records(src, keys):
-        steps = episodes.length(where, features)
-        meta = episodes.metadata(where, features)
-        if not steps:
+        episode = slabs.episodes.parse(where, features)
+        if not episode.steps:
             empty.append(where)
             continue
-        views = slabs.reserve(steps)
-        rows = episodes.decode(where, features, steps, views)
-        meta["rlds"] = {"shard": shard.name, "record": record}
-        slabs.commit(rows, steps, meta, in_place=views is not None)
-    if slabs.writer is None and not slabs.used:
+        episode.meta["rlds"] = {"shard": shard.name, "record": record}
+        slabs.add(episode)
+    if not slabs.slabs:
         raise DatasetFormatError(f"{src.root}: the split {src.split!r} holds no steps")
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +29,18 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import DatasetFormatError, UnsupportedError
+from torchstore.formats.rlds_metadata import JsonFile, shown
 
-__all__ = ["Leaf", "Schema", "read_schema", "decode_image", "image_shape"]
+__all__ = [
+    "Leaf",
+    "Schema",
+    "read_schema",
+    "decode_image",
+    "image_shape",
+    "ImageShapeError",
+    "MAX_FRAME_PIXELS",
+    "MAX_VALUE_BYTES",
+]
 
 #: dtypes a store cannot hold, widened losslessly (the original is recorded in metadata).
 _WIDEN = {np.dtype(np.uint16): np.dtype(np.int32), np.dtype(np.uint32): np.dtype(np.int64)}
@@ -80,61 +91,127 @@ class Schema:
     episode: tuple[Leaf, ...]
 
 
-def _class(node: dict) -> tuple[str, dict, bool]:
-    """``(short class name, content, legacy)`` of a features.json node."""
+#: The dtype names tfds writes into features.json that numpy knows.
+_DTYPE_NAMES = frozenset(
+    "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64 "
+    "complex64 complex128 string object".split()
+)
+#: One step's value of a feature may hold at most this many bytes (a declared shape past
+#: it is refused before anything is allocated for it).
+MAX_VALUE_BYTES = 2**30
+#: The longest feature name accepted.
+_MAX_NAME = 200
+#: The largest dimension accepted in a declared shape.
+_MAX_DIM = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class _Node:
+    """A features.json node: its short class name, its content and where it is."""
+
+    cls: str
+    content: dict
+    keys: tuple  # the JSON key path of the content
+    legacy: bool
+
+
+def _node(doc: JsonFile, node: Any, keys: tuple) -> _Node:
+    """Read one features.json node, in either form: ``{"pythonClassName": ..., "tensor":
+    {...}}`` or the older ``{"type": ..., "content": {...}}``."""
+    node = doc.dict_at(node, keys)
     if "type" in node and "content" in node:  # tfds < 4.6
+        cls = doc.get(node, "type", keys, (str,)).rsplit(".", 1)[-1]
         content = node["content"]
-        return (
-            str(node["type"]).rsplit(".", 1)[-1],
-            content if isinstance(content, dict) else {},
-            True,
-        )
-    name = str(node.get("pythonClassName", "")).rsplit(".", 1)[-1]
+        return _Node(cls, content if isinstance(content, dict) else {}, (*keys, "content"), True)
+    cls = doc.get(node, "pythonClassName", keys, (str,), "").rsplit(".", 1)[-1]
     for field in ("featuresDict", "sequence", "tensor", "image", "text", "classLabel"):
         if field in node:
-            return name, node[field] or {}, False
-    return name, {}, False
+            content = node[field]
+            if content is None:
+                content = {}
+            return _Node(cls, doc.dict_at(content, (*keys, field)), (*keys, field), False)
+    return _Node(cls, {}, keys, False)
 
 
-def _shape(content: dict) -> tuple[int | None, ...]:
-    shape = content.get("shape", ())
-    dims = shape.get("dimensions", []) if isinstance(shape, dict) else shape
-    return tuple(None if d is None or int(d) < 0 else int(d) for d in dims)
+def _shape(doc: JsonFile, node: _Node) -> tuple[int | None, ...]:
+    """A declared shape: ``{"dimensions": ["3", "-1"]}`` (proto JSON writes int64 as
+    strings) or a legacy list; -1 (or null) is a free dimension."""
+    shape = node.content.get("shape")
+    keys = (*node.keys, "shape")
+    if shape is None:
+        return ()
+    if isinstance(shape, dict):
+        keys = (*keys, "dimensions")
+        shape = shape.get("dimensions", [])
+    dims = []
+    for i, d in enumerate(doc.list_at(shape, keys)):
+        if isinstance(d, str) and re.fullmatch(r"-?[0-9]{1,12}", d):
+            d = int(d)
+        if d is None or (type(d) is int and d == -1):
+            dims.append(None)
+        elif type(d) is int and 0 <= d <= _MAX_DIM:
+            dims.append(d)
+        else:
+            raise doc.error((*keys, i), f"{shown(d)} is not a dimension (an integer >= -1)")
+    return tuple(dims)
 
 
-def _dtype(text: Any, where: str) -> np.dtype:
-    try:
-        return np.dtype("O" if text in ("string", "object") else text)
-    except TypeError:
-        raise DatasetFormatError(f"{where}: dtype {text!r} is not a numpy dtype") from None
+def _dtype(doc: JsonFile, node: _Node, default: str) -> np.dtype:
+    name = node.content.get("dtype", default)
+    if name is None:
+        name = default
+    if not isinstance(name, str):
+        raise doc.error((*node.keys, "dtype"), f"{shown(name)} is not a dtype name")
+    if name not in _DTYPE_NAMES:
+        raise doc.error(
+            (*node.keys, "dtype"), f"{shown(name)} is not a dtype tfds writes", UnsupportedError
+        )
+    return np.dtype("O" if name in ("string", "object") else name)
 
 
-def _leaf(key: str, name: str, cls: str, content: dict, where: str, step: bool) -> Leaf:
-    if cls == "Text":
+def _leaf(doc: JsonFile, key: str, name: str, node: _Node, step: bool) -> Leaf:
+    where = f"{doc.path}: '{name}'"
+    if node.cls == "Text":
         return Leaf(key, name, "text", None, ())
-    if cls == "ClassLabel":
+    if node.cls == "ClassLabel":
         return Leaf(key, name, "tensor", np.dtype(np.int64), ())
-    if cls == "Image":
-        dtype = _dtype(content.get("dtype") or "uint8", where)
-        shape = _shape(content) or (None, None, 3)
-        fmt = content.get("encodingFormat", content.get("encoding_format")) or ""
+    if node.cls == "Image":
+        dtype = _dtype(doc, node, "uint8")
+        shape = _shape(doc, node) or (None, None, 3)
+        fmt = node.content.get("encodingFormat", node.content.get("encoding_format")) or ""
         _check_image(name, dtype, shape, where)
-        return Leaf(key, name, "image", dtype, shape, str(fmt).lower())
-    dtype = _dtype(content.get("dtype", "float32"), where)
-    shape = _shape(content) if cls == "Tensor" else ()
-    encoding = str(content.get("encoding") or "none").lower()
-    optional = bool(content.get("optional", False))
+        leaf = Leaf(key, name, "image", dtype, shape, str(fmt).lower()[:20])
+    else:
+        leaf = _tensor_leaf(doc, key, name, node, step, where)
+    if leaf.kind != "text" and None not in leaf.shape:
+        nbytes = leaf.size * leaf.dtype.itemsize
+        if nbytes > MAX_VALUE_BYTES:
+            raise UnsupportedError(
+                f"{where}: one value of shape {leaf.shape} ({leaf.dtype}) would hold {nbytes} "
+                f"bytes; at most {MAX_VALUE_BYTES} are read"
+            )
+    return leaf
+
+
+def _tensor_leaf(doc: JsonFile, key: str, name: str, node: _Node, step: bool, where: str) -> Leaf:
+    dtype = _dtype(doc, node, "float32")
+    shape = _shape(doc, node) if node.cls == "Tensor" else ()
+    encoding = node.content.get("encoding") or "none"
+    if not isinstance(encoding, str):
+        raise doc.error((*node.keys, "encoding"), f"{shown(encoding)} is not an encoding")
+    encoding = encoding.lower()
+    optional = node.content.get("optional", False) is True
     if dtype.kind == "O":
         if shape != () or encoding != "none":
-            raise UnsupportedError(f"{where}: '{name}' is a string tensor of shape {shape}")
+            raise UnsupportedError(f"{where} is a string tensor of shape {shape}")
         return Leaf(key, name, "text", None, (), optional=optional)
     if dtype == np.uint64 or dtype.kind not in "fiub":
-        raise UnsupportedError(f"{where}: '{name}' has dtype {dtype}, which a store cannot hold")
+        raise UnsupportedError(f"{where} has dtype {dtype}, which a store cannot hold")
     if encoding not in ("none", "bytes", "zlib"):
-        raise UnsupportedError(f"{where}: '{name}' has the tensor encoding {encoding!r}")
+        raise UnsupportedError(f"{where} has the tensor encoding {encoding[:40]!r}")
     if None in shape and (step or shape.count(None) > 1 or encoding != "none"):
         raise UnsupportedError(
-            f"{where}: '{name}' has the dynamic shape {shape}; a store column needs a fixed one"
+            f"{where} has the dynamic shape {shape}; a store column needs a fixed one"
         )
     return Leaf(key, name, "tensor", dtype, shape, encoding, optional)
 
@@ -148,61 +225,84 @@ def _check_image(name: str, dtype: np.dtype, shape: tuple, where: str) -> None:
     )
     if not ok:
         raise UnsupportedError(
-            f"{where}: '{name}' is an image of dtype {dtype} and shape {shape}; supported: "
+            f"{where} is an image of dtype {dtype} and shape {shape}; supported: "
             "uint8 with 1, 3 or 4 channels, uint16 or float32 with 1"
         )
 
 
-def _walk(node: dict, path: str, where: str, out: dict) -> None:
-    """Collect the leaves and sequences below ``node``: ``out[path] = (class, content)``."""
-    cls, content, legacy = _class(node)
-    if cls == "FeaturesDict":
-        children = content if legacy else content.get("features", {})
-        for child, sub in children.items():
-            _walk(sub, f"{path}/{child}" if path else child, where, out)
-    elif cls in _LEAVES:
+def _walk(doc: JsonFile, raw: Any, keys: tuple, path: str, out: dict) -> None:
+    """Collect the leaves and sequences below a node: ``out[path] = _Node``."""
+    node = _node(doc, raw, keys)
+    if node.cls == "FeaturesDict":
+        children = node.content
+        at = node.keys
+        if not node.legacy:
+            at = (*at, "features")
+            children = node.content.get("features", {})
+        for child, sub in doc.dict_at(children, at).items():
+            if not child or child.strip() != child or len(child) > _MAX_NAME:
+                raise doc.error(
+                    (*at, shown(child)), f"the feature name {shown(child)} is not usable"
+                )
+            _walk(doc, sub, (*at, child), f"{path}/{child}" if path else child, out)
+    elif node.cls in (*_LEAVES, "Dataset", "Sequence"):
         if not path:
-            raise DatasetFormatError(f"{where}: the top-level feature is a {cls}, not a dict")
-        out[path] = (cls, content)
-    elif cls in ("Dataset", "Sequence"):
-        out[path] = (cls, content)
+            raise doc.error(keys, f"the top-level feature is a {node.cls}, not a dict")
+        if path in out:  # a name holding "/" that another feature's nesting gives too
+            raise doc.error(keys, f"the feature '{path}' appears twice once flattened")
+        out[path] = node
     else:
-        raise UnsupportedError(f"{where}: '{path}' is a {cls or 'feature of no known class'}")
+        what = f"a {node.cls[:60]}" if node.cls else "a feature of no known class"
+        raise doc.error(keys, f"'{path}' is {what}", UnsupportedError)
 
 
-def read_schema(features: dict, where: str) -> Schema:
+def _check_names(doc: JsonFile, names: list[str], below: str) -> None:
+    """No flattened name may be the parent of another (``a`` and ``a/b``, possible only
+    with a ``/`` inside a name): tfds refuses such features too."""
+    seen = set(names)
+    for name in names:
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in seen:
+                raise DatasetFormatError(
+                    f"{doc.path}: '{'/'.join(parts[:i])}'{below} is both a feature and the "
+                    f"parent of '{name}'"
+                )
+
+
+def read_schema(doc: JsonFile) -> Schema:
     """The :class:`Schema` of a parsed ``features.json``.
 
     Raises:
-        DatasetFormatError: no ``steps`` sequence, or a node that is not a feature.
+        DatasetFormatError: no ``steps`` sequence, or a node that is not a feature (the
+            message names the file and the key path).
         UnsupportedError: a feature a store cannot hold (video, nested sequences,
-            dynamic shapes, uint64).
+            dynamic shapes, uint64, a value over :data:`MAX_VALUE_BYTES`).
     """
-    if not isinstance(features, dict):
-        raise DatasetFormatError(f"{where}: not a JSON object")
-    top: dict = {}
-    _walk(features, "", where, top)
+    top: dict[str, _Node] = {}
+    _walk(doc, doc.data, (), "", top)
     steps = top.pop("steps", None)
-    if steps is None or steps[0] not in ("Dataset", "Sequence"):
+    if steps is None or steps.cls not in ("Dataset", "Sequence"):
         raise DatasetFormatError(
-            f"{where}: no 'steps' Dataset feature, so not an RLDS dataset "
-            f"(top-level features: {sorted(top)})"
+            f"{doc.path}: no 'steps' Dataset feature, so not an RLDS dataset "
+            f"(top-level features: {sorted(top)[:10]})"
         )
-    inner = steps[1].get("feature", {})
-    found: dict = {}
-    _walk(inner, "", where, found)
+    found: dict[str, _Node] = {}
+    _walk(doc, steps.content.get("feature", {}), (*steps.keys, "feature"), "", found)
     step_leaves = []
-    for name, (cls, content) in found.items():
-        if cls in ("Dataset", "Sequence"):
-            raise UnsupportedError(f"{where}: 'steps/{name}' is a sequence inside the steps")
-        step_leaves.append(_leaf(f"steps/{name}", name, cls, content, where, True))
+    for name, node in found.items():
+        if node.cls in ("Dataset", "Sequence"):
+            raise UnsupportedError(f"{doc.path}: 'steps/{name}' is a sequence inside the steps")
+        step_leaves.append(_leaf(doc, f"steps/{name}", name, node, True))
     episode = []
-    for name, (cls, content) in top.items():
-        if cls in ("Dataset", "Sequence", "Image"):
-            raise UnsupportedError(f"{where}: the episode feature '{name}' is a {cls}")
-        episode.append(_leaf(name, name, cls, content, where, False))
+    for name, node in top.items():
+        if node.cls in ("Dataset", "Sequence", "Image"):
+            raise UnsupportedError(f"{doc.path}: the episode feature '{name}' is a {node.cls}")
+        episode.append(_leaf(doc, name, name, node, False))
     if not step_leaves:
-        raise DatasetFormatError(f"{where}: the 'steps' feature has no leaves")
+        raise DatasetFormatError(f"{doc.path}: the 'steps' feature has no leaves")
+    _check_names(doc, [leaf.name for leaf in step_leaves], " below 'steps'")
+    _check_names(doc, [leaf.name for leaf in episode], "")
     return Schema(tuple(step_leaves), tuple(episode))
 
 
@@ -210,39 +310,61 @@ def read_schema(features: dict, where: str) -> Schema:
 # values
 
 
-def _numbers(leaf: Leaf, value: Any, what: str) -> np.ndarray:
-    """The numeric values of an unencoded tensor, as tfds casts them."""
+def _check_numbers(leaf: Leaf, value: Any, what: str) -> None:
+    """An unencoded tensor's value must be a FloatList for a floating dtype, an Int64List
+    for the rest (an empty list of either kind stands for no values)."""
     if isinstance(value, list):
         if value:
             raise DatasetFormatError(f"{what}: holds byte strings, expected numbers")
-        value = np.empty(0, np.float32 if leaf.dtype.kind == "f" else np.int64)
-    if (value.dtype.kind == "f") != (leaf.dtype.kind == "f"):
+        return
+    if value.size and (value.dtype.kind == "f") != (leaf.dtype.kind == "f"):
         got = "floats" if value.dtype.kind == "f" else "integers"
         raise DatasetFormatError(f"{what}: holds {got}, expected {leaf.dtype}")
+
+
+def _numbers(leaf: Leaf, value: Any, what: str) -> np.ndarray:
+    """The numeric values of an unencoded tensor, as tfds casts them."""
+    _check_numbers(leaf, value, what)
+    if isinstance(value, list) or not value.size:
+        return np.empty(0, leaf.dtype)
     return value.astype(leaf.dtype)
 
 
 def _raw_tensor(leaf: Leaf, blob: bytes, what: str) -> np.ndarray:
+    """One ``bytes``/``zlib`` encoded value: little-endian bytes of exactly its shape
+    (zlib data is inflated only up to one byte past that, so a small hostile blob cannot
+    expand into gigabytes)."""
+    dtype = leaf.dtype.newbyteorder("<")
+    want = leaf.size * dtype.itemsize
     if leaf.encoding == "zlib":
+        inflate = zlib.decompressobj()
         try:
-            blob = zlib.decompress(blob)
+            raw = inflate.decompress(blob, want + 1)
         except zlib.error as exc:
             raise DatasetFormatError(f"{what}: the zlib data cannot be read ({exc})") from None
-    dtype = leaf.dtype.newbyteorder("<")
-    if len(blob) != leaf.size * dtype.itemsize:
+        if len(raw) > want:
+            raise DatasetFormatError(
+                f"{what}: the zlib data inflates to more than the {want} bytes of "
+                f"{leaf.shape} {leaf.dtype}"
+            )
+        if not inflate.eof:  # every byte was read (no limit was met) and no end came
+            raise DatasetFormatError(f"{what}: the zlib data is cut short")
+        blob = raw
+    if len(blob) != want:
         raise DatasetFormatError(
-            f"{what}: {len(blob)} bytes, expected {leaf.size * dtype.itemsize} for {leaf.shape} "
-            f"{leaf.dtype}"
+            f"{what}: {len(blob)} bytes, expected {want} for {leaf.shape} {leaf.dtype}"
         )
     return np.frombuffer(blob, dtype).reshape(leaf.shape)
 
 
 def step_count(leaf: Leaf, value: Any, what: str) -> int:
-    """How many steps a step feature's raw value holds."""
+    """How many steps a step feature's raw value holds (-1: it cannot say, an empty
+    tensor per step); checks the value is of the kind the feature needs."""
     if leaf.kind == "tensor" and leaf.encoding == "none":
+        _check_numbers(leaf, value, what)
         n = len(value)
         if leaf.size == 0:
-            return -1  # an empty tensor per step says nothing of the length
+            return -1
         if n % leaf.size:
             raise DatasetFormatError(
                 f"{what}: {n} values are not whole steps of shape {leaf.shape}"
@@ -255,16 +377,17 @@ def step_count(leaf: Leaf, value: Any, what: str) -> int:
     return len(value)
 
 
-def step_values(leaf: Leaf, value: Any, steps: int, what: str) -> np.ndarray | list[bytes]:
-    """A step feature's ``steps`` rows (an array), or its byte strings for images and text."""
-    if leaf.kind != "tensor":
-        return value if isinstance(value, list) else []
+def tensor_rows(leaf: Leaf, value: Any, start: int, out: np.ndarray, what: str) -> None:
+    """Write the rows ``start:start + len(out)`` of a tensor step feature into ``out``
+    (as tfds casts them, then widened to the column's dtype)."""
+    stop = start + len(out)
     if leaf.encoding == "none":
-        return _numbers(leaf, value, what).reshape(steps, *leaf.shape)
-    out = np.empty((steps, *leaf.shape), leaf.dtype)
-    for t, blob in enumerate(value):
-        out[t] = _raw_tensor(leaf, blob, f"{what} step {t}")
-    return out
+        if leaf.size and len(out):
+            chunk = value[start * leaf.size : stop * leaf.size]
+            out[...] = chunk.astype(leaf.dtype, copy=False).reshape(out.shape)
+        return
+    for t in range(start, stop):
+        out[t - start] = _raw_tensor(leaf, value[t], f"{what} step {t}")
 
 
 def episode_value(leaf: Leaf, value: Any, what: str) -> Any:
@@ -302,6 +425,18 @@ def decode_text(blob: bytes, what: str) -> str:
 
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 _JPEG_SPACES = {1: "GRAY", 3: "RGB"}
+#: Frames of more pixels are refused before they are decoded (Pillow's own
+#: decompression-bomb threshold): a small hostile file must not make the import allocate
+#: gigabytes.
+MAX_FRAME_PIXELS = 89_478_485
+
+
+class ImageShapeError(ValueError):
+    """A frame whose header gives another shape than the column's (found before decoding)."""
+
+    def __init__(self, shape: tuple[int, ...], expected: tuple[int, ...]):
+        super().__init__(f"an image of shape {shape}, expected {expected}")
+        self.shape = shape
 
 
 def _simplejpeg():
@@ -323,30 +458,45 @@ def image_shape(blob: bytes, leaf: Leaf) -> tuple[int, ...] | None:
     return (height, width, leaf.shape[-1])
 
 
+def _check_frame(shape: tuple[int, ...], expected: tuple[int, ...] | None) -> None:
+    if expected is not None and shape != expected:
+        raise ImageShapeError(shape, expected)
+    if shape[0] * shape[1] > MAX_FRAME_PIXELS:
+        raise ValueError(
+            f"its header says {shape[1]}x{shape[0]} pixels, more than the {MAX_FRAME_PIXELS} read"
+        )
+
+
 def decode_image(blob: bytes, leaf: Leaf, out: np.ndarray | None = None) -> np.ndarray:
-    """An encoded image as tfds decodes it (``tf.image.decode_image``): HWC,
+    """One encoded frame as tfds decodes it (``tf.image.decode_image``): HWC,
     ``leaf.dtype``, ``leaf.shape[-1]`` channels, converting the image's own mode.
 
     JPEG goes through libjpeg-turbo (simplejpeg) with TensorFlow's settings, the fast
     integer DCT and fancy upsampling, which give TensorFlow's pixels bit for bit (Pillow's
     accurate DCT differs by up to about 15 levels); PNG and the rest through Pillow.
-    ``out``: for a JPEG of that shape, an array to decode into (and return); otherwise
-    a new array is returned.
+    ``out``: the array to decode into (and return), whose shape the frame must have;
+    None: a new array is returned. The header's size is checked before any pixel is
+    decoded: :class:`ImageShapeError` when it is not ``out``'s shape, ``ValueError`` past
+    :data:`MAX_FRAME_PIXELS`.
     """
-    if out is not None and image_shape(blob, leaf) == out.shape:
+    expected = None if out is None else out.shape
+    shape = image_shape(blob, leaf)
+    if shape is not None:
+        _check_frame(shape, expected)
         space = _JPEG_SPACES[leaf.shape[-1]]
-        _simplejpeg().decode_jpeg(blob, space, fastdct=True, fastupsample=False, buffer=out)
-        return out
-    return _decode_any(blob, leaf)
+        return _simplejpeg().decode_jpeg(blob, space, fastdct=True, fastupsample=False, buffer=out)
+    image = _decode_pillow(blob, leaf, expected)
+    if out is None:
+        return image
+    out[...] = image
+    return out
 
 
-def _decode_any(blob: bytes, leaf: Leaf) -> np.ndarray:
-    if image_shape(blob, leaf) is not None:
-        space = _JPEG_SPACES[leaf.shape[-1]]
-        return _simplejpeg().decode_jpeg(blob, space, fastdct=True, fastupsample=False)
+def _decode_pillow(blob: bytes, leaf: Leaf, expected: tuple[int, ...] | None) -> np.ndarray:
     from PIL import Image
 
     with Image.open(io.BytesIO(blob)) as img:
+        _check_frame((img.height, img.width, leaf.shape[-1]), expected)
         if leaf.dtype == np.float32:  # tfds bit-casts 1-channel float32 into RGBA PNG
             if img.mode != "RGBA":
                 raise ValueError(f"a float32 image must be an RGBA PNG, got mode {img.mode}")
