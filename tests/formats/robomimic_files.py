@@ -1,7 +1,7 @@
 """Small robomimic-layout files written the way each recorder writes them (h5py calls as in
 robomimic 0.3.0's dataset_states_to_obs.py and create_hdf5_filter_key, LIBERO's
-create_dataset.py and Isaac Lab's HDF5DatasetFileHandler), and a byte-level comparison of
-two such files."""
+create_dataset.py, Isaac Lab's HDF5DatasetFileHandler and MimicGen's write_demo_to_hdf5),
+and a byte-level comparison of two such files."""
 
 from __future__ import annotations
 
@@ -158,6 +158,45 @@ def write_isaaclab(path: Path, lengths=(5, 3, 6), seed=0) -> Path:
             for key, value in episode.items():
                 write(ep, key, value)
             data.attrs["total"] += n
+    return path
+
+
+def write_mimicgen(path: Path, lengths=(6, 2, 9), subtasks=2, labels_per_step=True, seed=0):
+    """MimicGen's generated dataset (write_demo_to_hdf5 in mimicgen/utils/file_utils.py):
+    actions, states, obs, datagen_info/..., src_demo_inds (one per subtask, int64) and
+    src_demo_labels (the source demo of each step, [T, 1]; with ``labels_per_step``
+    false, one demo's has other rows, as a writer that labels only some steps leaves)."""
+    rng = np.random.default_rng(seed)
+    with h5py.File(path, "w") as f:
+        data = f.create_group("data")
+        total = 0
+        for i, n in enumerate(lengths):
+            ep = data.create_group(f"demo_{i}")
+            ep.create_dataset("actions", data=rng.uniform(-1, 1, (n, 7)))
+            ep.create_dataset("states", data=rng.normal(size=(n, 45)))
+            ep.create_dataset("obs/robot0_eef_pos", data=rng.normal(size=(n, 3)))
+            ep.create_dataset(
+                "obs/agentview_image", data=rng.integers(0, 256, (n, *IMAGE), dtype=np.uint8)
+            )
+            ep.create_dataset("datagen_info/eef_pose", data=rng.normal(size=(n, 4, 4)))
+            ep.create_dataset("datagen_info/target_pose", data=rng.normal(size=(n, 4, 4)))
+            ep.create_dataset("datagen_info/gripper_action", data=rng.normal(size=(n, 1)))
+            ep.create_dataset("datagen_info/object_poses/cube", data=rng.normal(size=(n, 4, 4)))
+            grasp = (np.arange(n) >= n // 2).astype(np.int64)
+            ep.create_dataset("datagen_info/subtask_term_signals/grasp", data=grasp)
+            inds = rng.integers(0, 10, subtasks)
+            ep.create_dataset("src_demo_inds", data=np.array(inds))
+            labels = np.repeat(inds, -(-n // subtasks))[:n, None]
+            if not labels_per_step and i == 1:
+                labels = labels[:-1]
+            ep.create_dataset("src_demo_labels", data=np.array(labels))
+            ep.attrs["model_file"] = f"<mujoco model='mimicgen{i}'/>"
+            ep.attrs["num_samples"] = n
+            total += n
+        env = {"env_name": "Stack_D0", "type": 1, "env_kwargs": {"control_freq": 20}}
+        data.attrs["env_args"] = json.dumps(env, indent=4)
+        data.attrs["total"] = total
+        f["mask/train"] = np.array([f"demo_{i}" for i in range(len(lengths))], dtype="S")
     return path
 
 

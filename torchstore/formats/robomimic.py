@@ -14,12 +14,18 @@ LIBERO's ``problem_info`` and ``bddl_file_name``, ...), the key map with each da
 dtype, storage options and attributes, and the filter keys (``mask/<name>``), which also
 become named episode sets (``metadata["episode_sets"]["train"]``: episode numbers). Each
 episode's metadata holds its demo name, its attributes (``model_file``, ``init_state``,
-``seed``, ``success``, ...) and its per-demo arrays (Isaac Lab's ``initial_state/...``).
+``seed``, ``success``, ...) and its per-demo arrays (Isaac Lab's ``initial_state/...``,
+MimicGen's ``src_demo_inds``), each as its dtype, shape and bytes.
+
+Rows are read in slabs of at most :data:`_SLAB_BYTES` (whole demos, or a longer demo in
+pieces), and sizes a file declares are bounded first (:mod:`torchstore.formats.limits`),
+so a 1 KB file declaring gigabytes of rows is refused before anything is allocated.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -43,7 +49,8 @@ from torchstore.formats.robomimic_layout import (
 
 __all__ = ["import_robomimic", "open_robomimic"]
 
-#: Bytes of rows read and committed at once (whole demos; one commit each).
+#: Bytes of rows read and committed at once (whole demos, one commit each; a demo larger
+#: than this in pieces, committed at its last).
 _SLAB_BYTES = 256 << 20
 _EXACT_FLOAT = 2**53  # integers up to this magnitude are exact in float64
 
@@ -61,11 +68,18 @@ def open_robomimic(source: str | os.PathLike) -> h5py.File:
         ) from None
 
 
-def _read(where: str, ds: h5d.DatasetID, out: np.ndarray) -> None:
-    """Read all of ``ds`` into the C-contiguous ``out`` (low-level: no per-call wrapping)."""
+def _read(where: str, ds: h5d.DatasetID, out: np.ndarray, start: int | None = None) -> None:
+    """Read ``ds`` (rows ``start:start + len(out)`` of it, given ``start``) into the
+    C-contiguous ``out`` (low-level: no per-call wrapping)."""
     try:
-        if out.size:
+        if not out.size:
+            return
+        if start is None:
             ds.read(h5s.ALL, h5s.ALL, out)
+            return
+        file_space = ds.get_space()
+        file_space.select_hyperslab((start,) + (0,) * (out.ndim - 1), out.shape)
+        ds.read(h5s.create_simple(out.shape), file_space, out)
     except (OSError, RuntimeError, ValueError) as exc:
         raise DatasetFormatError(
             f"{where}: cannot be read (truncated or damaged file?): {exc}"
@@ -90,15 +104,13 @@ def _settle_casts(f: h5py.File, layout: RobomimicLayout, label: str) -> None:
         dtype = np.dtype(key.dtype)
         if key.column == "done":
             ok = dtype.kind in "biuf" and all(
-                np.isin(_whole(layout, label, i, key.path), (0, 1)).all()
-                for i in range(len(layout.demos))
+                np.isin(v, (0, 1)).all() for v in _every_slab(layout, label, key)
             )
             key.column = "done" if ok else key.path
         elif key.column == "reward" and dtype.kind in "biu":
             ok = all(
-                np.abs(_whole(layout, label, i, key.path).astype(np.float64)).max(initial=0)
-                < _EXACT_FLOAT
-                for i in range(len(layout.demos))
+                np.abs(v.astype(np.float64)).max(initial=0) < _EXACT_FLOAT
+                for v in _every_slab(layout, label, key)
             )
             key.column = "reward" if ok else key.path
         elif key.column == "reward" and dtype.kind != "f":
@@ -106,11 +118,16 @@ def _settle_casts(f: h5py.File, layout: RobomimicLayout, label: str) -> None:
         key.cast = _column_dtype(key) != dtype
 
 
-def _whole(layout: RobomimicLayout, label: str, demo: int, path: str) -> np.ndarray:
-    ds = layout.datasets[demo][path]
-    out = np.empty(ds.shape, ds.dtype)
-    _read(f"{label} data/{layout.demos[demo]} key '{path}'", ds, out)
-    return out
+def _every_slab(layout: RobomimicLayout, label: str, key: DemoKey) -> Iterator[np.ndarray]:
+    """``key``'s rows of every demo, at most ``_SLAB_BYTES`` at a time."""
+    row_bytes = max(1, np.dtype(key.dtype).itemsize * math.prod(key.shape))
+    step = max(1, _SLAB_BYTES // row_bytes)
+    for i, length in enumerate(layout.lengths):
+        ds = layout.datasets[i][key.path]
+        for a in range(0, length, step):
+            out = np.empty((min(step, length - a), *key.shape), np.dtype(key.dtype))
+            _read(f"{label} data/{layout.demos[i]} key '{key.path}'", ds, out, a)
+            yield out
 
 
 def _column_dtype(key: DemoKey) -> np.dtype:
@@ -167,35 +184,65 @@ def _chunking(ds: h5d.DatasetID) -> dict[str, Any]:
     return out
 
 
-def _batches(layout: RobomimicLayout, row_bytes: int) -> Iterator[list[int]]:
-    """Consecutive demo numbers of at most ``_SLAB_BYTES`` of rows (or one demo) each."""
+def _batches(layout: RobomimicLayout, row_bytes: int) -> Iterator[tuple[list[int], range | None]]:
+    """``(demos, None)``: consecutive whole demos of at most ``_SLAB_BYTES`` of rows; or
+    ``([demo], rows)``: one piece of a demo larger than that, so memory holds one slab."""
+    max_rows = max(1, _SLAB_BYTES // row_bytes)
     batch: list[int] = []
-    size = 0
+    rows = 0
     for i, length in enumerate(layout.lengths):
-        if batch and size + length * row_bytes > _SLAB_BYTES:
-            yield batch
-            batch, size = [], 0
+        if batch and (rows + length > max_rows or length > max_rows):
+            yield batch, None
+            batch, rows = [], 0
+        if length > max_rows:
+            for a in range(0, length, max_rows):
+                yield [i], range(a, min(a + max_rows, length))
+            continue
         batch.append(i)
-        size += length * row_bytes
+        rows += length
     if batch:
-        yield batch
+        yield batch, None
 
 
 def _read_batch(
-    f: h5py.File, label: str, layout: RobomimicLayout, batch: list[int]
+    f: h5py.File, label: str, layout: RobomimicLayout, batch: list[int], piece: range | None
 ) -> dict[str, np.ndarray]:
-    total = sum(layout.lengths[i] for i in batch)
+    """The rows of the whole demos in ``batch``, or the rows ``piece`` of its one demo."""
+    total = len(piece) if piece is not None else sum(layout.lengths[i] for i in batch)
     rows: dict[str, np.ndarray] = {}
     for key in layout.keys:
         out = np.empty((total, *key.shape), np.dtype(key.dtype))
         at = 0
         for i in batch:
-            demo, n = layout.demos[i], layout.lengths[i]
+            where = f"{label} data/{layout.demos[i]} key '{key.path}'"
             ds = layout.datasets[i][key.path]
-            _read(f"{label} data/{demo} key '{key.path}'", ds, out[at : at + n])
+            if piece is not None:
+                _read(where, ds, out, piece.start)
+                break
+            n = layout.lengths[i]
+            _read(where, ds, out[at : at + n])
             at += n
         rows[key.column] = out.astype(_column_dtype(key)) if key.cast else out
     return rows
+
+
+def _write_rows(
+    f: h5py.File, label: str, layout: RobomimicLayout, writer: Any, row_bytes: int, bar: Any
+) -> None:
+    """Every demo into ``writer``: whole demos committed together, a demo larger than a
+    slab appended piece by piece and committed at its last piece."""
+    for batch, piece in _batches(layout, row_bytes):
+        rows = _read_batch(f, label, layout, batch, piece)
+        if piece is None:
+            metas = [_episode_meta(layout, label, i) for i in batch]
+            writer.add_episodes(rows, [layout.lengths[i] for i in batch], metas)
+        else:
+            writer.append(rows)
+            if piece.stop == layout.lengths[batch[0]]:
+                writer.end_episode(_episode_meta(layout, label, batch[0]))
+        del rows
+        if bar is not None:
+            bar.update(len(piece) if piece is not None else sum(layout.lengths[i] for i in batch))
 
 
 def _metadata(f: h5py.File, layout: RobomimicLayout, source: str) -> dict[str, Any]:
@@ -245,7 +292,11 @@ def import_robomimic(
     Raises:
         DatasetFormatError: the file is unreadable or truncated, has no demos, a demo's
             keys have different lengths, demos have different keys, or a filter key names
-            unknown demos; the message names the file, the demo and the key.
+            unknown demos; a key's row, or a step of all keys, over
+            :data:`~torchstore.formats.limits.MAX_ROW_BYTES`; a dataset declaring far more
+            chunks than it stores; a per-demo array or filter key over
+            :data:`~torchstore.formats.limits.MAX_KEPT_BYTES` (all refused before a row is
+            read); the message names the file, the demo and the key.
 
     Examples:
         >>> import_robomimic("lift/ph/image.hdf5", "lift.h5")  # doctest: +SKIP
@@ -278,12 +329,7 @@ def import_robomimic(
                     overwrite=True,
                 ) as writer,
             ):
-                for batch in _batches(layout, max(row_bytes, 1)):
-                    rows = _read_batch(f, label, layout, batch)
-                    metas = [_episode_meta(layout, label, i) for i in batch]
-                    writer.add_episodes(rows, [layout.lengths[i] for i in batch], metas)
-                    if bar is not None:
-                        bar.update(sum(layout.lengths[i] for i in batch))
+                _write_rows(f, label, layout, writer, max(row_bytes, 1), bar)
         except (KeyError, OSError, RuntimeError) as exc:
             if isinstance(exc, TorchstoreError):
                 raise

@@ -8,20 +8,32 @@ robomimic, MimicGen, LIBERO and Isaac Lab's recorders share one layout::
         next_obs/<key>         [T, ...]
         actions, rewards, dones, states, ...   [T, ...]
         initial_state/...      (Isaac Lab: one row per demo, not per step)
+        src_demo_inds          (MimicGen: one entry per subtask, not per step)
+        src_demo_labels        (MimicGen: [T, 1], the source demo of each step)
+        datagen_info/...       (MimicGen: per step)
                                attrs: num_samples, model_file, seed, success, init_state, ...
     mask/<filter>              demo names as bytes (train, valid, 20_percent, ...)
 
-Every dataset with a row per step becomes a store column; the names map onto the store's
-own (``actions`` -> ``action``, ``next_obs/<k>`` -> ``next/obs/<k>``, ...) and the map is
-kept in the store's metadata, so the export writes the original names, dtypes and storage
-options back. Attributes (of the file, ``data``, each demo and each dataset) are kept as
-JSON: strings as they are, anything else as its dtype, shape and bytes (exact).
+Every dataset with a row per step becomes a store column. The datasets of one entry per
+demo (scalars, :data:`PER_DEMO_GROUPS`, :data:`PER_DEMO_KEYS`, and
+:data:`PER_STEP_OR_PER_DEMO_KEYS` where a demo has another number of rows of them) go in
+the episode's metadata, exactly (dtype, shape, bytes), and the export writes them back.
+The names map onto the store's own (``actions`` -> ``action``, ``next_obs/<k>`` ->
+``next/obs/<k>``, ...) and the map is kept in the store's metadata, so the export writes
+the original names, dtypes and storage options back. Attributes (of the file, ``data``,
+each demo and each dataset) are kept as JSON: strings as they are, anything else as its
+dtype, shape and bytes (exact).
+
+The scan refuses, before any array is read, what :mod:`torchstore.formats.limits` bounds:
+rows over ``MAX_ROW_BYTES``, datasets declaring far more chunks than they store, and
+per-demo arrays or filter keys over ``MAX_KEPT_BYTES``.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +44,7 @@ import numpy as np
 from h5py import h5d, h5l, h5o
 
 from torchstore.errors import DatasetFormatError
+from torchstore.formats import limits
 
 __all__ = [
     "DemoKey",
@@ -49,6 +62,13 @@ __all__ = [
 _DEMO = re.compile(r"^demo_(\d+)$")
 #: Groups of a demo that hold one entry per demo, not one row per step (Isaac Lab).
 PER_DEMO_GROUPS = ("initial_state",)
+#: Datasets of a demo that hold one entry per demo (MimicGen's source demo of each
+#: subtask), whatever their length: one that happens to have a row per step stays here.
+PER_DEMO_KEYS = ("src_demo_inds",)
+#: Datasets that are a column where every demo has a row per step of them (MimicGen's
+#: ``src_demo_labels``, its source demo at each step, ``[T, 1]``), and are kept per demo,
+#: in every demo, where one demo has another number of rows.
+PER_STEP_OR_PER_DEMO_KEYS = ("src_demo_labels",)
 #: robomimic name -> store name for the keys with a store meaning (reserved columns).
 _RENAMES = {"actions": "action", "rewards": "reward", "dones": "done"}
 
@@ -222,8 +242,37 @@ def _demo_length(
     raise DatasetFormatError(f"{where}: no num_samples attribute and no 'actions' to count steps")
 
 
-def _is_per_demo(path: str, ds: h5d.DatasetID) -> bool:
-    return len(ds.shape) == 0 or path.split("/", 1)[0] in PER_DEMO_GROUPS
+def _is_per_demo(path: str, ds: h5d.DatasetID, length: int) -> bool:
+    if len(ds.shape) == 0 or path in PER_DEMO_KEYS or path.split("/", 1)[0] in PER_DEMO_GROUPS:
+        return True
+    return path in PER_STEP_OR_PER_DEMO_KEYS and ds.shape[0] != length
+
+
+def _nbytes(ds: h5d.DatasetID) -> int:
+    return math.prod(ds.shape) * ds.dtype.itemsize
+
+
+def _check_stored(where: str, path: str, ds: h5d.DatasetID) -> None:
+    """Refuse chunks over ``MAX_CHUNK_BYTES`` (each is decoded whole), and a large dataset
+    that declares far more than it stores (the rest reads as the fill value): a 1 KB file
+    may declare terabytes. About 20 us a dataset."""
+    plist = ds.get_create_plist()
+    layout = plist.get_layout()
+    if layout == h5d.CHUNKED:
+        limits.check_chunk(f"{where} key '{path}'", plist.get_chunk(), ds.dtype)
+    nbytes = _nbytes(ds)
+    if layout == h5d.COMPACT or (
+        nbytes <= limits.MAX_UNSTORED_BYTES and math.prod(ds.shape) <= limits.MAX_UNSTORED_CHUNKS
+    ):
+        return
+    if layout == h5d.CHUNKED:
+        chunk = plist.get_chunk()
+        declared = math.prod(-(-n // c) for n, c in zip(ds.shape, chunk))
+        stored = ds.get_num_chunks()
+        chunk_bytes = math.prod(chunk) * ds.dtype.itemsize
+    else:  # contiguous (or virtual): all or nothing
+        declared, stored, chunk_bytes = 1, int(ds.get_storage_size() >= nbytes), nbytes
+    limits.check_unstored(f"{where} key '{path}'", declared, stored, chunk_bytes)
 
 
 def _check_rows(where: str, path: str, ds: h5d.DatasetID, length: int, origin: str) -> None:
@@ -244,16 +293,26 @@ def _scan_demo(
     rows = {}
     per_demo = set()
     for path, ds in datasets.items():
-        if _is_per_demo(path, ds):
-            per_demo.add(path)
+        if _is_per_demo(path, ds, length):
+            _keep_per_demo(where, path, ds, per_demo)
             continue
         _check_rows(where, path, ds, length, origin)
+        limits.check_row(f"{where} key '{path}'", ds.shape[1:], ds.dtype)
+        _check_stored(where, path, ds)
         rows[path] = ds
     return length, rows, per_demo, datasets
 
 
+def _keep_per_demo(where: str, path: str, ds: h5d.DatasetID, per_demo: set[str]) -> None:
+    limits.check_kept(f"{where} key '{path}' (one per demo)", _nbytes(ds))
+    per_demo.add(path)
+
+
 def _keys_of(where: str, rows: dict[str, h5d.DatasetID]) -> dict[str, DemoKey]:
     keys = {}
+    limits.check_step(
+        where, {p: math.prod(o.shape[1:]) * o.dtype.itemsize for p, o in rows.items()}
+    )
     for path, oid in rows.items():
         ds = h5py.Dataset(oid)
         column = store_name(path)
@@ -298,6 +357,7 @@ def _masks(
         if not isinstance(ds, h5py.Dataset):
             left_out.append(f"{label} mask/{name} (a group among the filter keys)")
             continue
+        limits.check_kept(f"{label} mask/{name}", math.prod(ds.shape) * ds.dtype.itemsize)
         names = [v.decode() if isinstance(v, bytes) else str(v) for v in np.asarray(ds[()]).flat]
         unknown = sorted(set(names) - demos)
         if unknown:
@@ -342,22 +402,23 @@ def read_layout(f: h5py.File, label: str) -> RobomimicLayout:
         for n, g in data.items()
         if not isinstance(g, h5py.Group)
     ]
-    lengths: list[int] = []
+    groups = [data[name] for name in demos]
+    scans = [_scan_demo(f"{label} data/{n}", g, left_out) for n, g in zip(demos, groups)]
+    per_demo: set[str] = set().union(*(extra for _, _, extra, _ in scans))
+    # a key that is per step in some demos only is kept per demo in all of them
+    either = per_demo & set(PER_STEP_OR_PER_DEMO_KEYS)
     keys: dict[str, DemoKey] = {}
-    per_demo: set[str] = set()
-    groups, handles = [], []
-    for name in demos:
+    for name, (_, rows, extra, _) in zip(demos, scans):
         where = f"{label} data/{name}"
-        groups.append(data[name])
-        length, rows, extra, found = _scan_demo(where, groups[-1], left_out)
-        handles.append(found)
+        for path in either & set(rows):
+            _keep_per_demo(where, path, rows.pop(path), extra)
         if not keys:
             keys = _keys_of(where, rows)
             if not keys:
                 raise DatasetFormatError(f"{where}: no per-step datasets")
         _same_keys(where, keys, rows)
-        per_demo |= extra
-        lengths.append(length)
+    lengths = [length for length, _, _, _ in scans]
+    handles = [found for _, _, _, found in scans]
     return RobomimicLayout(
         path=Path(label),
         demos=demos,
