@@ -292,7 +292,7 @@ def test_round_trip_store_zarr_store(tmp_path, name, fmt, chunk_rows):
     root, zs = _open(out)
     try:
         assert root["meta/episode_ends"][:].tolist() == [4, 5, 14, 17]
-        assert root["data/next/obs"].shape == (17, 3)
+        assert root["data/next.obs"].shape == (17, 3)  # flat, as ReplayBuffer loads them
         if chunk_rows:
             assert root["data/pixels"].chunks == (chunk_rows, 6, 6, 3)
         else:  # get_optimal_chunks: the whole 17 rows fit in 2 MB
@@ -704,7 +704,7 @@ def test_zarr2_reads_export(tmp_path, expected, name):
     assert arrays["data/img"]["chunks"] == [7, 32, 32, 3]
     other = seen["store"]
     assert other["arrays"]["meta/episode_ends"]["shape"] == [4]
-    assert "data/next/obs" in other["arrays"]
+    assert "data/next.obs" in other["arrays"]
     assert other["groups"][""]["torchstore"]["env_id"] == "Pendulum-v1"
 
 

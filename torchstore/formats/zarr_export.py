@@ -1,9 +1,10 @@
-"""Stores out to diffusion-policy zarr: :func:`export_zarr`, :func:`optimal_chunks` and
-their private helpers.
+"""Stores out to diffusion-policy zarr: :func:`export_zarr`, :func:`flat_keys`,
+:func:`optimal_chunks` and their private helpers.
 
-:func:`export_zarr` writes a store's columns as ``data/<name>`` arrays and its episodes as
-``meta/episode_ends``. For a store made by
-:func:`~torchstore.formats.zarr_import.import_zarr` it writes back what
+:func:`export_zarr` writes a store's columns as flat ``data/<key>`` arrays (nested names
+flattened by :func:`flat_keys`, since diffusion-policy's ``ReplayBuffer.copy_from_path``
+loads every member of ``data/`` as an array) and its episodes as ``meta/episode_ends``.
+For a store made by :func:`~torchstore.formats.zarr_import.import_zarr` it writes back what
 ``metadata["zarr"]`` kept (the other ``meta/`` arrays, the attributes, each array's
 chunks and source dtype), so zarr -> store -> zarr gives the same arrays (values, dtype,
 shape), ``episode_ends`` and attributes; store -> zarr -> store gives the same columns and
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.data.columns import ColumnSpec, numpy_dtype
-from torchstore.errors import ArgumentError, DestinationError
+from torchstore.errors import ArgumentError, DatasetFormatError, DestinationError
 from torchstore.formats import zarr_source
 from torchstore.formats.zarr_source import (
     TARGET_CHUNK_BYTES,
@@ -41,7 +42,7 @@ from torchstore.formats.zarr_source import (
     require_zarr,
 )
 
-__all__ = ["export_zarr", "optimal_chunks"]
+__all__ = ["export_zarr", "flat_keys", "optimal_chunks", "KEY_SEPARATOR"]
 
 
 def optimal_chunks(
@@ -124,6 +125,53 @@ def _source_dtype(spec: ColumnSpec, recorded: Mapping | None, zarr_format: int) 
     return source
 
 
+#: What joins the parts of a nested column name into one flat ``data/`` key:
+#: ``next/obs/agentview_image`` -> ``data/next.obs.agentview_image``.
+KEY_SEPARATOR = "."
+
+
+def flat_keys(names: list[str], where: str = "the store") -> dict[str, str]:
+    """The flat ``data/`` key of each column (``{column: key}``), as diffusion-policy's
+    ``ReplayBuffer`` reads them: ``copy_from_path`` loads every member of ``data/`` as an
+    array, so a nested group there fails to load.
+
+    ``obs/<k>`` becomes ``<k>``, as diffusion-policy's robomimic converter names
+    observation keys (``data/agentview_image``, ``data/robot0_eef_pos``, and ``action``
+    stays ``data/action``), unless another column takes that key (then it is
+    ``obs.<k>``); any other nested name joins its parts with :data:`KEY_SEPARATOR`
+    (``next/obs/object`` -> ``next.obs.object``); flat names stay as they are.
+
+    Raises:
+        DatasetFormatError: two columns would get the same key (``a/b`` and ``a.b``).
+    """
+    joined = {n: n.replace("/", KEY_SEPARATOR) for n in names}
+    short = {n: n.removeprefix("obs/") for n in names if n.startswith("obs/") and n.count("/") == 1}
+    taken = [joined[n] for n in names if n not in short] + list(short.values())
+    keys = {n: short[n] if n in short and taken.count(short[n]) == 1 else joined[n] for n in names}
+    seen: dict[str, str] = {}
+    for name, key in keys.items():
+        if key in seen:
+            raise DatasetFormatError(
+                f"{where}: columns '{seen[key]}' and '{name}' would both be written as "
+                f"data/{key} (diffusion-policy's flat keys); rename one of them"
+            )
+        seen[key] = name
+    return keys
+
+
+def _data_keys(store: Any, recorded: Mapping) -> dict[str, str]:
+    """``{column: key under data/}``: where an imported zarr had each array, else
+    :func:`flat_keys`."""
+    names = [c.name for c in store.columns]
+    if not recorded:
+        return flat_keys(names, str(store.path))
+    kept = recorded.get("keys") if isinstance(recorded.get("keys"), Mapping) else {}
+    keys = {n: kept.get(n) if isinstance(kept.get(n), str) else n for n in names}
+    if len(set(keys.values())) != len(keys):
+        return {n: n for n in names}
+    return keys
+
+
 class _ChunkWriter:
     """Rows of one zarr array, written a whole number of chunks at a time (each chunk is
     encoded once, never read back to be merged); at most a chunk's rows are held."""
@@ -201,19 +249,22 @@ def _is_zarr_folder(path: Path) -> bool:
     return (path / ".zgroup").is_file() or (path / "zarr.json").is_file()
 
 
-def _group_paths(columns: list[ColumnSpec], recorded: Mapping) -> list[str]:
+def _group_paths(keys: dict[str, str], recorded: Mapping) -> list[str]:
     """Every group to create, parents first: data, meta, recorded and implied subgroups."""
     paths = {"data", "meta"}
     paths.update(g for g in recorded.get("groups", []) if isinstance(g, str) and g)
     paths.update(f"meta/{g}" for g in recorded.get("meta_groups", []) if isinstance(g, str))
-    for spec in columns:
-        parts = f"data/{spec.name}".split("/")
+    for key in keys.values():
+        parts = f"data/{key}".split("/")
         paths.update("/".join(parts[:i]) for i in range(1, len(parts)))
     return sorted(paths, key=lambda p: (p.count("/"), p))
 
 
-def _root_attrs(store: Any, recorded: Mapping, attrs: Mapping) -> dict[str, Any]:
-    """The root group's attributes: the imported zarr's own, else what the store records."""
+def _root_attrs(
+    store: Any, recorded: Mapping, attrs: Mapping, keys: dict[str, str]
+) -> dict[str, Any]:
+    """The root group's attributes: the imported zarr's own, else what the store records
+    (``data_keys``: the column each renamed ``data/`` key holds)."""
     if recorded:
         return dict(attrs.get("", {}))
     manifest = store.manifest
@@ -221,6 +272,7 @@ def _root_attrs(store: Any, recorded: Mapping, attrs: Mapping) -> dict[str, Any]
         "env_id": manifest.env_id,
         "seed": manifest.seed,
         "metadata": dict(manifest.metadata),
+        "data_keys": {key: name for name, key in keys.items() if key != name},
     }
     kept = {k: v for k, v in kept.items() if v not in (None, {})}
     return {"torchstore": {**kept, "columns": [c.name for c in store.columns]}}
@@ -255,8 +307,9 @@ def _create_arrays(store: Any, groups: dict, spec_dtypes: dict, layout: dict) ->
     arrays = {}
     rows = store.num_rows
     for spec, dtype in spec_dtypes.items():
-        kept = (layout["recorded"].get("arrays") or {}).get(f"data/{spec.name}")
-        parent, _, leaf = f"data/{spec.name}".rpartition("/")
+        path = f"data/{layout['keys'][spec.name]}"
+        kept = (layout["recorded"].get("arrays") or {}).get(path)
+        parent, _, leaf = path.rpartition("/")
         shape = (rows, *spec.shape)
         if layout["chunk_rows"] is not None:
             chunks = (layout["chunk_rows"], *spec.shape)
@@ -273,7 +326,7 @@ def _create_arrays(store: Any, groups: dict, spec_dtypes: dict, layout: dict) ->
             compressors=layout["codec"],
             filters=None,
             fill_value=0,
-            attributes=layout["attrs"].get(f"data/{spec.name}", {}),
+            attributes=layout["attrs"].get(path, {}),
             # every chunk written, as zarr 2 does; zarr 3's default first compares each
             # chunk with the fill value, which made an export 5x slower (measured)
             config={"write_empty_chunks": True},
@@ -355,15 +408,17 @@ def _write_zarr(store: Any, partial: Path, layout: dict, recorded: Mapping, bar:
             store=target,
             mode="w",
             zarr_format=layout["zarr_format"],
-            attributes=_root_attrs(store, recorded, attrs),
+            attributes=_root_attrs(store, recorded, attrs, layout["keys"]),
         )
         groups = {"": root}
-        for path in _group_paths(list(store.columns), recorded):
+        for path in _group_paths(layout["keys"], recorded):
             parent, _, leaf = path.rpartition("/")
             groups[path] = groups[parent].create_group(leaf, attributes=attrs.get(path, {}))
         spec_dtypes = {
             s: _source_dtype(
-                s, (recorded.get("arrays") or {}).get(f"data/{s.name}"), root.metadata.zarr_format
+                s,
+                (recorded.get("arrays") or {}).get(f"data/{layout['keys'][s.name]}"),
+                root.metadata.zarr_format,
             )
             for s in store.columns
         }
@@ -412,14 +467,17 @@ def export_zarr(
             for readers on zarr 3.
         progress: draw a progress bar over rows.
 
-    Columns become ``data/<name>`` (``/`` in a name nests groups), ``meta/episode_ends``
-    the int64 cumulative episode ends. A store imported by
-    :func:`~torchstore.formats.zarr_import.import_zarr` gets its source's attributes, other
-    ``meta/`` arrays and dtypes back; any other store records its env id, seed, metadata and
-    column order in the root attribute ``torchstore``, which
+    Columns become flat ``data/<key>`` arrays, as diffusion-policy's ``ReplayBuffer``
+    loads them (:func:`flat_keys`: ``obs/<k>`` -> ``data/<k>``, ``next/obs/<k>`` ->
+    ``data/next.obs.<k>``), ``meta/episode_ends`` the int64 cumulative episode ends. A
+    store imported by :func:`~torchstore.formats.zarr_import.import_zarr` gets its
+    source's keys, attributes, other ``meta/`` arrays and dtypes back; any other store
+    records its env id, seed, metadata, column order and the column of each renamed key
+    in the root attribute ``torchstore``, which
     :func:`~torchstore.formats.zarr_import.import_zarr` reads back.
 
     Raises:
+        DatasetFormatError: two columns would get the same flat key.
         DestinationExistsError: ``dest`` exists and ``overwrite`` is false.
         DestinationError: ``dest`` exists and is not a zarr folder or zip (never replaced).
         ArgumentError: a ``zarr_format``, ``chunk_rows`` or ``compressor`` it cannot use.
@@ -450,6 +508,7 @@ def export_zarr(
             "chunk_rows": chunk_rows,
             "attrs": from_json(recorded.get("attrs") or {}),
             "recorded": recorded,
+            "keys": _data_keys(store, recorded),
         }
         partial = dest.with_name(f".{dest.name}.exporting")
         _remove(partial)

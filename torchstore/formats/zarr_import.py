@@ -1,8 +1,10 @@
 """diffusion-policy zarr into a store: :func:`import_zarr` and its private helpers.
 
 :func:`import_zarr` makes every ``data/<key>`` array a column (nested groups under
-``data/`` become ``/``-joined names), in its exact dtype, row shape and values, and
-``meta/episode_ends`` the episodes. What the store has no place for is kept under
+``data/`` become ``/``-joined names; a key that
+:func:`~torchstore.formats.zarr_export.export_zarr` flattened, named in the root attribute
+``torchstore.data_keys``, gets its column's name back), in its exact dtype, row shape and
+values, and ``meta/episode_ends`` the episodes. What the store has no place for is kept under
 ``metadata["zarr"]`` of the manifest: the other ``meta/`` arrays (as bytes), the
 attributes of every group and array, each array's encoding (chunks, compressor) and
 source dtype (big-endian and unsigned 16/32/64-bit arrays are held as the native or
@@ -31,10 +33,11 @@ import numpy as np
 
 from torchstore.data.columns import ColumnSpec, numpy_dtype, torch_dtype
 from torchstore.errors import ColumnError, DatasetFormatError, EpisodeError
-from torchstore.formats import zarr_source
+from torchstore.formats import limits, zarr_source
 from torchstore.formats.zarr_source import (
     ChunkFiles,
     check_chunks,
+    check_grid,
     check_length,
     child_group,
     column_dtype,
@@ -51,18 +54,34 @@ __all__ = ["import_zarr"]
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-def _columns(arrays: dict[str, Any], ends: np.ndarray, label: str) -> list[ColumnSpec]:
+def _columns(
+    arrays: dict[str, Any], ends: np.ndarray, label: str, names: dict[str, str]
+) -> list[ColumnSpec]:
+    """The column of each array, after refusing (before a row is read) a scalar, a
+    malformed chunk grid, a length other than ``episode_ends[-1]`` and a row (or a step of
+    all arrays) over :data:`~torchstore.formats.limits.MAX_ROW_BYTES`."""
     columns = []
     for key, arr in arrays.items():
         if arr.ndim == 0:
             raise DatasetFormatError(f"{label}: data/{key} is a scalar; it needs a row axis")
+        check_grid(arr, f"data/{key}", label)
         check_length(key, arr.shape[0], ends, label)
+        dtype = _numpy_dtype(arr, key, label)
+        limits.check_row(f"{label}: data/{key}", arr.shape[1:], dtype)
         try:
-            dtype = np.dtype(arr.dtype)
-            columns.append(ColumnSpec(key, torch_dtype(column_dtype(dtype)), arr.shape[1:]))
+            spec = ColumnSpec(names[key], torch_dtype(column_dtype(dtype)), arr.shape[1:])
+            columns.append(spec)
         except (TypeError, ColumnError) as exc:
             raise DatasetFormatError(f"{label}: data/{key} cannot be a column: {exc}") from exc
+    limits.check_step(f"{label}: data/", {f"data/{c.name}": c.row_nbytes for c in columns})
     return columns
+
+
+def _numpy_dtype(arr: Any, key: str, label: str) -> np.dtype:
+    try:
+        return np.dtype(arr.dtype)
+    except TypeError as exc:
+        raise DatasetFormatError(f"{label}: data/{key} cannot be a column: {exc}") from exc
 
 
 def _encoding(arr: Any) -> dict[str, Any]:
@@ -98,7 +117,12 @@ def _meta_entry(arr: Any, key: str, label: str, files: ChunkFiles) -> dict[str, 
 
 
 def _source_metadata(
-    root: Any, label: str, arrays: dict[str, Any], data_groups: list[str], files: ChunkFiles
+    root: Any,
+    label: str,
+    arrays: dict[str, Any],
+    data_groups: list[str],
+    files: ChunkFiles,
+    names: dict[str, str],
 ) -> dict[str, Any]:
     """``metadata["zarr"]``: what export writes back beside the columns."""
     data, meta = root["data"], root["meta"]
@@ -121,6 +145,7 @@ def _source_metadata(
             if k != "episode_ends"
         },
         "meta_groups": meta_groups,
+        "keys": {name: key for key, name in names.items() if key != name},
     }
 
 
@@ -244,7 +269,13 @@ def _recorded_store(attrs: Mapping) -> dict[str, Any]:
     kept = attrs.get("torchstore")
     kept = kept if isinstance(kept, Mapping) else {}
     env_id, seed, meta, order = (kept.get(k) for k in ("env_id", "seed", "metadata", "columns"))
+    data_keys = kept.get("data_keys")
+    if not isinstance(data_keys, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data_keys.items()
+    ):
+        data_keys = {}
     return {
+        "data_keys": dict(data_keys),
         "env_id": env_id if isinstance(env_id, str) else None,
         "seed": seed if isinstance(seed, int) and not isinstance(seed, bool) else None,
         "metadata": {k: v for k, v in meta.items() if k != "zarr"}
@@ -252,6 +283,16 @@ def _recorded_store(attrs: Mapping) -> dict[str, Any]:
         else {},
         "columns": order if isinstance(order, list) else [],
     }
+
+
+def _column_names(arrays: dict[str, Any], data_keys: Mapping[str, str]) -> dict[str, str]:
+    """``{key under data/: column name}``: a key an export renamed (``data/agentview_image``
+    from ``obs/agentview_image``) gets its column's name back, when the names recorded
+    are all keys here and give every array a name of its own; else each key is its name."""
+    names = {key: data_keys.get(key, key) for key in arrays}
+    if not set(data_keys) <= set(arrays) or len(set(names.values())) != len(names):
+        return {key: key for key in arrays}
+    return names
 
 
 def _ordered(columns: list[ColumnSpec], order: list) -> list[ColumnSpec]:
@@ -309,17 +350,21 @@ def import_zarr(
         arrays, data_groups = list_members(data, label)
         if not arrays:
             raise DatasetFormatError(f"{label}: data/ holds no arrays")
-        columns = _columns(arrays, ends, label)
+        recorded = _recorded_store(root.attrs)
+        names = _column_names(arrays, recorded["data_keys"])
+        columns = _columns(arrays, ends, label, names)
         for key, arr in arrays.items():  # before a row is read: Blosc decodes short chunks
             check_chunks(arr, f"data/{key}", label, files, ends)
-        recorded = _recorded_store(root.attrs)
         columns = _ordered(columns, recorded["columns"])
         metadata = {
             **to_json(recorded["metadata"]),
-            "zarr": _source_metadata(root, label, arrays, data_groups, files),
+            "zarr": _source_metadata(root, label, arrays, data_groups, files, names),
         }
+        key_of = {name: key for key, name in names.items()}
         readers = {
-            c.name: _ChunkReader(arrays[c.name], c.name, numpy_dtype(c.dtype), label, ends)
+            c.name: _ChunkReader(
+                arrays[key_of[c.name]], key_of[c.name], numpy_dtype(c.dtype), label, ends
+            )
             for c in columns
         }
         plan = list(_plan(ends, sum(c.row_nbytes for c in columns), zarr_source.SLAB_BYTES))

@@ -7,7 +7,7 @@ every episode, concatenated, and ``meta/episode_ends``, the int64 cumulative end
 each episode (episode ``i`` is rows ``ends[i-1]:ends[i]``). Real datasets (PushT's
 ``pusht_cchi_v7_replay.zarr``, robomimic and real-robot caches) are zarr v2 folders, often
 shipped as a ``.zarr.zip`` (zarr's ``ZipStore``); both read here, and so do zarr v3
-stores, through the ``zarr`` package (v3 API, ``pip install "zarr>=3.1.3"``).
+stores, through the ``zarr`` package (v3 API, zarr>=3.1.3: ``pip install -e ".[formats]"``).
 
 Here: :func:`require_zarr`; :func:`open_source` (a ``.zarr`` folder, a ``.zarr.zip`` or a
 zip holding one ``.zarr`` folder), :func:`child_group` / :func:`list_members` (its groups
@@ -48,6 +48,7 @@ import itertools
 import json
 import math
 import os
+import re
 import stat
 import warnings
 import zipfile
@@ -58,12 +59,15 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import DatasetFormatError
+from torchstore.extras import install_hint
+from torchstore.formats import limits
 
 __all__ = [
     "require_zarr",
     "open_source",
     "open_chunks",
     "check_chunks",
+    "check_grid",
     "child_group",
     "list_members",
     "read_episode_ends",
@@ -85,7 +89,7 @@ SLAB_BYTES = 24 * 2**20
 #: Bytes one zarr read of an array fetches at least (low-dim arrays are read ahead).
 READ_BYTES = 8 * 2**20
 #: Bytes of ``meta/`` arrays (other than ``episode_ends``) kept in the manifest, at most.
-META_BYTES = 16 * 2**20
+META_BYTES = limits.MAX_KEPT_BYTES
 #: diffusion-policy's ``get_optimal_chunks`` target: about 2 MB per chunk.
 TARGET_CHUNK_BYTES = 2e6
 
@@ -100,12 +104,12 @@ def require_zarr():
         import zarr
     except ImportError as exc:
         raise ImportError(
-            'reading and writing diffusion-policy zarr needs zarr 3: pip install "zarr>=3.1.3"'
+            f"reading and writing diffusion-policy zarr needs zarr 3: {install_hint('formats')}"
         ) from exc
     if int(zarr.__version__.split(".")[0]) < 3:
         raise ImportError(
             f"torchstore reads zarr with the zarr 3 API (v2 stores included); this is zarr "
-            f'{zarr.__version__}: pip install "zarr>=3.1.3"'
+            f"{zarr.__version__}: {install_hint('formats')} (zarr>=3.1.3)"
         )
     return zarr
 
@@ -237,6 +241,20 @@ class ChunkFiles:
         finally:
             os.close(fd)
 
+    def stored(self, path: str) -> list[str]:
+        """Every object stored under the node ``path``, by its name relative to it (such
+        as ``1.0`` or ``c/1/0``): what is there, not what the array's chunk grid names."""
+        prefix = f"{path}/" if path else ""
+        if self.zip is not None:
+            return sorted({n[len(prefix) :] for n in self.zip.namelist() if n.startswith(prefix)})
+        base = os.path.join(os.fspath(self.source), path)
+        names = []
+        for folder, _, files in os.walk(base):  # links to folders are not followed
+            rel = os.path.relpath(folder, base)
+            for name in files:
+                names.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+        return sorted(names)
+
     def read(self, key: str) -> bytes | None:
         """The whole object at ``key`` (a small one: metadata); None when none is."""
         if self.zip is not None:
@@ -331,43 +349,108 @@ def _chunk_rows(arr: Any, coords: tuple[int, ...], ends: np.ndarray | None) -> s
     return f" (rows {a}..{b}, {episodes})"
 
 
+def check_grid(arr: Any, name: str, label: str) -> tuple[int, ...]:
+    """``arr``'s chunk grid (of shards, where it has them), after refusing chunks or
+    shards that are not positive integers, one per dimension (a ``.zarray`` with a 0 in
+    ``chunks`` would divide by zero), and chunks (or shards) over
+    :data:`~torchstore.formats.limits.MAX_CHUNK_BYTES`."""
+    shape = tuple(arr.shape)
+    for what in ("chunks", "shards"):
+        value = getattr(arr, what, None) if what == "shards" else arr.chunks
+        if value is None:
+            continue
+        value = tuple(value)
+        if len(value) != len(shape) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in value
+        ):
+            raise DatasetFormatError(
+                f"{label}: {name} has {what} {list(value)} for its shape {list(shape)}; "
+                f"{what} must be one positive integer per dimension"
+            )
+    if any(not isinstance(n, int) or n < 0 for n in shape):
+        raise DatasetFormatError(f"{label}: {name} has the shape {list(shape)}")
+    outer = tuple(getattr(arr, "shards", None) or arr.chunks)
+    try:
+        dtype = np.dtype(arr.dtype)
+    except TypeError:  # a dtype no column takes: refused by name later
+        dtype = np.dtype(np.uint8)
+    limits.check_chunk(f"{label}: {name}", outer, dtype)  # read whole: one decode each
+    return tuple(-(-n // c) for n, c in zip(shape, outer))
+
+
+def _stored_chunks(arr: Any, files: ChunkFiles, grid: tuple[int, ...]) -> dict[tuple, str]:
+    """The chunk coordinates of ``arr`` that are stored, and their keys, in grid order:
+    the objects listed under the array, each kept when it is the key of a chunk in the
+    grid (so 8e9 chunks declared and none stored cost one listing, not 8e9 lookups)."""
+    found = {}
+    for rel in files.stored(arr.path):
+        parts = re.split(r"[./]", rel)
+        if parts and parts[0] == "c":
+            parts = parts[1:]
+        if len(parts) != len(grid) or not all(p.isascii() and p.isdigit() for p in parts):
+            continue
+        coords = tuple(int(p) for p in parts)
+        if all(c < g for c, g in zip(coords, grid)) and (
+            arr.metadata.encode_chunk_key(coords) == rel
+        ):
+            found[coords] = rel
+    if not grid and arr.metadata.encode_chunk_key(()) in files.stored(arr.path):
+        found[()] = arr.metadata.encode_chunk_key(())
+    return dict(sorted(found.items()))
+
+
+def _first_missing(grid: tuple[int, ...], stored: dict[tuple, str]) -> tuple[int, ...]:
+    """The first chunk in grid order that is not stored (within ``len(stored) + 1`` steps)."""
+    for coords in itertools.product(*map(range, grid)):
+        if coords not in stored:
+            return coords
+    return ()
+
+
 def check_chunks(
     arr: Any, name: str, label: str, files: ChunkFiles, ends: np.ndarray | None = None
 ) -> None:
-    """Refuse a damaged stored chunk of ``arr`` (shown as ``name``, such as ``data/img``):
-    a Blosc one whose header disagrees with its stored length or with the chunk's size.
-    Warn of chunks not stored (read as the fill value) when zarr 2, which stores every
-    chunk, wrote ``arr`` (zarr 3 leaves out the chunks that hold only the fill value, in
-    v3 and v2 stores alike). ``ends`` names the episodes of the rows.
+    """Refuse an array whose chunk grid is malformed (:func:`check_grid`), which declares
+    far more chunks than it stores (:func:`~torchstore.formats.limits.check_unstored`), or
+    a damaged stored chunk of it (shown as ``name``, such as ``data/img``): a Blosc one
+    whose header disagrees with its stored length or with the chunk's size. Warn of
+    chunks not stored (read as the fill value) when zarr 2, which stores every chunk,
+    wrote ``arr`` (zarr 3 leaves out the chunks that hold only the fill value, in v3 and
+    v2 stores alike). ``ends`` names the episodes of the rows.
 
-    A stat and a :data:`BLOSC_HEADER`-byte read per chunk; sharded arrays are skipped.
+    One listing of the stored chunks, then a :data:`BLOSC_HEADER`-byte read per stored
+    Blosc chunk (sharded arrays: the listing only).
     """
+    grid = check_grid(arr, name, label)
+    try:
+        stored = _stored_chunks(arr, files, grid)
+    except (OSError, zipfile.BadZipFile, ValueError, RuntimeError) as exc:
+        raise DatasetFormatError(
+            f"{label}: the chunks of {name} cannot be listed ({short_error(exc)})"
+        ) from exc
+    outer = tuple(getattr(arr, "shards", None) or arr.chunks)
+    chunk_bytes = math.prod(outer) * max(1, np.dtype(arr.dtype).itemsize)
+    limits.check_unstored(f"{label}: {name}", math.prod(grid), len(stored), chunk_bytes)
     blosc, expected = _blosc_sizes(arr)
-    v2 = arr.metadata.zarr_format == 2
-    if not (blosc or v2) or getattr(arr, "shards", None):
-        return
-    missing, first = 0, ()
-    grid = tuple(int(n) for n in arr.cdata_shape)
-    for coords in itertools.product(*map(range, grid)):
-        chunk_key = arr.metadata.encode_chunk_key(coords)
-        key = f"{arr.path}/{chunk_key}"
-        try:
-            head = files.head(key)
-        except (OSError, zipfile.BadZipFile, ValueError, RuntimeError) as exc:
-            raise DatasetFormatError(
-                f"{label}: {name} chunk {chunk_key}{_chunk_rows(arr, coords, ends)} cannot be "
-                f"read ({short_error(exc)})"
-            ) from exc
-        if head is None:
-            missing, first = missing + 1, first if missing else coords
-            continue
-        problem = _blosc_problem(*head, expected) if blosc else None
-        if problem is not None:
-            raise DatasetFormatError(
-                f"{label}: {name} chunk {chunk_key}{_chunk_rows(arr, coords, ends)} is "
-                f"damaged: {problem}; stored as {key}"
-            )
-    if missing and v2 and _zarr2_wrote(arr, files):
+    if blosc and not getattr(arr, "shards", None):
+        for coords, chunk_key in stored.items():
+            key = f"{arr.path}/{chunk_key}"
+            try:
+                head = files.head(key)
+            except (OSError, zipfile.BadZipFile, ValueError, RuntimeError) as exc:
+                raise DatasetFormatError(
+                    f"{label}: {name} chunk {chunk_key}{_chunk_rows(arr, coords, ends)} "
+                    f"cannot be read ({short_error(exc)})"
+                ) from exc
+            problem = None if head is None else _blosc_problem(*head, expected)
+            if problem is not None:
+                raise DatasetFormatError(
+                    f"{label}: {name} chunk {chunk_key}{_chunk_rows(arr, coords, ends)} is "
+                    f"damaged: {problem}; stored as {key}"
+                )
+    missing = math.prod(grid) - len(stored)
+    if missing and arr.metadata.zarr_format == 2 and _zarr2_wrote(arr, files):
+        first = _first_missing(grid, stored)
         fill = arr.fill_value.item() if isinstance(arr.fill_value, np.generic) else arr.fill_value
         warnings.warn(
             f"{label}: {name}: {missing} of {math.prod(grid)} chunks are not stored and read "
