@@ -103,7 +103,7 @@ def test_import_sniffs_the_format_and_writes_a_store(case, tmp_path, capsys):
     dest = tmp_path / "out" / "store.h5"
     assert main(["import", str(src), str(dest), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert f"reading {src} as {fmt}" in out and f"wrote {dest}" in out
+    assert f"reading {src} as {fmt}" in out and str(dest) in out  # "wrote" or "imported"
     assert TrajectoryStore(dest).num_episodes > 0
 
 
@@ -127,6 +127,52 @@ def test_what_it_cannot_identify_is_one_line_naming_the_formats(make, words, tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and all(f in err[0] for f in FORMATS)
     assert not (tmp_path / "s.h5").exists()
+
+
+def _csv_folder(path: Path, *texts: str) -> Path:
+    path.mkdir()
+    for i, text in enumerate(texts):
+        (path / f"table{i}.csv").write_text(text)
+    return path
+
+
+G1_ROW = ",".join(["0.5"] * 3 + ["0", "0", "0", "1"] + ["0.1"] * 29) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("texts", "why"),
+    [
+        (("id,name,score\n1,ada,3\n",), "table0.csv line 1: 3 comma-separated columns"),
+        (("\n\n1,2,3,4,5\n",), "table0.csv line 3: 5 comma-separated columns, not 36"),
+        ((G1_ROW * 3, "x,y\n1,2\n"), "table1.csv line 1: 2 comma-separated columns"),
+        (("joint," * 35 + "joint\n" + G1_ROW,), "table0.csv line 1: 'joint', not a number"),
+        ((G1_ROW * 2 + ",".join(["1"] * 35) + "\n",), "table0.csv line 3: 35 comma-separated"),
+        (("",), "table0.csv holds no rows"),
+    ],
+    ids=["other-table", "blank-lines-first", "one-of-two", "header-row", "third-line", "empty"],
+)
+def test_csv_files_are_lafan_only_when_every_one_has_the_g1_layout(texts, why, tmp_path, capsys):
+    src = _csv_folder(tmp_path / "tables", *texts)
+    with pytest.raises(DatasetFormatError) as info:
+        sniff_format(src)
+    message = str(info.value)
+    assert "a folder of no format torchstore knows" in message and why in message
+    assert "G1 column" not in message  # not the LAFAN1 importer's own refusal
+    single = sorted(src.iterdir())[-1]
+    with pytest.raises(DatasetFormatError, match="a file of no format torchstore knows"):
+        sniff_format(single)
+    dest = tmp_path / "out" / "s.h5"
+    assert main(["import", str(src), str(dest)]) == 1
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and why in err[0] and all(f in err[0] for f in FORMATS)
+    assert "reading" not in captured.out and not dest.parent.exists()
+
+
+def test_a_folder_of_g1_csv_files_is_lafan(tmp_path):
+    src = _csv_folder(tmp_path / "g1", G1_ROW * 4, "\ufeff" + G1_ROW.replace("\n", "\r\n") * 2)
+    assert sniff_format(src) == "lafan"
+    assert sniff_format(src / "table1.csv") == "lafan"
 
 
 def _h5(path: Path) -> Path:

@@ -16,8 +16,12 @@ zarr       a zarr group (``.zgroup`` or ``zarr.json``): a folder, a ``.zip`` of 
 rlds       a TFDS folder (``dataset_info.json``), or a folder of TFDS version folders
 lerobot    a folder with ``meta/info.json``
 minari     a folder with ``data/metadata.json`` (or ``metadata.json``) and Minari's keys
-lafan      a ``.csv`` file, or a folder of them (LAFAN1 motions retargeted to the G1)
+lafan      a ``.csv`` file, or a folder of them, every one starting with rows of the 36
+           numbers of LAFAN1's G1 layout (:mod:`torchstore.motion.lafan_probe`)
 ========== ===========================================================================
+
+A source that matches none of these is refused as of no known format: sniffing claims a
+format only on its markers (a folder of unrelated CSV files is not LAFAN1).
 """
 
 from __future__ import annotations
@@ -116,9 +120,26 @@ def _folder_format(path: Path) -> str | None:
         return "rlds"
     if _is_minari(path):
         return "minari"
-    if any(path.glob("*.csv")):
-        return "lafan"
+    from torchstore.motion.lafan_probe import csv_files
+
+    if csv_files(path):
+        return _lafan_or_why(path)
     return None
+
+
+def _lafan_or_why(path: Path) -> str:
+    """``"lafan"`` when every CSV at ``path`` has the G1 layout; else a refusal naming why
+    (an unrelated CSV is no LAFAN1 file with a bad column count)."""
+    from torchstore.motion.lafan_probe import not_lafan
+
+    why = not_lafan(path)
+    if why is None:
+        return "lafan"
+    kind = "a folder" if path.is_dir() else "a file"
+    raise _unknown(
+        path,
+        f"{kind} of no format torchstore knows (not LAFAN1's 36-column G1 CSV layout: {why})",
+    )
 
 
 def sniff_format(source: str | os.PathLike) -> str:
@@ -147,7 +168,7 @@ def sniff_format(source: str | os.PathLike) -> str:
     elif path.suffix.lower() == ".zip":
         raise DatasetFormatError(f"{path}: not a readable zip file (empty, truncated or damaged?)")
     elif path.suffix.lower() == ".csv":
-        found = "lafan"
+        found = _lafan_or_why(path)
     else:
         found = None
     if found is None:
