@@ -10,6 +10,9 @@ slice(None, None, None)``.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -27,6 +30,34 @@ from torchstore.errors import DatasetFormatError
 from torchstore.formats import import_robomimic
 from torchstore.formats.zarr_export import export_zarr, flat_keys
 from torchstore.formats.zarr_import import import_zarr
+
+ZARR2 = Path(os.environ.get("ZARR2_PYTHON", "/tmp/zarr2/bin/python"))
+#: diffusion-policy's ReplayBuffer.copy_from_path with the numpy backend, in zarr 2
+#: (copy_from_store with store=None; a .zarr.zip opened as its ZipStore)
+COPY_FROM_PATH = """
+import json, sys
+import numpy as np
+import zarr
+path = sys.argv[1]
+if path.endswith(".zip"):
+    src_store = zarr.ZipStore(path, mode="r")
+else:
+    src_store = zarr.open(path, "r").store
+src_root = zarr.group(src_store)
+meta = dict()
+for key, value in src_root["meta"].items():
+    if len(value.shape) == 0:
+        meta[key] = np.array(value)
+    else:
+        meta[key] = value[:]
+keys = src_root["data"].keys()
+data = dict()
+for key in keys:
+    arr = src_root["data"][key]
+    data[key] = arr[:]
+print(json.dumps({"ends": meta["episode_ends"].tolist(),
+                  "data": {k: [v.dtype.str, list(v.shape)] for k, v in data.items()}}))
+"""
 
 
 def _load_like_replay_buffer(path: Path) -> tuple[dict, dict]:
@@ -140,3 +171,21 @@ def test_the_old_nested_layout_still_imports(tmp_path):
     with TrajectoryStore(import_zarr(tmp_path / "n.zarr", tmp_path / "s.h5", progress=False)) as s:
         assert sorted(c.name for c in s.columns) == ["action", "obs/state"]
         assert np.array_equal(s.read_column("obs/state", 0, 3), obs["state"][:])
+
+
+@pytest.mark.skipif(
+    not ZARR2.exists(), reason=f"no zarr 2 venv at {ZARR2} (bash tests/formats/zarr2_venv.sh)"
+)
+@pytest.mark.parametrize("name", ["o.zarr", "o.zarr.zip"])
+def test_zarr2_loads_the_export_as_replay_buffer_does(tmp_path, name):
+    src = _nested_store(tmp_path / "s.h5")
+    out = export_zarr(src, tmp_path / name, progress=False)
+    result = subprocess.run(
+        [str(ZARR2), "-c", COPY_FROM_PATH, str(out)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert loaded["ends"] == [4, 6, 11]
+    assert sorted(loaded["data"]) == sorted(WANT_KEYS.values())
+    assert loaded["data"]["agentview_image"] == ["|u1", [11, 6, 6, 3]]
+    assert loaded["data"]["next.obs.robot0_eef_pos"] == ["<f4", [11, 3]]
