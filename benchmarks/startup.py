@@ -5,16 +5,23 @@ printed next to its target. Targets: ``--help`` and ``--version`` under 0.5 s (t
 no torch), ``import torchstore`` under 0.5 s (names are imported on first use). For scale,
 the last rows time what a first use of the heavy names costs.
 
+The second table times a short script that opens a store and draws from a prioritized
+sampler (the compiled sum-tree kernels): in a first process, with an empty kernel cache
+(numba compiles every kernel), and in a second one, which loads them from the cache. It
+prints the whole script and the part after the imports.
+
 Run: ``python benchmarks/startup.py [--repeats 7]``
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from _timing import print_table
@@ -36,6 +43,47 @@ CASES = [
         None,
     ),
 ]
+
+
+#: opens a store, fills a prioritized replay buffer from it, draws, updates, draws again;
+#: prints the seconds its imports took
+SAMPLING_SNIPPET = """
+import sys, time
+t0 = time.perf_counter()
+import torch
+from torchrl.data import TensorDictReplayBuffer
+from torchstore import PrioritizedSampler, TrajectoryStore
+from torchstore.data.replay import StoreReplay
+from torchstore.demo import write_demo_store
+print(time.perf_counter() - t0)
+path = write_demo_store(sys.argv[1], episodes=20, steps=100, seed=0, overwrite=True)
+with TrajectoryStore(path) as store:
+    rb = TensorDictReplayBuffer(
+        storage=StoreReplay.from_store(store),
+        sampler=PrioritizedSampler(10_000, alpha=0.6, beta=0.4, seed=0),
+        priority_key="td_error",
+        batch_size=256,
+    )
+    batch = rb.sample()
+    batch.set("td_error", torch.rand(256))
+    rb.update_tensordict_priority(batch)
+    rb.sample()
+"""
+
+
+def sampling_start() -> list[tuple]:
+    """The sampling snippet in a first process (empty kernel cache) and a second one."""
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        env = {**os.environ, "NUMBA_CACHE_DIR": os.path.join(folder, "numba")}
+        argv = [PY, "-c", SAMPLING_SNIPPET, os.path.join(folder, "s.h5")]
+        for name in ("first process (kernels compiled)", "second process (kernels cached)"):
+            t0 = time.perf_counter()
+            done = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+            total = time.perf_counter() - t0
+            imports = float(done.stdout.split()[0])
+            rows.append((name, f"{total:.2f} s", f"{total - imports:.2f} s"))
+    return rows
 
 
 def _median_s(argv: list[str], repeats: int) -> float:
@@ -72,6 +120,11 @@ def main() -> None:
         f"start-up, median of {args.repeats} fresh processes",
         ("case", "median", "target", "met"),
         rows,
+    )
+    print_table(
+        "a store and a prioritized draw (numba kernels), one run each",
+        ("process", "whole script", "after its imports"),
+        sampling_start(),
     )
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from torchstore.kernel_cache import cached_njit
 
 __all__ = ["decode_varints"]
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def decode_varints(raw: np.ndarray, out: np.ndarray) -> int:  # pragma: no cover - compiled
     """Decode the varints in ``raw`` (uint8) into ``out`` (int64, two's complement);
     returns how many, or -1 for a varint over 10 bytes. ``raw`` must end a varint."""

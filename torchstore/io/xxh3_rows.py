@@ -26,11 +26,12 @@ and every block would be read again through the store's own checked read.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
+
+from torchstore.kernel_cache import cached_njit
 
 __all__ = ["LONG_MIN", "xxh3_64", "verify_rows"]
 
@@ -131,7 +132,7 @@ def _accumulate(typingctx, acc, address, key, first):  # pragma: no cover - comp
     return types.void(acc, types.int64, key, types.int64), codegen
 
 
-@numba.njit(cache=True, inline="always")
+@cached_njit(inline="always")
 def _fold(a, b):  # pragma: no cover - compiled
     """The 128-bit product of ``a`` and ``b``, its halves xored."""
     a_lo, a_hi = a & _LOW32, a >> _U32
@@ -144,7 +145,7 @@ def _fold(a, b):  # pragma: no cover - compiled
     return lower ^ upper
 
 
-@numba.njit(cache=True)
+@cached_njit()
 def _stage(addresses, sizes, part, offset, scratch):  # pragma: no cover - compiled
     """Copy the 64 bytes from ``offset`` of piece ``part`` on (across pieces) into
     ``scratch``; the piece and offset after them."""
@@ -157,7 +158,7 @@ def _stage(addresses, sizes, part, offset, scratch):  # pragma: no cover - compi
     return part, offset
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _hash_pieces(addresses, sizes, scratch):  # pragma: no cover - compiled
     """xxh3-64 of the pieces ``addresses[i]``, ``sizes[i]`` bytes each, joined (their total
     at least :data:`LONG_MIN` bytes)."""
@@ -232,7 +233,7 @@ def xxh3_64(pieces: list[np.ndarray]) -> int:
     return int(_hash_pieces(addresses, sizes, np.empty(64, dtype=np.uint8)))
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def verify_rows(rows, row_bytes, counts, sums, ok):  # pragma: no cover - compiled
     """Check consecutive checksum blocks made of whole rows against their recorded hashes.
 

@@ -38,12 +38,12 @@ thread clock, loaded machine).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import torch
 from torch import Tensor
 
 from torchstore.data.rows.rowgather import gather_rows, prefetch
+from torchstore.kernel_cache import cached_njit
 
 __all__ = [
     "philox_words",
@@ -72,7 +72,7 @@ _AHEAD = 16
 _PHILOX_LANES = 256
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _philox(out, key0, key1, s_lo, s_hi, offset):  # pragma: no cover - compiled
     # Philox4x32-10 with its ten rounds written out (a fixed trip count LLVM unrolls), a
     # chunk of counters at a time into four word arrays, then stored as [n, 4] rows. The
@@ -139,7 +139,7 @@ def philox_words(key: Tensor, stream: int, offset: int, n: int) -> Tensor:
     return torch.from_numpy(out)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _randint(words, n, out, offset):  # pragma: no cover - compiled
     # randint_below's exact 32-bit limb products, in uint64 (every product < 2**64), plus
     # offset
@@ -163,7 +163,7 @@ def randint_words(words: Tensor, n: int) -> Tensor:
     return torch.from_numpy(out)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _draw_gather(words, first, n, offset, src, index, out):  # pragma: no cover - compiled
     # gather_rows is compiled into this function, and numba's on-disk cache is keyed on
     # this file alone: a change to rowgather.gather_rows must come with an edit here
@@ -189,7 +189,7 @@ def draw_gather(
     return index, out
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _draw_runs_gather(
     words, first, n, run_end, packed_off, store_off, src, at, index, out
 ):  # pragma: no cover - compiled
@@ -245,7 +245,7 @@ def randint_rows(words: np.ndarray, first: int, count: int, n: int, offset: int)
     return torch.from_numpy(out)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _uniform64(words, out):  # pragma: no cover - compiled
     # uniform_from_words, float64: a 53-bit integer (exact in a double) times 2**-53
     for i in range(out.shape[0]):
@@ -254,7 +254,7 @@ def _uniform64(words, out):  # pragma: no cover - compiled
         out[i] = np.float64((hi << np.uint64(27)) + lo) * 1.1102230246251565e-16
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _uniform32(words, out):  # pragma: no cover - compiled
     # uniform_from_words, float32: a 24-bit integer (exact in a float) times 2**-24
     for i in range(out.shape[0]):
@@ -273,7 +273,7 @@ def uniform_words(words: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.from_numpy(out)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _bucket_order(key, buckets):  # pragma: no cover - compiled
     # A counting sort of keys in [0, buckets): a permutation that visits the keys in
     # non-decreasing order, in O(n + buckets) (an argsort costs several times more).
@@ -303,7 +303,7 @@ def bucket_sorted(index: Tensor, capacity: int) -> Tensor:
     return torch.from_numpy(idx[order])
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _descend(nodes, depth, u, out_index, out_value, capacity, ratio):  # pragma: no cover
     # ``nodes`` is the tree's ``[2L, 2]`` buffer, flat: node k's sum at 2k, its min at
     # 2k + 1, every other level stored (see sumtree's module doc). A double step from a
@@ -409,7 +409,7 @@ def descend_whole(
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _update(nodes, depth, index, value, raw, raw_value):  # pragma: no cover
     # ``nodes`` flat as in ``_descend``: a stored node's sum and min and its four
     # grandchildren's share a line, so each step of a (stored) level pass touches one line.
@@ -489,7 +489,7 @@ def update_tree(
     return _update(_flat(nodes), depth, idx, val, raw_np, raw_val)
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _scan(index, priority, capacity):  # pragma: no cover - compiled
     negative = 0
     bad = -1
@@ -519,7 +519,7 @@ def scan_priorities(index: Tensor, priority: Tensor, capacity: int) -> tuple[int
     return _scan(index.contiguous().numpy(), priority.contiguous().numpy(), capacity)[:4]
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _checked_update(nodes, depth, index, value, raw, raw_value, capacity):  # pragma: no cover
     negative, bad, over, top, high = _scan(index, raw_value, capacity)
     if negative == 0 and bad < 0 and over < 0:

@@ -12,11 +12,11 @@ is entered once a span. Imported on first use only (numba takes about a second t
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba import types
 
 from torchstore.io.xxh3_rows import verify_rows
+from torchstore.kernel_cache import cached_njit
 
 __all__ = ["read_rows"]
 
@@ -28,7 +28,7 @@ _preadv = types.ExternalFunction(
 )
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _read_rows(fd, offset, rows, row_bytes, counts, at, sums, ok):  # pragma: no cover
     # chunk by chunk: each chunk is hashed right after its read, while its ~128 KiB are
     # still in the core's cache, and the gaps between chunks are not read. (One read of

@@ -33,6 +33,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from torchstore.kernel_cache import cached_njit
+
 __all__ = ["copy_rows", "run_start", "append_rows"]
 
 #: columns of the address table :func:`copy_rows` reads (one table row per column)
@@ -53,7 +55,7 @@ def _memcpy(typingctx, dest, src, nbytes):  # pragma: no cover - compiled
     return types.void(types.int64, types.int64, types.int64), codegen
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _copy_rows(dest, capacity, row_bytes, first, steps, envs, table):  # pragma: no cover
     if first < 0 or steps < 0 or envs < 1 or first + steps * envs > capacity:
         return False
@@ -100,7 +102,7 @@ def copy_rows(
         )
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _run_start(rows, cap):  # pragma: no cover - compiled
     n = rows.shape[0]
     if n == 0:
@@ -145,7 +147,7 @@ def _load_u8(typingctx, address):  # pragma: no cover - compiled
     return types.uint8(types.int64), codegen
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _is_run(address, stride, steps, first):  # pragma: no cover - compiled
     for i in range(steps):
         if _load_i64(address + i * stride) != first + i:
@@ -153,7 +155,7 @@ def _is_run(address, stride, steps, first):  # pragma: no cover - compiled
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _sources_ok(dest, block_end, row_bytes, steps, envs, table):  # pragma: no cover
     """Every column's bytes within a block row, and no source reaching into the block."""
     for c in range(table.shape[0]):
@@ -167,7 +169,7 @@ def _sources_ok(dest, block_end, row_bytes, steps, envs, table):  # pragma: no c
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _find_ends(steps, envs, table, end_rows, counts, stops):  # pragma: no cover - compiled
     for e in range(envs):
         counts[e] = 0
@@ -208,7 +210,7 @@ def _copy_bytes(dest, src, width):  # pragma: no cover - compiled
         i += 1
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _copy_tiled(base, row_bytes, steps, envs, table):  # pragma: no cover - compiled
     # [time, env] chunks (transposed views of [env, time] data, as torchrl hands them) are
     # read env by env within tiles of time rows: each source is walked in order, and a
@@ -225,7 +227,7 @@ def _copy_tiled(base, row_bytes, steps, envs, table):  # pragma: no cover - comp
                     _copy_bytes(row + table[c, OFFSET], src, table[c, WIDTH])
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def _append_rows(
     dest,
     time_capacity,

@@ -29,11 +29,12 @@ about a second to load), through :func:`torchstore.data.rows.packed.gather_kerne
 
 from __future__ import annotations
 
-import numba
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from torchstore.kernel_cache import cached_njit
 
 __all__ = ["prefetch", "prefetch_to_l2", "gather_rows", "AHEAD", "PREFETCH_BYTES"]
 
@@ -81,7 +82,7 @@ prefetch_to_l2 = _prefetch_intrinsic(
 )
 
 
-@numba.njit(cache=True, nogil=True)
+@cached_njit(nogil=True)
 def gather_rows(src, index, out):  # pragma: no cover - compiled
     """``out[i] = src[index[i]]`` for C-contiguous 2-D ``src`` and ``out`` of one dtype and
     a 1-D int64 ``index`` (callable from Python and from other kernels). Returns -1, or
