@@ -10,12 +10,20 @@ run folder, ``outputs/<recipe>/<time>/``:
 - ``metrics.csv``: one row per logged step, written through as it is logged;
 - ``loss.png``: the curves of ``metrics.csv``, drawn when the run ends, interrupted or not;
 - ``policy.safetensors``: the trained policy's tensors (:func:`load_policy` rebuilds it);
-- ``<recipe>.log``: what the run printed, with timestamps.
+- ``last.ckpt``: the Lightning recipes' (bc, bc_robomimic, offline_rl) checkpoint, written
+  every ``checkpoint_every`` steps, at the end and at an interrupt;
+- ``<recipe>.log``: what the run printed, with timestamps (and a failed run's traceback).
 
 Ctrl-C (SIGINT) or SIGTERM ends a run cleanly: the files above are completed (the policy
 as trained so far), one line says where they are, and the process exits with 130 (143
-for SIGTERM). What is left here is the recipes' own: Hydra config handling, the signal
-frame of a script, and which recipe rebuilds which policy.
+for SIGTERM). ``resume=<run folder>`` continues a Lightning recipe's run from its
+``last.ckpt``, in that folder, with the run's own config (``key=value`` overrides on top,
+``trainer.max_steps=4000`` say): the step count goes on and ``metrics.csv`` keeps its rows.
+A folder that already holds a run is never written over unless ``overwrite=true`` says so;
+a run that cannot start (such a folder, a ``store.path`` that is not there) says why in
+one line and leaves no folder behind (:class:`RunFolderCheck`, a Hydra callback, checks
+before Hydra makes the folder). What is left here is the recipes' own: Hydra config
+handling, the signal frame of a script, and which recipe rebuilds which policy.
 """
 
 from __future__ import annotations
@@ -34,9 +42,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback as HydraCallback
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from torchstore.errors import StoreFormatError
 from torchstore.training import MetricsLog, RunFolder
 
 if TYPE_CHECKING:
@@ -47,6 +57,161 @@ RECIPES = Path(__file__).resolve().parent
 DEFAULT_DEMO = REPO_ROOT / "data" / "reach_demo.h5"
 #: Recipes whose runs save a policy :func:`load_policy` can rebuild.
 RECIPE_NAMES = ("bc", "bc_robomimic", "offline_rl", "sac", "distributed_sac")
+#: Recipes trained by a Lightning ``Trainer``: they keep ``last.ckpt`` and take ``resume=``.
+RESUMABLE = ("bc", "bc_robomimic", "offline_rl")
+#: training steps between two writes of ``last.ckpt`` when a config does not say
+CHECKPOINT_EVERY = 500
+
+
+def _run_folder(resume: str | None, fresh: str) -> str:
+    """``hydra.run.dir``: the folder a resumed run continues in, else a fresh one."""
+    return str(resume) if resume else fresh
+
+
+OmegaConf.register_new_resolver("run_folder", _run_folder, replace=True)
+
+
+class RunRefused(Exception):
+    """A run that cannot start as asked: said in one line, before anything is written."""
+
+
+def refuse(message: str) -> None:
+    """End the process with ``error: message`` on stderr and status 2 (no traceback).
+
+    A ``SystemExit`` passes through Hydra's job runner, which reports any ``Exception``
+    with a traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _overrides(overrides: list[str]) -> list:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides(overrides=list(overrides))
+
+
+def resumed_config(
+    folder: str | os.PathLike, overrides: list[str], groups: Mapping[str, Any]
+) -> DictConfig:
+    """The config a ``resume=<folder>`` run trains with: the folder's ``config.yaml``, with
+    the command line's ``key=value`` overrides on top (``resume=``, ``overwrite=`` and
+    ``hydra.*`` excepted).
+
+    Raises:
+        RunRefused: the folder has no ``config.yaml``, or an override picks a config group
+            (``datamodule=offline``): a resumed run keeps its groups.
+    """
+    run = RunFolder(folder)
+    if not run.config_path.is_file():
+        raise RunRefused(f"resume={folder}: {run.config_path.name} is not there")
+    cfg = run.read_config()
+    for override in _overrides(overrides):
+        key = override.key_or_group
+        if key in ("resume", "overwrite") or key.startswith("hydra.") or key == "hydra":
+            continue
+        if key in groups:
+            raise RunRefused(
+                f"resume={folder} keeps the run's config groups; {override.input_line} picks "
+                "another (start a new run for it)"
+            )
+        if override.is_delete():
+            with open_dict(cfg):
+                OmegaConf.update(cfg, key, None, merge=False)
+            continue
+        value = override.value()
+        if isinstance(value, (list, dict)):
+            value = OmegaConf.create(value)
+        OmegaConf.update(cfg, key, value, merge=False, force_add=override.is_add())
+    with open_dict(cfg):
+        cfg.resume = str(Path(folder).resolve())
+    return cfg
+
+
+def run_config(cfg: DictConfig) -> DictConfig:
+    """The config a recipe trains with: ``cfg`` as Hydra composed it, or for a
+    ``resume=<folder>`` run the run's own config with this command's overrides
+    (:func:`resumed_config`)."""
+    if not cfg.get("resume"):
+        return cfg
+    hydra = HydraConfig.get()
+    try:
+        return resumed_config(
+            hydra.runtime.output_dir, list(hydra.overrides.task), hydra.runtime.choices
+        )
+    except RunRefused as exc:
+        refuse(str(exc))
+
+
+def _run_files(folder: RunFolder, recipe: str) -> list[str]:
+    """The files of a run ``folder`` holds: :data:`RUN_FILES` and the recipe's log."""
+    log = f"{recipe}.log"
+    return folder.run_files() + ([log] if (folder.path / log).is_file() else [])
+
+
+def check_run_start(config: DictConfig, recipe: str) -> None:
+    """What :class:`RunFolderCheck` checks before Hydra makes the run folder.
+
+    - ``resume=<folder>``: the folder holds a ``last.ckpt`` its recipe wrote;
+    - otherwise the run folder holds no run, or ``overwrite=true`` says to replace it
+      (its run files are then removed);
+    - ``store.path``, when the recipe reads a store, names a file or folder that exists.
+
+    Raises:
+        RunRefused: naming what is wrong and what to do.
+    """
+    from torchstore.lightning.progress import read_checkpoint_state
+
+    folder = RunFolder(Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser())
+    resume, overwrite = config.get("resume"), bool(config.get("overwrite", False))
+    if resume and overwrite:
+        raise RunRefused("resume= continues a run and overwrite=true replaces it: give one")
+    if resume:
+        if not folder.path.is_dir():
+            raise RunRefused(f"resume={resume}: no such folder")
+        try:
+            _, state = read_checkpoint_state(folder.checkpoint_path)
+        except FileNotFoundError:
+            raise RunRefused(
+                f"resume={resume}: no {folder.checkpoint_path.name} there (not the folder of "
+                f"a {'/'.join(RESUMABLE)} run, or one stopped before its first checkpoint)"
+            ) from None
+        except StoreFormatError as exc:
+            raise RunRefused(f"resume={resume}: {exc}") from None
+        if state.get("recipe") != recipe:
+            raise RunRefused(
+                f"resume={resume}: its checkpoint is a {state.get('recipe')} run's, not {recipe}'s"
+            )
+        overrides = list(config.hydra.overrides.task)
+        config = resumed_config(folder.path, overrides, config.hydra.runtime.choices)
+    else:
+        held = _run_files(folder, recipe)
+        if held and not overwrite:
+            raise RunRefused(
+                f"{folder.path} already holds a run ({', '.join(held)}): resume={folder.path} "
+                "continues it (bc, bc_robomimic, offline_rl), overwrite=true replaces it; "
+                "or give another hydra.run.dir"
+            )
+        for name in held:
+            (folder.path / name).unlink()
+    store = config.get("store")
+    if isinstance(store, DictConfig) and "path" in store.keys():  # `in store`: not if ???
+        if OmegaConf.is_missing(store, "path"):
+            raise RunRefused(f"{recipe} needs store.path=STORE (a store file or folder)")
+        path = repo_path(store.path)
+        if not path.exists() and path != DEFAULT_DEMO:
+            raise RunRefused(f"store.path={store.path}: no such file or folder ({path})")
+
+
+class RunFolderCheck(HydraCallback):
+    """Hydra callback (``hydra.callbacks`` in the recipe configs): :func:`check_run_start`
+    before Hydra makes the run folder, so a run that cannot start says why in one line
+    (``error: ...``, status 2) and leaves no folder behind."""
+
+    def on_run_start(self, config: DictConfig, config_name: str | None = None, **kwargs) -> None:
+        try:
+            check_run_start(config, config_name or "")
+        except RunRefused as exc:
+            refuse(str(exc))
 
 
 def filter_third_party_warnings() -> None:
@@ -180,6 +345,11 @@ class Run:
     policy_tensors: Callable[[], tuple[dict[str, torch.Tensor], int]] | None = None
     #: saved with the policy when set (the data module's, for a policy trained on it)
     normalizer: Normalizer | None = None
+    #: training steps between two writes of ``last.ckpt``; None: no checkpoint (not a
+    #: Lightning recipe)
+    checkpoint_every: int | None = None
+    #: the checkpoint a resumed run continues from (``ckpt_path`` of ``Trainer.fit``)
+    resume_from: Path | None = None
     _pending: int | None = None
     _deferring: int = 0
 
@@ -224,14 +394,36 @@ class Run:
         on a terminal, but as about ten plain lines when stdout is a file or a pipe.
         ``trainer.enable_progress_bar=false`` turns both off."""
         from torchstore.lightning import MetricsRecorder, plain_progress_off_a_terminal
+        from torchstore.lightning.progress import LastCheckpoint
 
         progress, kwargs["enable_progress_bar"] = plain_progress_off_a_terminal(
             self.log, enabled=trainer_cfg.get("enable_progress_bar", True)
         )
         callbacks = [MetricsRecorder(self.metrics.log), self.lightning_callback(), *progress]
+        if self.checkpoint_every is not None:
+            callbacks.append(
+                LastCheckpoint(
+                    self.folder.checkpoint_path,
+                    self.checkpoint_every,
+                    on=(RunInterrupted,),
+                    state={"recipe": self.name},
+                )
+            )
         return instantiate(
             trainer_cfg, callbacks=callbacks, default_root_dir=str(self.folder.path), **kwargs
         )
+
+    def fit(self, trainer, model, datamodule) -> None:
+        """``trainer.fit`` with signals taken at step ends, from ``last.ckpt`` when the run
+        resumes (the step count, optimiser, scheduler and loops go on from it)."""
+        with self.interrupts_at_checks():
+            trainer.fit(
+                model,
+                datamodule=datamodule,
+                ckpt_path=self.resume_from,
+                # the run's own checkpoint: tensors and plain values, no pickled objects
+                weights_only=True if self.resume_from is not None else None,
+            )
 
     def lightning_callback(self):
         """A Lightning callback calling :meth:`check` after every training and validation step."""
@@ -263,6 +455,35 @@ class Run:
         return self.folder.describe(rows=len(self.metrics))
 
 
+def _start(cfg: DictConfig, name: str, folder: RunFolder, log: logging.Logger) -> Run:
+    """The run's :class:`Run`, its ``config.yaml`` written: fresh, or for ``cfg.resume``
+    with ``metrics.csv`` continued from ``last.ckpt``'s step."""
+    resume_from, step = None, 0
+    if cfg.get("resume"):
+        from torchstore.lightning.progress import read_checkpoint_state
+
+        resume_from = folder.checkpoint_path
+        step, _ = read_checkpoint_state(resume_from)
+    folder.write_config(cfg)
+    metrics = folder.metrics_log(resume_at=step if resume_from is not None else None)
+    run = Run(name, folder, metrics, log, step=step, resume_from=resume_from)
+    if name in RESUMABLE:
+        run.checkpoint_every = int(cfg.get("checkpoint_every", CHECKPOINT_EVERY))
+    log.info(f"outputs: {folder.path} (resolved config: {folder.config_path})")
+    if resume_from is not None:
+        log.info(f"resuming from {resume_from.name} at step {step} ({len(metrics)} rows kept)")
+    return run
+
+
+def _into_log_files(log: logging.Logger, message: str, exc_info) -> None:
+    """``message`` with a traceback into the root logger's files only (the run's
+    ``<recipe>.log``), not its console."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, exc_info)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
 @contextlib.contextmanager
 def recipe_run(cfg: DictConfig, name: str) -> Iterator[Run]:
     """The frame of a recipe's ``main``: outputs, config, signals, and what is written at the end.
@@ -271,22 +492,28 @@ def recipe_run(cfg: DictConfig, name: str) -> Iterator[Run]:
     normally or by SIGINT / SIGTERM, completes ``metrics.csv``, draws ``loss.png`` and saves
     the policy (:attr:`Run.policy_tensors`). An interrupted run prints one line naming its
     outputs and exits with 128 + the signal number (130 for Ctrl-C), without a traceback.
+    A failed run's traceback goes into its log file as well. With ``cfg.resume`` (the
+    config of :func:`run_config`), ``metrics.csv`` is continued from ``last.ckpt``'s step
+    and :meth:`Run.fit` trains on from it.
     """
     if name not in RECIPE_NAMES:
         raise ValueError(f"unknown recipe {name!r}; recipes: {list(RECIPE_NAMES)}")
     folder = RunFolder(output_dir().resolve())
     filter_third_party_warnings()
     _quiet_lightning()
-    folder.write_config(cfg)
     log = logging.getLogger(name)
     if not logging.getLogger().handlers:  # not under Hydra's logging (a test calling main)
         logging.basicConfig(level=logging.INFO, format="%(message)s")
-    run = Run(name, folder, folder.metrics_log(), log)
-    log.info(f"outputs: {folder.path} (resolved config: {folder.config_path})")
+    run = _start(cfg, name, folder, log)
     previous = {s: signal.signal(s, run._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield run
         run.check()  # a signal that a callback swallowed still ends the run as interrupted
+    except Exception:
+        # Hydra prints the traceback on the console only: the run's log keeps it too
+        _into_log_files(log, "the run failed:", sys.exc_info())
+        run.metrics.close()
+        raise
     except RunInterrupted as exc:
         for s in previous:  # a second Ctrl-C must not cut the files short
             signal.signal(s, signal.SIG_IGN)

@@ -13,8 +13,9 @@ re-planning every ``exec_horizon`` steps; its success rate is printed next to th
 expert's and a random policy's.
 
 Outputs (``outputs/bc/<time>/``, printed at the start and the end): ``config.yaml``,
-``metrics.csv``, ``loss.png``, ``policy.safetensors`` and ``bc.log``.
-``python recipes/rollout.py outputs/bc/<time>`` rolls the saved policy out again.
+``metrics.csv``, ``loss.png``, ``policy.safetensors``, ``last.ckpt`` and ``bc.log``.
+``python recipes/rollout.py outputs/bc/<time>`` rolls the saved policy out again;
+``python recipes/bc.py resume=outputs/bc/<time> trainer.max_steps=4000`` trains it on.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from _common import (
     open_demo_store,
     recipe_run,
     result_line,
+    run_config,
     strip,
 )
 from hydra.utils import instantiate
@@ -149,6 +151,7 @@ def rollout_saved(cfg: DictConfig, policy: ChunkedPolicy, episodes: int | None =
 
 @hydra.main(config_path="../configs", config_name="bc", version_base=None)
 def main(cfg: DictConfig) -> float:
+    cfg = run_config(cfg)
     torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, verbose=False)
     with recipe_run(cfg, "bc") as run:
@@ -174,8 +177,7 @@ def main(cfg: DictConfig) -> float:
         trainer = run.trainer(cfg.trainer)
         run.policy_tensors = lambda: (policy_tensors(model), trainer.global_step)
         run.normalizer = dm.normalizer
-        with run.interrupts_at_checks():
-            trainer.fit(model, datamodule=dm)
+        run.fit(trainer, model, dm)
 
         evaluate = instantiate(cfg.eval)
         run.log.info(f"evaluating over {cfg.eval.episodes} episodes ...")

@@ -16,7 +16,8 @@ masked MSE by a Lightning ``Trainer``. robomimic's simulators (robosuite, LIBERO
 dependencies, so the run reports losses, not rollouts.
 
 Outputs (``outputs/bc_robomimic/<time>/``): ``config.yaml``, ``metrics.csv``, ``loss.png``,
-``policy.safetensors`` and ``bc_robomimic.log``.
+``policy.safetensors``, ``last.ckpt`` and ``bc_robomimic.log``;
+``resume=outputs/bc_robomimic/<time>`` continues a run from its ``last.ckpt``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import math
 import hydra
 import lightning as L
 import torch
-from _common import open_demo_store, recipe_run, strip
+from _common import open_demo_store, recipe_run, run_config, strip
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
@@ -144,6 +145,7 @@ def rollout_saved(cfg: DictConfig, policy, episodes: int | None = None) -> str:
 
 @hydra.main(config_path="../configs", config_name="bc_robomimic", version_base=None)
 def main(cfg: DictConfig) -> float:
+    cfg = run_config(cfg)
     torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, verbose=False)
     with recipe_run(cfg, "bc_robomimic") as run:
@@ -161,8 +163,7 @@ def main(cfg: DictConfig) -> float:
             {f"model.{k}": v for k, v in model.state_dict().items()},
             trainer.global_step,
         )
-        with run.interrupts_at_checks():
-            trainer.fit(model, datamodule=dm)
+        run.fit(trainer, model, dm)
         val = trainer.callback_metrics.get("val/loss")
         run.log.info(
             f"{store.num_episodes} demonstrations ({len(dm.split.train)} train, "

@@ -14,8 +14,9 @@ importance weights are applied by the loss).
 Evaluation rolls the deterministic actor out in ``ReachTask``.
 
 Outputs (``outputs/offline_rl/<time>/``, printed at the start and the end): ``config.yaml``,
-``metrics.csv``, ``loss.png``, ``policy.safetensors`` (the actor) and ``offline_rl.log``.
-``python recipes/rollout.py outputs/offline_rl/<time>`` rolls the saved actor out again.
+``metrics.csv``, ``loss.png``, ``policy.safetensors`` (the actor), ``last.ckpt`` and
+``offline_rl.log``. ``python recipes/rollout.py outputs/offline_rl/<time>`` rolls the saved
+actor out again; ``resume=outputs/offline_rl/<time>`` continues the run from ``last.ckpt``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from _common import (
     open_demo_store,
     recipe_run,
     result_line,
+    run_config,
     strip,
 )
 from hydra.utils import instantiate
@@ -143,6 +145,7 @@ def rollout_saved(cfg: DictConfig, policy: DeterministicActor, episodes: int | N
 
 @hydra.main(config_path="../configs", config_name="offline_rl", version_base=None)
 def main(cfg: DictConfig) -> float:
+    cfg = run_config(cfg)
     torch.set_num_threads(cfg.threads)
     L.seed_everything(cfg.seed, verbose=False)
     with recipe_run(cfg, "offline_rl") as run:
@@ -154,8 +157,7 @@ def main(cfg: DictConfig) -> float:
         model = TD3BC(cfg.model, obs_dim, action_dim)
         trainer = run.trainer(cfg.trainer)
         run.policy_tensors = lambda: (policy_tensors(model), trainer.global_step)
-        with run.interrupts_at_checks():
-            trainer.fit(model, datamodule=dm)
+        run.fit(trainer, model, dm)
 
         evaluate = instantiate(cfg.eval)
         run.log.info(f"evaluating over {cfg.eval.episodes} episodes ...")

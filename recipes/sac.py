@@ -25,6 +25,7 @@ Outputs (``outputs/sac/<time>/``, printed at the start and the end): ``config.ya
 from __future__ import annotations
 
 import math
+import sys
 
 import hydra
 import torch
@@ -40,6 +41,7 @@ from torchrl.objectives import SoftUpdate
 from tqdm import tqdm
 
 from torchstore import PrioritizedSampler, SequenceWindowSampler
+from torchstore.training.console import bar_width
 
 EVAL_SEED_OFFSET = 10_000  # the evaluation environment's seed: cfg.seed + this
 
@@ -183,7 +185,7 @@ def main(cfg: DictConfig) -> float:
             with (
                 run.interrupts_at_checks(),
                 tqdm(
-                    total=total, desc="sac", unit="frame", dynamic_ncols=True, disable=None
+                    total=total, desc="sac", unit="frame", disable=None, **bar_width(sys.stderr)
                 ) as bar,
             ):
                 for batch in collector:

@@ -310,6 +310,28 @@ def test_interrupted_recipe_exits_cleanly_with_its_outputs(name, sig, tmp_path, 
     assert f"at step {saved.step};" in said[0]
     result = saved.rollout(episodes=1)  # the policy as trained so far is usable
     assert "success" in result or "mean return" in result
+    if name == "sac":
+        return
+    # the Lightning recipes kept last.ckpt at the interrupt: resume=<run folder> goes on
+    assert (run_dir / "last.ckpt").is_file()
+    resumed = preloaded.run(
+        [
+            sys.executable,
+            str(_script(name)),
+            f"resume={run_dir}",
+            f"trainer.max_steps={saved.step + 5}",
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        timeout=240,
+    )
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"resuming from last.ckpt at step {saved.step} ({len(rows)} rows kept)" in resumed.stdout
+    after = _rows(run_dir / "metrics.csv")
+    kept = [{k: row[k] for k in rows[0]} for row in after[: len(rows)]]  # columns were added
+    assert kept == rows and len(after) > len(rows)
+    again = load_policy(run_dir)
+    assert again.complete and again.step == saved.step + 5
 
 
 # --------------------------------------------------------------------------- quiet, narrowly

@@ -68,3 +68,21 @@ def test_read_metrics_refuses_a_file_that_is_not_a_metrics_file(tmp_path):
         read_metrics(other)
     with pytest.raises(FileNotFoundError):
         read_metrics(tmp_path / "missing.csv")
+
+
+def test_a_resumed_log_keeps_the_rows_up_to_its_step_and_goes_on(tmp_path):
+    log = MetricsLog(tmp_path)
+    for step in (1, 10, 20, 30):
+        log.log(step, {"loss": 1.0 / step})
+    log.log(20, {"eval/success": 0.5})
+    log.close()
+    resumed = MetricsLog.resume(tmp_path, 20)  # a checkpoint at step 20: step 30 is redone
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 10, 20, 20]
+    assert len(resumed) == 4
+    resumed.log(30, {"loss": 0.03})
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 10, 20, 20, 30]
+    assert rows[3]["eval/success"] == 0.5 and rows[-1]["loss"] == 0.03
+    assert rows[-1]["time_s"] >= rows[3]["time_s"]  # the clock goes on
+    with pytest.raises(FileNotFoundError):
+        MetricsLog.resume(tmp_path / "nowhere", 0)

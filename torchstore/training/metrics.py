@@ -5,6 +5,8 @@ plus one column per metric ever logged; a row leaves a cell empty for a metric i
 log. Every row is appended and flushed as it is logged, so the file holds every logged row
 even after a SIGKILL. A metric not seen before rewrites the file with the new column (a
 temporary file, then a rename), so a reader never sees a header shorter than a row.
+A resumed run continues its log (:meth:`MetricsLog.resume`): the rows up to the step it
+resumes from are kept, and new rows follow them.
 
 Examples:
     >>> log = MetricsLog("outputs/run")  # doctest: +SKIP
@@ -39,8 +41,9 @@ _FIXED = ("step", "time_s")
 class MetricsLog:
     """``metrics.csv`` in ``folder``, written through as rows are logged; ``loss.png`` at close.
 
-    Opening a log starts a fresh file (a header only). Values may be numbers or tensors
-    (a tensor is logged as its mean); NaN and infinite values are left out of their row.
+    Opening a log starts a fresh file (a header only); :meth:`resume` continues one.
+    Values may be numbers or tensors (a tensor is logged as its mean); NaN and infinite
+    values are left out of their row.
 
     Args:
         folder: where ``metrics.csv`` and ``loss.png`` go (created if missing).
@@ -55,6 +58,31 @@ class MetricsLog:
         self._keys: list[str] = list(_FIXED)
         self._start = time.perf_counter()
         self._rewrite()
+
+    @classmethod
+    def resume(cls, folder: str | os.PathLike, step: int) -> MetricsLog:
+        """The log of ``folder`` continued by a run resumed at ``step``.
+
+        The rows logged up to ``step`` are kept, in their order, and the columns with
+        them; rows past ``step`` (logged by training a resumed run does again: the steps
+        after its checkpoint) are dropped. ``time_s`` goes on from the last kept row.
+
+        Raises:
+            FileNotFoundError: ``folder`` has no ``metrics.csv``.
+            StoreFormatError: the file is not a metrics file.
+        """
+        log = cls.__new__(cls)
+        log.folder = Path(folder)
+        log.csv_path = log.folder / METRICS_FILE
+        log.png_path = log.folder / PLOT_FILE
+        with open(log.csv_path, newline="") as f:
+            header = next(csv.reader(f), [])
+        kept = [row for row in read_metrics(log.csv_path) if row["step"] <= step]
+        log._rows = kept
+        log._keys = list(_FIXED) + [k for k in header if k not in _FIXED]
+        log._start = time.perf_counter() - (kept[-1].get("time_s", 0.0) if kept else 0.0)
+        log._rewrite()
+        return log
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -7,6 +7,9 @@ A run folder holds
 - ``loss.png``: the curves of ``metrics.csv``;
 - ``policy.safetensors``: the trained policy with its normaliser
   (:func:`~torchstore.training.save_policy_file`);
+- ``last.ckpt``: the Lightning checkpoint a resumed run continues from (written by
+  :class:`~torchstore.lightning.progress.LastCheckpoint`; a pickle, so it stays with the
+  run: ``torchstore project push`` leaves it out);
 - ``*.log``: what the run printed, when its launcher (Hydra, say) keeps a log file.
 
 The names are fixed so any tool can find a run's parts: ``torchstore project push``
@@ -43,10 +46,13 @@ if TYPE_CHECKING:
 
     from torchstore.lightning.normalizer import Normalizer
 
-__all__ = ["CONFIG_FILE", "POLICY_FILE", "RunFolder"]
+__all__ = ["CHECKPOINT_FILE", "CONFIG_FILE", "POLICY_FILE", "RUN_FILES", "RunFolder"]
 
 CONFIG_FILE = "config.yaml"
 POLICY_FILE = "policy.safetensors"
+CHECKPOINT_FILE = "last.ckpt"
+#: the files a run writes into its folder, in the order :meth:`RunFolder.describe` names them
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, PLOT_FILE, POLICY_FILE, CHECKPOINT_FILE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +84,14 @@ class RunFolder:
     def policy_path(self) -> Path:
         return self.path / POLICY_FILE
 
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / CHECKPOINT_FILE
+
+    def run_files(self) -> list[str]:
+        """The run files (:data:`RUN_FILES`) the folder holds: empty for a fresh folder."""
+        return [name for name in RUN_FILES if (self.path / name).is_file()]
+
     # ------------------------------------------------------------------ writing
     def write_config(self, config: DictConfig | Mapping[str, Any]) -> Path:
         """Write ``config`` as ``config.yaml``, interpolations resolved (again, if rerun).
@@ -99,9 +113,13 @@ class RunFolder:
         os.replace(tmp, self.config_path)
         return self.config_path
 
-    def metrics_log(self) -> MetricsLog:
-        """A fresh :class:`MetricsLog` writing this folder's ``metrics.csv`` and ``loss.png``."""
-        return MetricsLog(self.path)
+    def metrics_log(self, *, resume_at: int | None = None) -> MetricsLog:
+        """A :class:`MetricsLog` writing this folder's ``metrics.csv`` and ``loss.png``:
+        fresh, or with ``resume_at`` the log continued after step ``resume_at``
+        (:meth:`MetricsLog.resume`)."""
+        if resume_at is None:
+            return MetricsLog(self.path)
+        return MetricsLog.resume(self.path, resume_at)
 
     def save_policy(
         self,
@@ -138,7 +156,8 @@ class RunFolder:
 
     def describe(self, *, rows: int | None = None) -> str:
         """One line naming the folder and the run files it holds, in a fixed order:
-        ``<path>: config.yaml, metrics.csv (12 rows), loss.png, policy.safetensors, bc.log``.
+        ``<path>: config.yaml, metrics.csv (12 rows), loss.png, policy.safetensors,
+        last.ckpt, bc.log``.
 
         ``rows`` is the metrics row count when the caller knows it (a :class:`MetricsLog`'s
         ``len``); otherwise the file is read to count them.
@@ -149,6 +168,6 @@ class RunFolder:
         if self.metrics_path.is_file():
             count = len(self.read_metrics()) if rows is None else rows
             files.append(f"{METRICS_FILE} ({count} rows)")
-        files += [name for name in (PLOT_FILE, POLICY_FILE) if (self.path / name).is_file()]
+        files += [n for n in (PLOT_FILE, POLICY_FILE, CHECKPOINT_FILE) if (self.path / n).is_file()]
         files += sorted(p.name for p in self.path.glob("*.log") if p.is_file())
         return f"{self.path}: {', '.join(files) or 'no run files'}"
