@@ -26,6 +26,14 @@ so with the pendulum demo, ``batch["obs", "obs"]`` is ``[B, n_obs_steps, 3]`` an
 ``batch["action", "action"]`` is ``[B, action_horizon, 1]``. A nested column such as
 ``next/obs`` sits at ``("obs", "next", "obs")``.
 
+The key a user asks for is a store column's name; the key it comes back under is its
+role (``"obs"`` or ``"action"``) followed by that name's parts, whatever the name is. A
+robomimic import names its columns ``obs/<key>``, so ``obs_keys=["obs/robot0_eef_pos"]``
+gives ``batch["obs", "obs", "robot0_eef_pos"]``, and ``batch["obs"]`` holds the store's
+paths as they are (``column_key`` of each name). The role is not folded into a name that
+starts with it: ``"obs/state"`` and ``"state"`` are two columns, which must not meet at
+one key, and ``"action"`` stays at ``("action", "action")``.
+
 Normalisation (``normalize=True``): every floating obs and action column is normalised on
 the device, ``(x - mean) / std`` by default or onto ``[-1, 1]`` with
 ``normalization="min_max"`` (integer and bool columns are left as they are). Statistics
