@@ -1,8 +1,10 @@
 """Drop-in cases a torchrl user meets, each run on LazyTensorStorage and on StoreReplay.
 
-Column reads (``storage.get(key)``), torchrl's ``Sequence`` sample unit, pytree data:
-every case does the same operations on both storages, for ``ndim`` 1 and 2, and asserts
-the same observable results.
+Column reads (``storage.get(key)``), torchrl's ``Sequence`` sample unit, pytree data, lazy
+stacks of differing entries, item assignment (``rb[key] = v``, ``rb[i, j] = v``), lists of
+rows, compiled writes of bare tensors: every case does the same operations on both
+storages, for ``ndim`` 1 and 2, and asserts the same observable results. Where torchrl
+loses a write (an assignment to a ``rb[:]`` that is not its storage), the ring writes it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from torchrl.data import LazyTensorStorage, ReplayBuffer, TensorDictReplayBuffer
 from torchrl.data.replay_buffers import Sequence
 
 from torchstore.data.replay.ring import StoreReplay
-from torchstore.errors import ColumnError
+from torchstore.errors import ColumnError, UnsupportedError
 
 logging.getLogger("torchrl").setLevel(logging.WARNING)
 
@@ -102,7 +104,7 @@ def test_pytrees_come_back_in_the_same_structure(case, ndim):
         rb.extend(PYTREES[case](_t(ndim)))
         torch.manual_seed(0)
         reads = [rb.sample(), storage[1], storage[0:2], rb[:]]
-        return [(type(r).__name__, str(r)) for r in reads]
+        return [(_kind(r), str(r)) for r in reads]
 
     torchrl, ours = run_both(run, ndim)
     assert ours == torchrl
@@ -144,14 +146,128 @@ def test_a_write_with_another_structure_is_refused():
     assert len(rb) == 4
 
 
-def test_a_ragged_lazy_stack_is_refused_as_a_column_error():
-    ragged = LazyStackedTensorDict(
-        TensorDict({"x": torch.zeros(4, 2)}, [4]),
-        TensorDict({"x": torch.zeros(4, 3)}, [4]),
+def _kind(read) -> str:
+    """The tensordict class a read is (a full read of a ring is a TensorDict subclass)."""
+    for cls in type(read).__mro__:
+        if cls.__module__.startswith("tensordict."):
+            return cls.__name__
+    return type(read).__name__
+
+
+# --------------------------------------------------------------------- lazy stacks
+def _ragged(n: int = 5, offset: float = 0.0, *, keys: bool = False, dim: int = 1):
+    """Two entries whose ``a`` differ in shape (and in keys with ``keys``), stacked at ``dim``."""
+    first = TensorDict({"a": torch.arange(n * 8.0).reshape(n, 4, 2) + offset}, [n])
+    second = TensorDict({"a": torch.arange(n * 6.0).reshape(n, 3, 2) + 100 + offset}, [n])
+    if keys:
+        second["b"] = torch.ones(n, dtype=torch.bool)
+    if dim == 2:
+        first, second = first.unsqueeze(1).expand(n, 2).clone(), second.unsqueeze(1).expand(n, 2)
+        second = second.clone()
+    return LazyStackedTensorDict(first, second, stack_dim=dim)
+
+
+def _described(read):
+    if isinstance(read, LazyStackedTensorDict):
+        return (
+            "lazy",
+            tuple(read.shape),
+            read.stack_dim,
+            [_described(t) for t in read.tensordicts],
+        )
+    return (
+        "td",
+        tuple(read.shape),
+        {k: (v.dtype, v.tolist()) for k, v in read.items(include_nested=True, leaves_only=True)},
+    )
+
+
+@pytest.mark.parametrize("case", ["shapes", "keys", "stack dim 2", "wrapped"])
+def test_ragged_lazy_stacks_are_stored_and_read_as_torchrl_stores_them(case):
+    def run(storage):
+        rb = ReplayBuffer(storage=storage, batch_size=3)
+        rb.extend(_ragged(keys=case == "keys", dim=2 if case == "stack dim 2" else 1))
+        if case == "wrapped":  # 3 more rows: rows 0..1 overwritten, the cursor at 2
+            rb.extend(_ragged(3, 1000.0))
+        torch.manual_seed(0)
+        reads = [rb[:], storage[1], storage[torch.tensor([0, 4])], rb.sample()]
+        return len(rb), [_described(r) for r in reads]
+
+    torchrl, ours = [run(cls(6)) for cls in STORAGES.values()]
+    assert ours == torchrl
+    assert ours[1][0][0] == "lazy"
+
+
+def test_a_lazy_stack_whose_entries_differ_only_in_dtype_is_densified_as_torchrl():
+    stack = LazyStackedTensorDict(
+        TensorDict({"a": torch.ones(5, 3)}, [5]),
+        TensorDict({"a": torch.ones(5, 3, dtype=torch.int64)}, [5]),
         stack_dim=1,
     )
-    with pytest.raises(ColumnError, match="lazily stacked"):
-        ReplayBuffer(storage=StoreReplay(10)).extend(ragged)
+
+    def run(storage):
+        rb = ReplayBuffer(storage=storage)
+        rb.extend(stack)
+        return _kind(rb[:]), _described(rb[:])
+
+    torchrl, ours = [run(cls(6)) for cls in STORAGES.values()]
+    assert ours == torchrl and ours[0] == "TensorDict"  # float32, as torch.stack promotes
+
+
+def test_ragged_lazy_stacks_that_cannot_be_stored_are_refused():
+    along_rows = LazyStackedTensorDict(
+        TensorDict({"a": torch.zeros(2, 4)}, [2]), TensorDict({"a": torch.zeros(2, 3)}, [2])
+    )
+    with pytest.raises(RuntimeError):  # torchrl refuses it too
+        ReplayBuffer(storage=LazyTensorStorage(6)).extend(along_rows)
+    with pytest.raises(ColumnError, match="stacked along the rows"):
+        ReplayBuffer(storage=StoreReplay(6)).extend(along_rows)
+    # a StoreReplay(ndim=2) stores no ragged stacks (torchrl's does): refused, nothing stored
+    multi_env = LazyStackedTensorDict(
+        *[TensorDict({"a": torch.zeros(2, 3, k)}, [2, 3]) for k in (1, 2)], stack_dim=2
+    )
+    rb = ReplayBuffer(storage=StoreReplay(6, ndim=2))
+    with pytest.raises(ColumnError, match="ndim=2"):
+        rb.extend(multi_env)
+    assert len(rb) == 0
+    rb = ReplayBuffer(storage=StoreReplay(6))
+    rb.extend(_ragged())
+    with pytest.raises(ColumnError, match="first write's structure"):
+        rb.extend(TensorDict({"a": torch.zeros(2, 2, 4, 2)}, [2, 2]))
+    with pytest.raises(ColumnError, match="column '0/a' expects rows of shape"):
+        rb.extend(LazyStackedTensorDict(*_ragged().tensordicts[::-1], stack_dim=1))
+    assert len(rb) == 5
+
+
+def test_a_ragged_ring_refuses_key_assignment_rather_than_losing_it():
+    rb = ReplayBuffer(storage=StoreReplay(6))
+    rb.extend(_ragged())
+    with pytest.raises(RuntimeError, match="locked"):
+        rb["c"] = torch.zeros(5, 2)
+    rb[1:3] = _ragged(2, 7.0)  # rows written through set, as torchrl's
+    assert rb[1].tensordicts[0]["a"][0].tolist() == [7.0, 8.0]
+
+
+def test_ragged_rings_survive_state_dicts_and_checkpoints(tmp_path):
+    from torchrl.data.replay_buffers.checkpointers import TensorStorageCheckpointer
+
+    source = StoreReplay(6)
+    rb = ReplayBuffer(storage=source)
+    rb.extend(_ragged(keys=True))
+    rb.extend(_ragged(3, 1000.0, keys=True))
+    copy = StoreReplay(6)
+    copy.load_state_dict(_through_torch_save(source.state_dict()))
+    source.dumps(tmp_path / "ckpt")
+    loaded = StoreReplay(6)
+    loaded.loads(tmp_path / "ckpt")
+    for other in (copy, loaded):
+        assert _described(other[:]) == _described(source[:])
+        assert other.cursor == source.cursor == 2 and len(other) == 6
+    loaded.set(2, _ragged(1, 5.0, keys=True)[0])  # the restored layout takes rows again
+    assert loaded[2].tensordicts[1]["a"][0].tolist() == [105.0, 106.0]
+    source.checkpointer = TensorStorageCheckpointer()
+    with pytest.raises(UnsupportedError, match="lazily stacked"):
+        source.dumps(tmp_path / "torchrl")
 
 
 # --------------------------------------------------------------------- late keys, partial writes
@@ -309,3 +425,182 @@ def test_a_torchrl_state_of_another_capacity_is_refused():
 def test_a_state_dict_of_something_else_is_refused():
     with pytest.raises(ValueError, match="not a StoreReplay or torchrl TensorStorage"):
         StoreReplay(20).load_state_dict({"weights": torch.zeros(3)})
+
+
+# --------------------------------------------------------------------- item assignment
+def _steps(n: int = 10) -> TensorDict:
+    done = torch.zeros(n, 1, dtype=torch.bool)
+    done[n // 2] = True
+    return TensorDict(
+        {"a": torch.arange(n), "obs": torch.arange(n * 2.0).reshape(n, 2), ("next", "done"): done},
+        [n],
+    )
+
+
+def _columns(rb) -> dict:
+    return {k: v.tolist() for k, v in rb[:].items(include_nested=True, leaves_only=True)}
+
+
+ASSIGNMENTS = {
+    # name: (ndim, how the rows are extended, the assignment)
+    "key": (1, lambda td: td, lambda rb: rb.__setitem__("a", torch.zeros(10, dtype=torch.long))),
+    "nested key": (
+        1,
+        lambda td: td,
+        lambda rb: rb.__setitem__(("next", "done"), torch.ones(10, 1, dtype=torch.bool)),
+    ),
+    "new key": (1, lambda td: td, lambda rb: rb.__setitem__("b", torch.ones(10))),
+    "row batch index": (
+        1,
+        lambda td: td.reshape(5, 2),
+        lambda rb: rb.__setitem__((1, 1), TensorDict({"a": torch.tensor(-3)}, [])),
+    ),
+    "ndim=2 index": (
+        2,
+        lambda td: td.reshape(2, 5),
+        lambda rb: rb.__setitem__((0, slice(3, 4)), TensorDict({"a": torch.tensor([-1])}, [1])),
+    ),
+    "ndim=2 number": (2, lambda td: td.reshape(2, 5), lambda rb: rb.__setitem__((1, 0), 7)),
+}
+
+
+@pytest.mark.parametrize("case", list(ASSIGNMENTS))
+def test_item_assignment_writes_the_rows_as_torchrl(case):
+    ndim, shaped, assign = ASSIGNMENTS[case]
+
+    def run(storage):
+        rb = ReplayBuffer(storage=storage)
+        rb.extend(shaped(_steps()))
+        before = _columns(rb)
+        assign(rb)
+        return before, _columns(rb)
+
+    torchrl, ours = [run(cls(10, ndim=ndim)) for cls in STORAGES.values()]
+    assert ours == torchrl
+    assert ours[1] != ours[0]  # the assignment changed the rows
+
+
+@pytest.mark.parametrize("capacity", [10, 20])
+def test_key_assignment_is_written_where_torchrl_loses_it(capacity):
+    # LazyTensorStorage loses rb[key] = v unless rb[:] is its own storage (ndim=1, full):
+    # on a ring that is not full, or with ndim=2, rb[:] is a new TensorDict of views. The
+    # ring writes it: an assignment is never dropped.
+    rb = ReplayBuffer(storage=StoreReplay(capacity, ndim=2))
+    rb.extend(_steps().reshape(2, 5))
+    rb["obs"] = torch.full((2, 5, 2), -1.0)
+    rb[1, 3] = TensorDict({"a": torch.tensor(-7)}, [])
+    assert rb[:]["obs"].unique().tolist() == [-1.0]
+    assert rb[:]["a"].tolist() == [[0, 1, 2, 3, 4], [5, 6, 7, -7, 9]]
+
+
+def test_an_assigned_end_flag_rebuilds_the_episode_index():
+    storage = StoreReplay(10)
+    rb = ReplayBuffer(storage=storage)
+    rb.extend(_steps())
+    assert storage.episode_segments()[1].tolist() == [6, 4]
+    done = torch.zeros(10, 1, dtype=torch.bool)
+    done[[2, 9]] = True
+    rb["next", "done"] = done
+    assert storage.episode_segments()[1].tolist() == [3, 7]
+
+
+def test_item_assignment_goes_through_the_rings_column_checks():
+    declared = {"a": {"dtype": torch.int64}, "obs": {"dtype": torch.float32, "shape": (2,)}}
+    rb = ReplayBuffer(storage=StoreReplay(10, columns=declared))
+    rb.extend(_steps().exclude("next"))
+    rb["a"] = torch.full((10,), 4)  # a declared ring takes a patch of some columns
+    assert rb[:]["a"].tolist() == [4] * 10 and rb[:]["obs"][1].tolist() == [2.0, 3.0]
+    with pytest.raises(ColumnError, match="'b' is not a column"):
+        rb["b"] = torch.ones(10)
+    with pytest.raises(ColumnError, match="expects int64"):
+        rb[2, ...] = TensorDict({"a": torch.tensor(0.5)}, [])
+    with pytest.raises(ColumnError, match="expects int64"):
+        rb["a"] = torch.zeros(10)
+    read = rb[:]
+    assert "b" not in read.keys() and read["a"].tolist() == [4] * 10  # nothing written
+
+
+def test_item_assignment_of_a_quantised_column_is_encoded():
+    from torchstore.data.columns import ColumnSpec
+    from torchstore.data.quantize import Quantize
+
+    columns = [ColumnSpec("obs", torch.float32, (2,), quantize=Quantize(0.0, 20.0))]
+    rb = ReplayBuffer(storage=StoreReplay(10, columns=columns))
+    rb.extend(TensorDict({"obs": torch.zeros(10, 2)}, [10]))
+    rb["obs"] = torch.full((10, 2), 10.0)
+    assert rb[:]["obs"].sub(10.0).abs().max() < 0.1
+    assert rb.storage.packed.view("obs").dtype == torch.uint8
+
+
+def test_an_old_read_refuses_assignment():
+    rb = ReplayBuffer(storage=StoreReplay(10))
+    rb.extend(_steps())
+    read = rb[:]
+    read["a"] = torch.zeros(10, dtype=torch.long)  # its own write keeps it current
+    rb.extend(_steps(2))
+    with pytest.raises(UnsupportedError, match="before the ring's last write"):
+        read["a"] = torch.ones(10, dtype=torch.long)
+    assert rb[:]["a"].tolist() == [0, 1] + [0] * 8
+
+
+def test_a_full_read_derives_and_pickles_as_a_plain_tensordict():
+    import pickle
+
+    rb = ReplayBuffer(storage=StoreReplay(10))
+    rb.extend(_steps())
+    read = rb[:]
+    assert isinstance(read, TensorDict) and repr(read).startswith("TensorDict(")
+    for derived in (read[2:4], read.clone(), read + 0, pickle.loads(pickle.dumps(read))):
+        assert type(derived) is TensorDict
+    derived = read.clone()
+    derived["a"] = torch.zeros(10, dtype=torch.long)  # a copy: the ring keeps its rows
+    assert rb[:]["a"].tolist() == list(range(10))
+
+
+# --------------------------------------------------------------------- lists of rows
+LISTS = {
+    "tensordicts with batch dims": lambda: [
+        TensorDict({"a": torch.arange(6.0).reshape(2, 3)}, [2])
+    ],
+    "tensordicts": lambda: [TensorDict({"a": torch.full((3,), float(i))}, []) for i in range(4)],
+    "tuples": lambda: [(torch.tensor(float(i)), torch.full((2,), i)) for i in range(3)],
+    "tensors": lambda: [torch.full((2,), float(i)) for i in range(3)],
+}
+
+
+@pytest.mark.parametrize("case", list(LISTS))
+def test_a_list_of_rows_is_stacked_as_torchrl_stacks_it(case):
+    def run(storage):
+        rb = ReplayBuffer(storage=storage)
+        rb.extend(LISTS[case]())
+        return _kind(rb[:]), str(rb[:]), tuple(rb.storage.shape)
+
+    torchrl, ours = [run(cls(100)) for cls in STORAGES.values()]
+    assert ours == torchrl
+
+
+def test_a_list_of_rows_with_other_structures_is_refused():
+    rb = ReplayBuffer(storage=StoreReplay(10))
+    with pytest.raises(ColumnError, match="listed row 1 has another structure"):
+        rb.extend([(torch.zeros(2), torch.zeros(2)), (torch.zeros(2),)])
+    assert not rb.storage.initialized
+
+
+# --------------------------------------------------------------------- compiled writes
+@pytest.mark.parametrize("rows", ["tensor", "tensordict"])
+def test_a_compiled_set_of_bare_tensors_is_graph_safe_as_torchrls(rows):
+    from torch._dynamo.testing import CompileCounter
+
+    def run(cls):
+        storage = cls(100, compilable=True)
+        data = torch.arange(25)[:, None]
+        wrap = (lambda x: x) if rows == "tensor" else (lambda x: TensorDict({"x": x}, [25], "cpu"))
+        storage.set(torch.arange(25), wrap(data))
+        counter = CompileCounter()
+        write = torch.compile(lambda c, v: storage.set(c, v), fullgraph=True, backend=counter)
+        write(torch.arange(25, 50), wrap(data + 25))
+        read = storage[:]
+        return counter.frame_count, len(storage), (read if rows == "tensor" else read["x"]).tolist()
+
+    torchrl, ours = [run(cls) for cls in STORAGES.values()]
+    assert ours == torchrl and ours[0] == 1 and ours[2] == [[i] for i in range(50)]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -65,12 +66,31 @@ def _as_batch(data: Any, single: bool, dims: int = 1) -> tuple[TensorDictBase, A
 
 
 def _stack_rows(data: list) -> Any:
-    """A list of rows (torchrl's ``set`` accepts one) as one stacked batch."""
+    """A list of rows (torchrl's ``set`` accepts one) as one stacked batch, as torchrl's
+    ``TensorStorage.set`` stacks it: tensor collections with ``torch.stack`` (their own batch
+    dims kept), anything else leaf by leaf into the rows' common pytree."""
     if not data:
         raise ValueError("cannot write an empty list of rows")
-    if all(isinstance(x, torch.Tensor) for x in data):
-        return torch.stack(data)
-    return torch.stack([_as_batch(x, True)[0][0] for x in data])
+    if all(is_tensor_collection(x) for x in data):
+        try:
+            return torch.stack(data)
+        except (RuntimeError, ValueError) as exc:
+            raise ColumnError(
+                f"the listed TensorDict rows do not stack into one batch: {exc}"
+            ) from None
+    flat = [pytree.tree_flatten(x) for x in data]
+    spec = flat[0][1]
+    for i, (_, other) in enumerate(flat[1:], 1):
+        if other != spec:
+            raise ColumnError(
+                f"listed row {i} has another structure than row 0 ({other} vs {spec}); every "
+                "row of a list must hold the same leaves"
+            )
+    leaves = [
+        torch.stack([torch.as_tensor(leaf) for leaf in column])
+        for column in zip(*(leaves for leaves, _ in flat), strict=True)
+    ]
+    return pytree.tree_unflatten(leaves, spec)
 
 
 def _tensor_batch(data: torch.Tensor, single: bool, dims: int) -> TensorDictBase:
@@ -84,15 +104,16 @@ def _tensor_batch(data: torch.Tensor, single: bool, dims: int) -> TensorDictBase
     return TensorDict({_TENSOR_COLUMN: data}, batch_size=data.shape[:dims])
 
 
-def _tensordict_batch(data: Any, single: bool, dims: int) -> tuple[TensorDictBase, tuple[int, ...]]:
+def _tensordict_batch(
+    data: Any, single: bool, dims: int
+) -> tuple[TensorDictBase, tuple[int, ...] | StackedRows]:
     if isinstance(data, LazyStackedTensorDict):
-        try:
-            data = data.contiguous()
-        except RuntimeError as exc:
-            raise ColumnError(
-                f"a lazily stacked TensorDict whose entries differ in shape cannot be stored "
-                f"as columns (densify or pad it first): {exc}"
-            ) from None
+        if single:
+            data = data.unsqueeze(0)
+            single = False
+        if _entries_differ(data):
+            return _stacked_batch(data, dims)
+        data = data.contiguous()
     if not is_tensor_collection(data):
         raise ColumnError(
             f"StoreReplay stores TensorDicts, mappings or tensors, got {type(data).__name__}"
@@ -109,6 +130,109 @@ def _tensordict_batch(data: Any, single: bool, dims: int) -> tuple[TensorDictBas
         data = data.copy()
         data.batch_size = data.batch_size[:dims]
     return data, row_batch
+
+
+@dataclass(frozen=True)
+class StackedRows:
+    """The layout of rows written as a ``LazyStackedTensorDict`` whose entries differ (in a
+    leaf's shape, or in their keys), stacked along a batch dim of the rows.
+
+    torchrl's ``LazyTensorStorage`` keeps such rows as a lazy stack of its entries; the ring
+    keeps one column per entry leaf (entry ``j``'s ``obs`` is column ``j/obs``), every entry
+    with its own fixed per-row shapes, and reads rebuild the lazy stack.
+
+    Args:
+        dim: the stack dim among a row's batch dims (0: the first dim past the ring's).
+        row_batch: a row's batch dims (the stack dim included).
+    """
+
+    dim: int
+    row_batch: tuple[int, ...]
+
+    @property
+    def entries(self) -> int:
+        return self.row_batch[self.dim]
+
+    @property
+    def entry_batch(self) -> tuple[int, ...]:
+        """An entry's batch dims past the ring's."""
+        return self.row_batch[: self.dim] + self.row_batch[self.dim + 1 :]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dim": self.dim, "row_batch": list(self.row_batch)}
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any] | None) -> StackedRows | None:
+        if value is None:
+            return None
+        return cls(int(value["dim"]), tuple(int(d) for d in value["row_batch"]))
+
+    def describe(self) -> str:
+        return (
+            f"lazily stacked TensorDicts of {self.entries} differing entries (row batch dims "
+            f"{list(self.row_batch)}, stacked at row dim {self.dim})"
+        )
+
+
+def _entries_differ(data: LazyStackedTensorDict) -> bool:
+    """Whether the entries of a lazy stack differ in keys or leaf shapes (so that densifying
+    it would fail or drop keys). Entries that differ only in dtypes are densified, their
+    dtypes promoted, as torchrl's ``LazyTensorStorage`` stores them."""
+    entries = data.tensordicts
+    first = {k: v.shape for k, v in _entry_leaves(entries[0])}
+    return any({k: v.shape for k, v in _entry_leaves(e)} != first for e in entries[1:])
+
+
+def _entry_leaves(entry: TensorDictBase) -> list[tuple[Any, Any]]:
+    return list(entry.items(include_nested=True, leaves_only=True))
+
+
+def _stacked_batch(data: LazyStackedTensorDict, dims: int) -> tuple[TensorDict, StackedRows]:
+    """A lazy stack with differing entries as a TensorDict of ``dims`` row dims holding
+    entry ``j`` under key ``"j"`` (see :class:`StackedRows`)."""
+    if data.stack_dim < dims:
+        raise ColumnError(
+            f"a lazily stacked TensorDict whose entries differ (in keys or shapes) is "
+            f"stacked along the rows (stack_dim={data.stack_dim}): every row of a ring holds "
+            "the same leaves (torchrl's storages refuse it too); pad the entries to one shape "
+            "or stack them along a dim past the rows"
+        )
+    if dims != 1:
+        raise ColumnError(
+            f"StoreReplay(ndim={dims}) does not store lazily stacked TensorDicts whose entries "
+            "differ (in keys or shapes); use a StoreReplay(ndim=1), or pad the entries "
+            "to one shape"
+        )
+    layout = StackedRows(data.stack_dim - dims, tuple(data.batch_size[dims:]))
+    lead = data.batch_size[:dims]
+    entries = {}
+    for j, entry in enumerate(data.tensordicts):
+        if not is_tensor_collection(entry) or isinstance(entry, LazyStackedTensorDict):
+            raise ColumnError(
+                f"entry {j} of a lazily stacked TensorDict is a {type(entry).__name__}; "
+                "StoreReplay stores lazy stacks of TensorDicts"
+            )
+        if next(iter(_entry_leaves(entry)), None) is None:
+            raise ColumnError(
+                f"entry {j} of a lazily stacked TensorDict holds no tensors; every entry needs "
+                "at least one leaf to be stored"
+            )
+        entry = entry.to_tensordict() if type(entry) is not TensorDict else entry.copy()
+        entry.batch_size = lead
+        entries[str(j)] = entry
+    return TensorDict(entries, batch_size=lead), layout
+
+
+def _unstack_rows(td: TensorDictBase, layout: StackedRows) -> LazyStackedTensorDict:
+    """Rows of entry columns (``[n]``, entry ``j`` under ``"j"``) as torchrl's lazy stack."""
+    n = td.batch_size[0]
+    batch = torch.Size([n, *layout.entry_batch])
+    entries = []
+    for j in range(layout.entries):
+        entry = td.get(str(j))
+        entry.batch_size = batch
+        entries.append(entry)
+    return LazyStackedTensorDict(*entries, stack_dim=1 + layout.dim)
 
 
 def _is_pytree(data: Any) -> bool:

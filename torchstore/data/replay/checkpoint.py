@@ -37,7 +37,13 @@ META_KEY = "torchstore.replay"
 _META_VERSION = 1
 _SLAB_ROWS = 65536
 #: What a restore takes when a checkpoint written before these keys were kept lacks them.
-_LAYOUT_DEFAULTS = {"tensor_mode": False, "returns_index": False, "treespec": None, "row_batch": []}
+_LAYOUT_DEFAULTS = {
+    "tensor_mode": False,
+    "returns_index": False,
+    "treespec": None,
+    "row_batch": [],
+    "stacked": None,
+}
 
 
 class Ring(Protocol):

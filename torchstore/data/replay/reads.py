@@ -7,19 +7,29 @@ rows; row indices (ints, slices, int64 tensors, bool masks, and with ``ndim=2`` 
 tensor, a pytree, extra row batch dims, torchrl's ``index`` entry). A full CPU ring read
 with a sampler's indices takes the compiled gather of
 :class:`~torchstore.data.rows.packed.PackedColumns`.
-``_from_blocks`` and ``_slice`` also serve the state dict (:mod:`torchstore.data.replay.state`).
+A full read (``storage[:]``; ``[:, :]`` with ``ndim=2``) is views of the rows, and of a ring of
+TensorDicts a :class:`~torchstore.data.replay.live_rows.LiveRows` whose item assignment writes
+the ring (torchrl's ``rb[key] = v``). ``_from_blocks`` and ``_slice`` also serve the state
+dict (:mod:`torchstore.data.replay.state`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import torch
 import torch.utils._pytree as pytree
+from tensordict import TensorDict
 
 from torchstore.data.columns import name_from_key
-from torchstore.data.replay.batches import _INDEX_KEY, _TENSOR_COLUMN, _leaf_keys
+from torchstore.data.replay.batches import (
+    _INDEX_KEY,
+    _TENSOR_COLUMN,
+    _leaf_keys,
+    _unstack_rows,
+)
 from torchstore.data.replay.compiled import _compile_disable
 from torchstore.data.replay.index import (
     _index_tensor,
@@ -28,6 +38,7 @@ from torchstore.data.replay.index import (
     _torch_index,
     _wrap_int,
 )
+from torchstore.data.replay.live_rows import live_rows
 
 __all__ = ["ReplayReads"]
 
@@ -85,12 +96,18 @@ class ReplayReads:
         if isinstance(index, slice):
             r = range(*index.indices(n))
             if r.step == 1:
-                return self._slice(r.start, max(r.start, r.stop))
+                return self._read_run(r, n)
             index = torch.arange(r.start, r.stop, r.step, dtype=torch.int64, device=self.device)
         index = _index_tensor(index, n)
         if index.ndim == 0:
             return self._get_row(int(index), n)
         return self._gather_valid(index.to(self.device), n)
+
+    def _read_run(self, r: range, n: int) -> Any:
+        """Rows ``r`` (step 1) as views; every row, as a read that takes item assignment."""
+        if r.start == 0 and r.stop == n:
+            return self._live_read((n,))
+        return self._slice(r.start, max(r.start, r.stop))
 
     def _get_row(self, index: int, n: int) -> Any:
         row = _wrap_int(index, n, "index", valid=True)
@@ -141,6 +158,8 @@ class ReplayReads:
         """ndim=2 reads over the valid ``[time rows, n_envs]``, with torch's index rules."""
         width = self._width
         steps = self._episodes.rows
+        if _is_full_slice(index):
+            return self._live_read((steps, width))
         if (
             type(index) is tuple
             and len(index) == 2
@@ -180,6 +199,28 @@ class ReplayReads:
             return pytree.tree_map(lambda x: x.reshape(*sel.shape, *x.shape[1:]), out)
         return out.reshape(*sel.shape, *self._row_batch)
 
+    def _live_read(self, lead: tuple[int, ...]) -> Any:
+        """Every valid row, as views of the ring's rows shaped ``[*lead, *row batch dims]``;
+        a TensorDict of them takes item assignment back into the ring
+        (:mod:`torchstore.data.replay.live_rows`), as torchrl's ``rb[key] = v`` needs."""
+        out = self._slice(0, math.prod(lead))
+        if len(lead) > 1:
+
+            def shaped(x: torch.Tensor) -> torch.Tensor:
+                return x.reshape(*lead, *x.shape[1:])
+
+            if self._tensor_mode or self._treespec is not None:
+                return pytree.tree_map(shaped, out)
+            out = out.reshape(*lead, *self._row_batch)
+        if self._stacked is not None:
+            # a lazy stack takes no write-through: locked, so a key assigned to it raises
+            # rather than being lost (in-place writes of its views change the rows, as
+            # torchrl's do)
+            return out.lock_()
+        if type(out) is not TensorDict:  # bare tensors, pytrees: views, as torchrl's
+            return out
+        return live_rows(out, self, lead)
+
     def _from_blocks(self, blocks: list[torch.Tensor], index: Any) -> Any:
         if self._tensor_mode:
             return self._packed.leaf(blocks, _TENSOR_COLUMN)
@@ -187,6 +228,8 @@ class ReplayReads:
             td = self._packed.batch_from_blocks(blocks)
             leaves = [td.get(key) for key in _leaf_keys(self._packed.columns)]
             return pytree.tree_unflatten(leaves, self._treespec)
+        if self._stacked is not None:  # entry columns, rebuilt as torchrl's lazy stack
+            return _unstack_rows(self._packed.batch_from_blocks(blocks), self._stacked)
         if not self._returns_index:
             out = self._packed.batch_from_blocks(blocks)
         else:
@@ -217,3 +260,14 @@ class ReplayReads:
     def _slice(self, start: int, stop: int) -> Any:
         blocks = [b[start:stop] for b in self._packed.blocks]
         return self._from_blocks(blocks, lambda: torch.arange(start, stop, device=self.device))
+
+
+def _is_full_slice(index: Any) -> bool:
+    """``[:]``, ``[:, :]`` or ``[...]``: every valid row of an ``ndim=2`` ring."""
+    if type(index) is not tuple:
+        index = (index,)
+    return (
+        0 < len(index) <= 2
+        and all(i is Ellipsis or (type(i) is slice and i == slice(None)) for i in index)
+        and sum(i is Ellipsis for i in index) <= 1
+    )

@@ -32,6 +32,16 @@ Layout rules, written down once:
   torchrl's index forms (``(time, env)`` tuples, time rows, slices). Rows are stored
   time-major (flat row ``t * n_envs + e``) and each env stream keeps its own episode
   index, so windows never cross an env stream.
+* A ``LazyStackedTensorDict`` whose entries differ in keys or leaf shapes (stacked past
+  the rows, ``ndim=1``) is kept as torchrl keeps it: one column per entry leaf (``j/obs``),
+  read back as the lazy stack; entries that differ only in dtypes are densified (dtypes
+  promoted), as torchrl does. A list of rows is stacked as torchrl's ``set`` stacks it
+  (TensorDicts keep their batch dims).
+* A full read of a ring of TensorDicts (``storage[:]``, ``rb[:]``) is a
+  :class:`~torchstore.data.replay.live_rows.LiveRows`: its item assignment writes the ring
+  too, which is how torchrl's ``rb[key] = v`` and ``rb[i, j] = v`` reach the storage (a
+  write the ring's columns refuse raises; a full read of lazily stacked rows is locked,
+  so a key assigned to it raises).
 * Writes outside the append order (torchrl's max-value writer, a ``set`` at another row)
   are correct but rebuild the episode index in ``O(capacity)`` and give the surviving
   episodes fresh ids; ``rb[idx] = v`` rebuilds only when it changes an end flag.
@@ -54,8 +64,9 @@ holds; a process that sees another's write rebuilds its episode index from the e
 calls, ``rb[idx]``, ``len(rb)``). ``torch.compile``: ``set`` of a ``compilable=True`` ring
 is graph-safe after its first eager write (see :meth:`StoreReplay._set_traced`); other
 compiled writes break the graph (under ``fullgraph=True`` the break names what is
-graph-safe). ``get`` is opaque to the compiler, as torchrl's is; graph-safe sampling reads
-``packed``, ``fill_level`` and ``cursor_tensor`` directly.
+graph-safe; a bare tensor on a ring of bare tensors is). ``get`` is opaque to the
+compiler, as torchrl's is; graph-safe sampling reads ``packed``, ``fill_level`` and
+``cursor_tensor`` directly.
 
 Not supported, each refused with a clear error: sharing an empty or a ``compilable`` ring,
 growing columns once shared, and, with ``ndim=2``, the trajectory store checkpoint file
@@ -69,7 +80,8 @@ sizes, the episode index upkeep, checkpoint selection) and :class:`StoreReplayCh
 
 * :mod:`torchstore.data.replay.writes`: ``set`` (traced, planned and general writes, ``ndim=2``);
 * :mod:`torchstore.data.replay.ring_columns`: allocation, write validation, late columns, patches;
-* :mod:`torchstore.data.replay.reads`: ``get`` and its gathers;
+* :mod:`torchstore.data.replay.reads`: ``get`` and its gathers (full reads:
+  :mod:`torchstore.data.replay.live_rows`);
 * :mod:`torchstore.data.replay.shared`: device scalars, shared memory, the lock, pickling;
 * :mod:`torchstore.data.replay.state`: ``state_dict``/``load_state_dict``, ``ring_state``.
 
@@ -220,6 +232,8 @@ class StoreReplay(
         self._treespec: Any = None
         # batch dims of TensorDict rows past the storage's (torchrl keeps them as batch dims)
         self._row_batch: tuple[int, ...] = ()
+        # rows written as a lazy stack whose entries differ: its StackedRows, else None
+        self._stacked: Any = None
         self._layout_known = False
         self._returns_index = False
         self._segments_cache: tuple[int, tuple[torch.Tensor, ...]] | None = None

@@ -85,13 +85,7 @@ class ReplayColumns:
         if packed is None:
             packed = PackedColumns(columns, self.max_size, self.device)
         self._packed = packed
-        names = {c.name for c in columns}
-        self._end_names = ()
-        for group in END_COLUMNS:
-            present = tuple(n for n in group if n in names)
-            if present:
-                self._end_names = present
-                break
+        self._find_end_names()
         self.fill_level = self.fill_level.to(self.device)
         self.cursor_tensor = self.cursor_tensor.to(self.device)
         self._segments_cache = None
@@ -99,6 +93,19 @@ class ReplayColumns:
         self._append_plans = []
         self._scalar_views = None
         self.initialized = True
+
+    def _find_end_names(self) -> None:
+        """The end columns among the ring's columns (see :data:`END_COLUMNS`); with rows of
+        lazily stacked entries, those of every entry (``j/next/done``), OR-ed."""
+        names = {c.name for c in self._packed.columns}
+        stacked = self._stacked
+        prefixes = [""] if stacked is None else [f"{j}/" for j in range(stacked.entries)]
+        self._end_names = ()
+        for group in END_COLUMNS:
+            present = tuple(p + n for p in prefixes for n in group if p + n in names)
+            if present:
+                self._end_names = present
+                break
 
     def _infer(self, batch: TensorDictBase) -> None:
         if self.device == "auto":
@@ -119,13 +126,15 @@ class ReplayColumns:
         self._allocate(specs)
 
     def _validate(
-        self, batch: TensorDictBase, n: int, dims: int = 1
+        self, batch: TensorDictBase, n: int, dims: int = 1, *, partial: bool = False
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
         """The written columns' values in their storage dtype, and the rows' end flags.
 
         ``batch`` has ``dims`` leading row dims (``n`` rows in all); the values keep them.
         A write whose leaves have the names, dtypes, per-row shapes and devices of the last
         write that needed no conversion is trusted without re-checking the schema.
+        ``partial``: a patch of some columns (see :meth:`_check_leaves`), never trusted (a
+        ring of declared columns must still refuse appends that leave columns out).
         """
         leaves = _named_leaves(batch)
         signature = tuple(
@@ -137,10 +146,12 @@ class ReplayColumns:
             values = {name: leaves[name] for name in self._trusted_names}
             return values, self._ends_of(values, lead)
         flat = leaves if dims == 1 else _flat(leaves, dims)
-        values = self._check_leaves(flat, n)
-        if all(values[name] is flat.get(name) for name in values) and len(values) == len(leaves) - (
+        values = self._check_leaves(flat, n, partial=partial)
+        unconverted = all(values[name] is flat.get(name) for name in values)
+        every_leaf = len(values) == len(leaves) - (
             _INDEX_KEY in leaves and _INDEX_KEY not in values
-        ):
+        )
+        if unconverted and every_leaf and not partial:
             self._trusted_signature = (dims, signature)
             self._trusted_names = tuple(values)
             self._add_plan(dims, signature)
@@ -156,15 +167,21 @@ class ReplayColumns:
         if plan is not None:
             self._append_plans = [plan, *self._append_plans[: _PLANS - 1]]
 
-    def _check_leaves(self, leaves: dict[str, Any], n: int) -> dict[str, torch.Tensor]:
-        """Full schema check of one write; adds the columns an inferred ring grows by."""
+    def _check_leaves(
+        self, leaves: dict[str, Any], n: int, *, partial: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """Full schema check of one write; adds the columns an inferred ring grows by.
+
+        ``partial``: the write may leave out columns of any ring (a patch of some columns:
+        ``rb[key] = v``), not only of an inferred one.
+        """
         specs = self._packed._specs
         if _INDEX_KEY in leaves and _INDEX_KEY not in specs:
             leaves = {k: v for k, v in leaves.items() if k != _INDEX_KEY}
             self._returns_index = True
         missing = [name for name in specs if name not in leaves]
         extra = [name for name in leaves if name not in specs]
-        self._check_key_sets(specs, leaves, missing, extra)
+        self._check_key_sets(specs, leaves, [] if partial else missing, extra)
         values: dict[str, torch.Tensor] = {}
         for name, value in leaves.items():
             if not isinstance(value, torch.Tensor):
@@ -190,7 +207,12 @@ class ReplayColumns:
         (a key first written later becomes a column, earlier rows holding its fill value)
         and take partial writes (columns left out keep what their rows held), as torchrl's
         LazyTensorStorage does."""
-        strict = self._declared is not None or self._tensor_mode or self._treespec is not None
+        strict = (
+            self._declared is not None
+            or self._tensor_mode
+            or self._treespec is not None
+            or self._stacked is not None
+        )
         if missing and strict:
             raise ColumnError(
                 f"column '{missing[0]}' is missing from the written rows "
@@ -231,7 +253,7 @@ class ReplayColumns:
             )
         name = name_from_key(key)
         spec = self._packed._specs.get(name)
-        if spec is None or self._tensor_mode or self._treespec is not None:
+        if spec is None or self._tensor_mode or self._treespec is not None or self._stacked:
             raise KeyError(
                 f"Key {key} does not exist in the storage. Conditional patches can only "
                 "target existing columns of a TensorDict ring."

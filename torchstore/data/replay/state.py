@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 from tensordict import TensorDict, TensorDictBase
 
 from torchstore.data.columns import ColumnSpec
-from torchstore.data.replay.batches import _TENSOR_COLUMN
+from torchstore.data.replay.batches import _TENSOR_COLUMN, StackedRows
 
 __all__ = ["ReplayState"]
 
@@ -50,7 +50,8 @@ class ReplayState:
         ``rows``, ``cursor``, ``open`` (the newest episode is still being written),
         ``next_episode_id``, ``episode_ids`` (one per :meth:`episode_segments` entry),
         ``last_cursor_index``, ``tensor_mode``, ``returns_index``, ``treespec``
-        (serialised) and ``row_batch``. :meth:`restore_ring` takes it back.
+        (serialised), ``row_batch`` and ``stacked`` (lazily stacked entries, or ``None``).
+        :meth:`restore_ring` takes it back.
         """
         self._refuse_multi_env("ring_state()")
         index = self._episodes
@@ -65,6 +66,7 @@ class ReplayState:
             "returns_index": self._returns_index,
             "treespec": None if self._treespec is None else pytree.treespec_dumps(self._treespec),
             "row_batch": list(self._row_batch),
+            "stacked": None if self._stacked is None else self._stacked.to_dict(),
         }
 
     def restore_ring(self, lengths: torch.Tensor, state: Mapping[str, Any]) -> None:
@@ -95,7 +97,9 @@ class ReplayState:
             spec = state.get("treespec")
             self._treespec = None if spec is None else pytree.treespec_loads(spec)
             self._row_batch = tuple(int(d) for d in state.get("row_batch", ()))
+            self._stacked = StackedRows.from_dict(state.get("stacked"))
             self._layout_known = True
+            self._find_end_names()
         last = state.get("last_cursor_index")
         self._set_last_cursor(-1 if last is None else int(last))
         self._sync_scalars()
@@ -121,15 +125,17 @@ class ReplayState:
             "n_envs": self._width,
             "treespec": None if self._treespec is None else pytree.treespec_dumps(self._treespec),
             "row_batch": list(self._row_batch),
+            "stacked": None if self._stacked is None else self._stacked.to_dict(),
             "streams": [s.state_dict() for s in self._streams],
         }
         state: dict[str, Any] = {_STATE_KEY: own}
         if packed is None:
             state.update(_storage={}, initialized=False, _len=0)
             return state
-        if self._treespec is not None or any(c.storage_dtype != c.dtype for c in packed.columns):
+        opaque = self._treespec is not None or self._stacked is not None
+        if opaque or any(c.storage_dtype != c.dtype for c in packed.columns):
             own["blocks"] = [b.clone() for b in packed.blocks]
-        if self._treespec is None:
+        if not opaque:  # torchrl's keys cannot hold pytrees, nor lazy stacks of ragged entries
             state.update(_storage=self._torchrl_storage(), initialized=True, _len=len(self))
         return state
 
@@ -220,7 +226,9 @@ class ReplayState:
             spec = own.get("treespec")
             self._treespec = None if spec is None else pytree.treespec_loads(spec)
             self._row_batch = tuple(int(d) for d in own.get("row_batch", ()))
+            self._stacked = StackedRows.from_dict(own.get("stacked"))
             self._layout_known = True
+            self._find_end_names()
             self._returns_index = bool(own.get("returns_index", False))
             blocks = own.get("blocks", blocks)
             if blocks is not None:

@@ -49,6 +49,7 @@ class TorchrlRing(Protocol):
     initialized: bool
     device: Any
     _treespec: Any
+    _stacked: Any
     _last_cursor: Any
     _last_cursor_index: Any
 
@@ -84,6 +85,12 @@ def dump_with_torchrl(replay: TorchrlRing, checkpointer: Any, path: str | Path) 
         raise UnsupportedError(
             f"{type(checkpointer).__name__} cannot checkpoint a StoreReplay of pytrees; drop "
             "the checkpointer= argument (StoreReplay's own checkpoint file keeps pytrees)"
+        )
+    if replay._stacked is not None:
+        raise UnsupportedError(
+            f"{type(checkpointer).__name__} cannot checkpoint a StoreReplay of lazily stacked "
+            "entries that differ; drop the checkpointer= argument (StoreReplay's own "
+            "checkpoint file keeps them)"
         )
     state = replay.state_dict()
     mirror = _mirror(replay)

@@ -22,7 +22,14 @@ from tensordict import TensorDict, TensorDictBase
 from torch.compiler import is_compiling
 
 from torchstore.data.replay.append_plan import _OTHER_STRUCTURE, _WRITTEN, _AppendPlan
-from torchstore.data.replay.batches import _as_batch, _flat, _named_leaves, _rows_from
+from torchstore.data.replay.batches import (
+    _TENSOR_COLUMN,
+    StackedRows,
+    _as_batch,
+    _flat,
+    _named_leaves,
+    _rows_from,
+)
 from torchstore.data.replay.compiled import _compile_disable
 from torchstore.data.replay.index import (
     _flat_rows,
@@ -80,11 +87,23 @@ class ReplayWrites:
         reads it (``O(capacity)`` once, fresh episode ids). Needs ``compilable=True``,
         ``ndim=1``, an int64 tensor cursor, and every column, with the leaf names, dtypes
         and per-row shapes of the ring's eager writes (the first write, which sets the
-        columns, is eager).
+        columns, is eager): a TensorDict, or a bare tensor on a ring of bare tensors.
         """
         signature = None
-        if isinstance(data, TensorDictBase) and self._packed is not None:
+        if self._packed is None:
+            leaves = None
+        elif self._tensor_mode:  # a ring of bare tensors: its one column
+            leaves = {_TENSOR_COLUMN: data} if isinstance(data, torch.Tensor) else None
+        elif (
+            isinstance(data, TensorDictBase)
+            and self._treespec is None
+            and self._stacked is None
+            and tuple(data.batch_size[1:]) == self._row_batch
+        ):
             leaves = _named_leaves(data)
+        else:
+            leaves = None
+        if leaves is not None:
             signature = (1, tuple((k, v.dtype, v.shape[1:], v.device) for k, v in leaves.items()))
         if (
             not self._compilable
@@ -102,8 +121,8 @@ class ReplayWrites:
                 "StoreReplay.set is graph-safe only for writes at the cursor of a "
                 "StoreReplay(compilable=True, ndim=1) with an int64 tensor cursor and a "
                 "TensorDict holding every column with the leaves of the ring's eager writes "
-                "(names, dtypes, per-row shapes; the first write is eager); write this one "
-                "eagerly"
+                "(names, dtypes, per-row shapes; the first write is eager), or a bare tensor "
+                "like the eager writes of a ring of bare tensors; write this one eagerly"
             )
             self._set_eager(cursor, data, set_cursor)
             return
@@ -147,9 +166,7 @@ class ReplayWrites:
             return
         rows, single = self._normalise_cursor(cursor)
         batch, tensor_input = _as_batch(data, single)
-        if not self.initialized:
-            self._infer(batch)
-        self._check_layout(tensor_input)
+        self._check_layout(tensor_input, infer=None if self.initialized else batch)
         n = batch.batch_size[0]
         count = rows[1] if isinstance(rows, tuple) else rows.numel()
         if n != count:
@@ -165,6 +182,28 @@ class ReplayWrites:
         else:
             self._rewrite(rows, values, ends)
         self._sync_scalars()
+        self._bump_mutation_revision()
+
+    @_compile_disable()
+    def _patch_rows(self, rows: torch.Tensor, data: TensorDictBase) -> None:
+        """Rewrite some columns of the physical rows ``rows`` in place: the item assignment
+        of a full read (:mod:`torchstore.data.replay.live_rows`; torchrl's ``rb[key] = v``
+        and ``rb[i, j] = v``). ``data`` is ``[len(rows), *row batch dims]``; columns it
+        leaves out keep their rows (on a ring of declared columns too), keys new to an
+        inferred ring become columns, and the episode index is rebuilt if an end flag of a
+        valid row changes."""
+        with self._guard():
+            if self._shared is not None or self._traced_writes:
+                self._follow()
+            batch, kind = _as_batch(data, False)
+            self._check_layout(kind)
+            n = batch.batch_size[0]
+            if n != rows.numel():
+                raise ValueError(f"{rows.numel()} rows are patched with data of {n}")
+            if n:
+                values, ends = self._validate(batch, n, partial=True)
+                self._rewrite(rows, values, ends)
+            self._sync_scalars()
         self._bump_mutation_revision()
 
     def _append_planned(self, plans: list[_AppendPlan], cursor: Any, data: Any) -> bool:
@@ -228,8 +267,7 @@ class ReplayWrites:
         batch, tensor_input = _as_batch(data, single, dims=2)
         if not self.initialized:
             self._init_streams(int(batch.batch_size[1]))
-            self._infer(batch.reshape(-1))
-        self._check_layout(tensor_input)
+        self._check_layout(tensor_input, infer=None if self.initialized else batch.reshape(-1))
         width = self._width
         if batch.batch_size[1] != width:
             raise ColumnError(
@@ -269,7 +307,12 @@ class ReplayWrites:
             sel = grid[_torch_index(cursor)]
         except (IndexError, TypeError, ValueError) as exc:
             raise IndexError(f"bad index {cursor!r} for a [time, env] ring: {exc}") from None
-        batch, _ = _as_batch(data, sel.ndim == 0, dims=max(sel.ndim, 1))
+        batch, kind = _as_batch(data, sel.ndim == 0, dims=max(sel.ndim, 1))
+        if isinstance(kind, StackedRows):
+            raise ColumnError(
+                f"StoreReplay(ndim={self.ndim}) does not store lazily stacked TensorDicts "
+                "whose entries differ (in keys or shapes); pad the entries to one shape"
+            )
         rows = sel.reshape(-1)
         if tuple(batch.batch_size) != tuple(sel.shape or (1,)):
             raise ValueError(
@@ -306,21 +349,46 @@ class ReplayWrites:
             stream.append(flags[:, env])
         self._segments_cache = None
 
-    def _check_layout(self, mode: Any) -> None:
-        """The first write sets what reads return (its structure); later ones must match."""
+    def _check_layout(self, mode: Any, *, infer: TensorDictBase | None = None) -> None:
+        """The first write sets what reads return (its structure); later ones must match.
+
+        ``infer``: the first write's rows, whose columns the ring takes once the layout is
+        set (the end columns of lazily stacked entries depend on it); a failure there leaves
+        the layout unset.
+        """
         if not self._layout_known:
+            if isinstance(mode, StackedRows) and self._declared is not None:
+                raise ColumnError(
+                    "declared columns cannot describe a lazily stacked TensorDict whose "
+                    "entries differ; leave columns= out (the ring keeps one column per entry "
+                    "leaf) or pad the entries to one shape"
+                )
             self._tensor_mode = mode is True
-            self._treespec = None if isinstance(mode, (bool, tuple)) else mode
-            self._row_batch = mode if isinstance(mode, tuple) else ()
+            self._stacked = mode if isinstance(mode, StackedRows) else None
+            self._treespec = None if isinstance(mode, (bool, tuple, StackedRows)) else mode
+            self._row_batch = (
+                mode if isinstance(mode, tuple) else getattr(self._stacked, "row_batch", ())
+            )
             self._layout_known = True
+            if infer is not None:
+                try:
+                    self._infer(infer)
+                except BaseException:
+                    self._layout_known = False
+                    self._stacked = None
+                    raise
             return
-        first = True if self._tensor_mode else (self._treespec or self._row_batch)
+        if infer is not None:
+            self._infer(infer)
+        first = True if self._tensor_mode else (self._stacked or self._treespec or self._row_batch)
         if first is mode or (not isinstance(mode, bool) and mode == first):
             return
 
         def what(m: Any) -> str:
             if m is True:
                 return "bare tensors"
+            if isinstance(m, StackedRows):
+                return m.describe()
             if isinstance(m, tuple):
                 return f"TensorDicts with row batch dims {list(m)}"
             return f"the pytree {m}"
