@@ -225,7 +225,7 @@ def test_future_format_version_and_corrupt_manifest(tmp_path):
     _write(path, [ColumnSpec("x", torch.float32)], [3])
     _rewrite_manifest(path, lambda t: t.replace('"format_version": 2', '"format_version": 7'))
     with pytest.raises(
-        StoreFormatError, match="format version 7.*reads up to version 2: upgrade torchstore"
+        StoreFormatError, match="format version 7.*reads up to version 3: upgrade torchstore"
     ):
         TrajectoryStore(path)
     _rewrite_manifest(path, lambda t: t[:40])

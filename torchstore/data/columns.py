@@ -1,11 +1,15 @@
-"""Declared columns: name, dtype, per-row shape and optional uint8 quantisation.
+"""Declared columns: name, dtype, per-row shape, optional uint8 quantisation or frame codec.
 
 A store declares its columns instead of inheriting a fixed five. Names may be nested with
-``/`` (``next/obs``), which becomes the nested TensorDict key ``("next", "obs")``.
+``/`` (``next/obs``), which becomes the nested TensorDict key ``("next", "obs")``. A
+camera column (``uint8 [H, W, C]``) may keep its frames encoded on disk (PNG, JPEG, AV1 or
+H.264, see :class:`~torchstore.io.frame_codec_types.FrameCodec`); it reads back as the same
+``uint8`` frames.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -15,7 +19,8 @@ import numpy as np
 import torch
 
 from torchstore.data.quantize import Quantize
-from torchstore.errors import ColumnError
+from torchstore.errors import ColumnError, FrameCodecError
+from torchstore.io.frame_codec_types import FrameCodec
 
 __all__ = [
     "ColumnSpec",
@@ -26,6 +31,7 @@ __all__ = [
     "validate_columns",
     "torch_dtype",
     "numpy_dtype",
+    "describe_codec",
 ]
 
 #: Reserved leaf names and the dtype rule each keeps (``None``: any dtype).
@@ -107,16 +113,23 @@ class ColumnSpec:
         dtype: the logical dtype a batch holds (torch dtype, numpy dtype or name).
         shape: per-row shape, ``()`` for a scalar per row.
         quantize: store as uint8 through this affine map (floating columns only).
+        codec: keep the frames of a ``uint8 [H, W, C]`` column encoded on disk (a
+            :class:`~torchstore.io.frame_codec_types.FrameCodec`, its kind name such as
+            ``"av1"``, or its dict); readers get ``uint8`` frames back. PNG is exact, JPEG and
+            video are lossy. ``"raw"`` (or None) keeps the bytes as they are.
 
     Examples:
         >>> ColumnSpec("obs", torch.float32, (26,))
-        ColumnSpec(name='obs', dtype=torch.float32, shape=(26,), quantize=None)
+        ColumnSpec(name='obs', dtype=torch.float32, shape=(26,), quantize=None, codec=None)
+        >>> ColumnSpec("cam", torch.uint8, (96, 96, 3), codec="av1").describe()
+        'uint8[96, 96, 3] as av1 crf 30 gop 32 (lossy)'
     """
 
     name: str
     dtype: torch.dtype
     shape: tuple[int, ...] = ()
     quantize: Quantize | None = None
+    codec: FrameCodec | None = None
 
     def __post_init__(self) -> None:
         _check_name(self.name)
@@ -125,6 +138,8 @@ class ColumnSpec:
         object.__setattr__(self, "shape", _checked_shape(self.name, self.shape))
         if self.quantize is not None:
             object.__setattr__(self, "quantize", _checked_quantize(self.name, self.quantize, dtype))
+        if self.codec is not None:
+            object.__setattr__(self, "codec", _checked_codec(self))
         rule = RESERVED_COLUMNS.get(self.name.split("/")[-1], None)
         if rule == "bool" and dtype != torch.bool:
             raise ColumnError(f"reserved column '{self.name}' must be bool, got {dtype}")
@@ -137,12 +152,18 @@ class ColumnSpec:
         return column_key(self.name)
 
     @property
+    def encoded(self) -> bool:
+        """Whether the frames are kept encoded on disk (a codec other than raw)."""
+        return self.codec is not None
+
+    @property
     def storage_dtype(self) -> torch.dtype:
         """The dtype held in memory and on disk (uint8 when quantised)."""
         return torch.uint8 if self.quantize is not None else self.dtype
 
     @property
     def row_nbytes(self) -> int:
+        """Bytes of one row in memory (decoded, for an encoded column)."""
         return (
             int(np.prod(self.shape, dtype=np.int64))
             * torch.empty((), dtype=self.storage_dtype).element_size()
@@ -153,15 +174,20 @@ class ColumnSpec:
         text = f"{str(self.dtype).removeprefix('torch.')}{list(self.shape) if self.shape else ''}"
         if self.quantize is not None:
             text += f" as uint8 in [{self.quantize.low:g}, {self.quantize.high:g}]"
+        if self.codec is not None:
+            text += f" as {describe_codec(self.codec)}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "dtype": str(self.dtype).removeprefix("torch."),
             "shape": list(self.shape),
             "quantize": None if self.quantize is None else self.quantize.to_dict(),
         }
+        if self.codec is not None:  # absent for raw columns: their manifests stay as before
+            out["codec"] = json.loads(self.codec.to_json())
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ColumnSpec:
@@ -180,7 +206,12 @@ class ColumnSpec:
             raise ColumnError(
                 f"column {data['name']!r} shape must be a list of ints, got {shape!r:.80}"
             )
-        return cls(name=data["name"], dtype=data["dtype"], shape=tuple(shape), quantize=q)
+        codec = data.get("codec")
+        if codec is not None and not isinstance(codec, Mapping):
+            raise ColumnError(f"column {data['name']!r} codec must be a mapping, got {codec!r:.80}")
+        return cls(
+            name=data["name"], dtype=data["dtype"], shape=tuple(shape), quantize=q, codec=codec
+        )
 
     def check_rows(self, value: Any, *, rows: int | None = None) -> np.ndarray | torch.Tensor:
         """Validate one column's rows and return them in the storage dtype.
@@ -272,6 +303,41 @@ def _checked_quantize(name: str, quantize: Any, dtype: torch.dtype) -> Quantize:
         )
     quantize.check_dtype(dtype, name)
     return quantize
+
+
+def describe_codec(codec: FrameCodec) -> str:
+    """``av1 crf 30 gop 32 (lossy)`` style text: the kind, its quality settings, lossy or not."""
+    parts = [codec.kind]
+    for name in ("crf", "gop", "quality", "level"):
+        value = getattr(codec, name)
+        if value is not None:
+            parts.append(f"{name} {value}")
+    return " ".join(parts) + (" (lossy)" if codec.lossy else " (exact)")
+
+
+def _checked_codec(spec: ColumnSpec) -> FrameCodec | None:
+    codec = spec.codec
+    try:
+        if isinstance(codec, str):
+            codec = FrameCodec(codec)
+        elif isinstance(codec, Mapping):
+            codec = FrameCodec.from_json(dict(codec))
+        elif not isinstance(codec, FrameCodec):
+            raise ColumnError(
+                f"column '{spec.name}' codec must be a FrameCodec or a kind name, got {codec!r:.80}"
+            )
+        if codec.kind == "raw":
+            return None
+        if spec.dtype != torch.uint8 or spec.quantize is not None or len(spec.shape) != 3:
+            raise ColumnError(
+                f"column '{spec.name}' has a frame codec ({codec.kind}), so it must be uint8 "
+                f"[H, W, C] frames, not {str(spec.dtype).removeprefix('torch.')}"
+                f"{list(spec.shape)}{' quantised' if spec.quantize is not None else ''}"
+            )
+        codec.check_channels(spec.shape[2])
+    except FrameCodecError as exc:
+        raise ColumnError(f"column '{spec.name}': {exc}") from exc
+    return codec
 
 
 def _safe_cast(src: torch.dtype, dst: torch.dtype) -> bool:

@@ -6,7 +6,10 @@
                       torchstore_manifest_xxh3 (uint64: xxh3-64 of the manifest's UTF-8 bytes)
 /commit               int64[4]: committed rows, episodes, episode-metadata bytes, and the
                       xxh3-64 of those three int64s (format 1 stores: int64[3], no hash)
-/columns/<name>       [rows, *shape] per column ('/' in a name nests groups)
+/columns/<name>       [rows, *shape] per column ('/' in a name nests groups); for an
+                      encoded column int64[rows, 4], each row's packet (see below)
+/packets/<name>       uint8[bytes]: an encoded column's packets, back to back; each episode's
+                      codec extradata right before its first packet
 /episodes/index       int64[episodes, 3]: ep_len, ep_offset, meta_end (one table, so a
                       commit appends one row to one dataset)
 /episodes/meta        uint8[bytes]: per-episode JSON, concatenated; episode i's JSON ends
@@ -52,6 +55,11 @@ MANIFEST_HASH_ATTR = "torchstore_manifest_xxh3"
 _COMMIT_READ_ATTEMPTS = 50
 COMMIT = "commit"
 COLUMNS = "columns"
+PACKETS = "packets"
+#: an encoded column's row: its packet's byte offset in /packets/<name>, its length, flags
+#: (bit 0: a keyframe) and, on an episode's first row, the bytes of extradata before it
+PACKET_FIELDS = ("offset", "nbytes", "flags", "extradata")
+KEYFRAME = 1
 EPISODES = "episodes"
 CHECKSUMS = "checksums"
 EP_INDEX = "index"
@@ -73,6 +81,23 @@ def build_store_file(f: h5py.File, manifest: Manifest) -> None:
     f.create_dataset(COMMIT, data=commit_record(0, 0, 0, checked=True))
     sums = f.create_group(CHECKSUMS)
     for spec in manifest.columns:
+        if spec.codec is not None:
+            create_checksummed(
+                f.require_group(COLUMNS),
+                spec.name,
+                np.dtype(np.int64),
+                (len(PACKET_FIELDS),),
+                sums.require_group(COLUMNS),
+            )
+            create_checksummed(
+                f.require_group(PACKETS),
+                spec.name,
+                np.dtype(np.uint8),
+                (),
+                sums.require_group(PACKETS),
+            )
+            f[COLUMNS][spec.name].attrs["fields"] = np.bytes_(",".join(PACKET_FIELDS).encode())
+            continue
         create_checksummed(
             f.require_group(COLUMNS),
             spec.name,
@@ -196,6 +221,8 @@ class StoreDatasets:
     columns: dict[str, ChecksummedDataset]
     ep_index: ChecksummedDataset
     ep_meta: ChecksummedDataset
+    #: the packet bytes of each encoded column (its ``columns`` entry holds the packet rows)
+    packets: dict[str, ChecksummedDataset]
 
     @classmethod
     def open(cls, f: h5py.File, manifest: Manifest) -> StoreDatasets:
@@ -210,10 +237,15 @@ class StoreDatasets:
             },
             ep_index=table(EPISODES, EP_INDEX, "episode index"),
             ep_meta=table(EPISODES, EP_META, "episode metadata"),
+            packets={
+                spec.name: table(PACKETS, spec.name, f"column '{spec.name}' packets")
+                for spec in manifest.columns
+                if spec.codec is not None
+            },
         )
 
     def all(self) -> list[ChecksummedDataset]:
-        return [*self.columns.values(), self.ep_index, self.ep_meta]
+        return [*self.columns.values(), *self.packets.values(), self.ep_index, self.ep_meta]
 
     @property
     def checked(self) -> bool:

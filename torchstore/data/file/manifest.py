@@ -5,10 +5,12 @@ static and lives in one root attribute written before the file becomes visible. 
 counts come from the ``commit`` record (HDF5 readers never refresh attributes, so counts
 kept in an attribute would go stale under a live writer).
 
-Format versions: 2 (this version) keeps an xxh3-64 of the manifest text beside it and one
-in the commit record, so a flipped bit in either is reported instead of changing what a
-reader returns. Version 1 stores (written before) have neither; they still open and
-append, unverified in those two places.
+Format versions: 2 keeps an xxh3-64 of the manifest text beside it and one in the commit
+record, so a flipped bit in either is reported instead of changing what a reader returns.
+Version 1 stores (written before) have neither; they still open and append, unverified in
+those two places. Version 3 is version 2 plus encoded camera columns (a column ``codec``,
+kept as packets: see :mod:`torchstore.data.file.encoded`); a store without one is still
+written as version 2, so older torchstore releases keep reading it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from torchstore.validation import positive_int
 __all__ = ["Manifest", "FORMAT_NAME", "FORMAT_VERSION", "UNCHECKED_FORMAT_VERSION"]
 
 FORMAT_NAME = "torchstore.trajectory"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+#: The newest format version without encoded columns (what a store without one is written as).
+PLAIN_FORMAT_VERSION = 2
 #: The last format version written without the manifest and commit-record checksums.
 UNCHECKED_FORMAT_VERSION = 1
 
@@ -75,8 +79,11 @@ class Manifest:
             json.dumps(metadata, allow_nan=False)
         except (TypeError, ValueError, RecursionError) as exc:
             raise ColumnError(f"metadata must be JSON-serialisable: {exc}") from exc
+        columns = validate_columns(columns)
+        encoded = any(c.codec is not None for c in columns)
         return cls(
-            columns=validate_columns(columns),
+            columns=columns,
+            format_version=FORMAT_VERSION if encoded else PLAIN_FORMAT_VERSION,
             env_id=env_id,
             seed=seed,
             metadata=metadata,
@@ -140,6 +147,11 @@ class Manifest:
             raise StoreFormatError(f"{source}: the manifest's column list is missing or not a list")
         try:
             columns = validate_columns(ColumnSpec.from_dict(c) for c in data["columns"])
+            if version < FORMAT_VERSION and any(c.codec is not None for c in columns):
+                raise StoreFormatError(
+                    f"{source}: store format version {version} has no encoded columns, but the "
+                    "manifest gives one a codec"
+                )
             return cls(
                 columns=columns,
                 env_id=env_id,

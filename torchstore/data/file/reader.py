@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,19 +23,34 @@ from tensordict import TensorDict
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.episodes import EpisodeIndex
-from torchstore.data.file.layout import StoreDatasets, read_manifest
+from torchstore.data.file.encoded import (
+    PacketRun,
+    decode_packet_runs,
+    read_encoded,
+    read_packet_runs,
+)
+from torchstore.data.file.layout import KEYFRAME, StoreDatasets, read_manifest
 from torchstore.data.file.manifest import Manifest
 from torchstore.errors import (
     ColumnError,
+    FrameCodecError,
     IntegrityError,
     RowIndexError,
     StoreFormatError,
     TorchstoreError,
 )
+from torchstore.io.frame_codec import EncodedFrames, StreamInfo
 from torchstore.io.hdf5 import open_for_read
 from torchstore.validation import positive_int
 
 __all__ = ["StoreReader"]
+
+
+def _named(exc: TorchstoreError, path: Path) -> TorchstoreError:
+    """``exc`` again with the store's path in front (a FrameCodecError keeps its frame)."""
+    if isinstance(exc, FrameCodecError):
+        return FrameCodecError(f"{path}: {exc}", exc.frame)
+    return type(exc)(f"{path}: {exc}")
 
 
 class StoreReader:
@@ -155,11 +171,87 @@ class StoreReader:
         return [self.column(name if isinstance(name, str) else "/".join(name)) for name in columns]
 
     # ----------------------------------------------------------------- reading
-    def read_column(self, name: str, start: int, stop: int) -> np.ndarray:
-        """One column's rows ``[start, stop)`` in its storage dtype (verified)."""
-        return self._ds.columns[self.column(name).name].read(
-            start, stop, self._rows, self._latest(0)
+    def read_column(
+        self, name: str, start: int, stop: int, *, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """One column's rows ``[start, stop)`` in its storage dtype (verified).
+
+        An encoded camera column is decoded (from the keyframe at or before ``start``),
+        into ``out`` when given (``uint8 [stop - start, H, W, C]``; on the thread that
+        calls, so the windowed residency's refill threads decode while training runs).
+        """
+        spec = self.column(name)
+        if spec.codec is None:
+            value = self._ds.columns[spec.name].read(start, stop, self._rows, self._latest(0))
+            if out is not None:
+                out[...] = value
+                return out
+            return value
+        if not 0 <= start <= stop <= self._rows:
+            raise RowIndexError(
+                f"column '{spec.name}' rows {start}..{stop} are outside the committed range "
+                f"0..{self._rows}"
+            )
+        try:
+            return read_encoded(
+                spec, *self._packet_tables(spec), self._episodes, start, stop, self._rows,
+                self._latest(0), out=out, decoders=self._decoders(),
+            )  # fmt: skip
+        except TorchstoreError as exc:
+            raise _named(exc, self.path) from exc
+
+    def read_packet_runs(self, name: str, start: int, stop: int) -> list[PacketRun]:
+        """The packets (verified) that decode rows ``[start, stop)`` of an encoded column;
+        :meth:`decode_packet_runs` decodes them without touching the file (so a reader
+        sharing this store's handle across threads holds its lock for this part only)."""
+        spec = self.column(name)
+        if spec.codec is None:
+            raise ColumnError(f"column '{spec.name}' of {self.path} is not encoded")
+        try:
+            return read_packet_runs(
+                spec, *self._packet_tables(spec), self._episodes, start, stop, self._rows,
+                self._latest(0),
+            )  # fmt: skip
+        except TorchstoreError as exc:
+            raise _named(exc, self.path) from exc
+
+    def decode_packet_runs(self, name: str, runs: list[PacketRun], out: np.ndarray) -> np.ndarray:
+        """Decode what :meth:`read_packet_runs` read into ``out``, on this thread."""
+        try:
+            return decode_packet_runs(self.column(name), runs, out, self._decoders())
+        except TorchstoreError as exc:
+            raise _named(exc, self.path) from exc
+
+    def encoded_episode(self, name: str, index: int) -> EncodedFrames:
+        """One episode of an encoded column as its packets, byte for byte as stored (an
+        export writes them into a video file without re-encoding)."""
+        spec = self.column(name)
+        if spec.codec is None:
+            raise ColumnError(f"column '{spec.name}' of {self.path} is not encoded")
+        start, stop = self._episodes.range(index)
+        index %= self._episodes_n
+        (run,) = self.read_packet_runs(spec.name, start, stop)
+        table = self._ds.columns[spec.name].read(start, stop, self._rows, self._latest(0))
+        height, width, channels = spec.shape
+        info = StreamInfo(
+            width, height, channels, pix_fmt=spec.codec.pix_fmt if spec.codec.is_video else None,
+            extradata=run.extradata,
+        )  # fmt: skip
+        return EncodedFrames(
+            spec.codec, info, [bytes(p) for p in run.packets], (table[:, 2] & KEYFRAME) != 0
         )
+
+    def _packet_tables(self, spec: ColumnSpec) -> tuple:
+        return self._ds.columns[spec.name], self._ds.packets[spec.name]
+
+    def _decoders(self) -> dict:
+        """This thread's decoders of this store's encoded columns (kept between reads)."""
+        local = self.__dict__.get("_decoder_local")
+        if local is None:
+            local = self.__dict__.setdefault("_decoder_local", threading.local())
+        if not hasattr(local, "cache"):
+            local.cache = {}
+        return local.cache
 
     def read_slab(
         self,

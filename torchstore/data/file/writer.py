@@ -24,12 +24,14 @@ import torch
 from tensordict import TensorDictBase
 
 from torchstore.data.columns import ColumnSpec, numpy_dtype
+from torchstore.data.file.encoded import EncodedColumnWriter
 from torchstore.data.file.layout import StoreDatasets, build_store_file, read_manifest
 from torchstore.data.file.manifest import Manifest
 from torchstore.errors import (
     ColumnError,
     DestinationExistsError,
     EpisodeError,
+    FrameCodecError,
     StorageFullError,
     StoreFormatError,
     TorchstoreError,
@@ -37,6 +39,7 @@ from torchstore.errors import (
 from torchstore.io.checksummed import STAGE_BYTES
 from torchstore.io.destination import check_destination
 from torchstore.io.durable import fsync_folder
+from torchstore.io.frame_codec import EncodedFrames
 from torchstore.io.hdf5 import (
     abandon,
     create_for_append,
@@ -50,8 +53,9 @@ from torchstore.io.writer_lock import WriterLock
 __all__ = ["TrajectoryStoreWriter", "flatten_rows", "lossless_cast"]
 
 
-#: Room a commit must find beyond the rows it writes (chunk and metadata allocations).
-_ROOM_MARGIN = 4 * 1024 * 1024
+#: Room a commit must find beyond the rows it writes and the new chunks it may start (see
+#: ``TrajectoryStoreWriter._room_margin``): HDF5's metadata and the commit record.
+_ROOM_METADATA = 64 * 1024
 
 
 def _disk_full_errno(exc: BaseException) -> int | None:
@@ -141,6 +145,10 @@ def lossless_cast(value: Any, dtype: torch.dtype) -> Any:
         back = cast.astype(array.dtype)
     same = np.array_equal(back, array, equal_nan=array.dtype.kind == "f")
     return cast if same else value
+
+
+def _row_count(value: Any) -> int:
+    return len(value) if isinstance(value, EncodedFrames) else int(value.shape[0])
 
 
 class TrajectoryStoreWriter:
@@ -291,11 +299,13 @@ class TrajectoryStoreWriter:
         self._closed = False
         try:
             self._ds = StoreDatasets.open(self._file, manifest)
+            #: the encoded camera columns' writers (their frames go through a codec)
+            self._encoded = {
+                name: EncodedColumnWriter(self._specs[name], self._ds.columns[name], packets)
+                for name, packets in self._ds.packets.items()
+            }
             rows, episodes, meta = self._ds.read_commit()
-            for ds in self._ds.columns.values():
-                ds.start_writing(rows)
-            self._ds.ep_index.start_writing(episodes)
-            self._ds.ep_meta.start_writing(meta)
+            self._start_writing(rows, episodes, meta)
             self._file.flush()
         except BaseException as exc:
             code = _disk_full_errno(exc) if isinstance(exc, OSError | RuntimeError) else None
@@ -326,6 +336,31 @@ class TrajectoryStoreWriter:
         self._rows, self._episodes, self._meta_bytes = rows, episodes, meta
         self._pending = 0
 
+    def _start_writing(self, rows: int, episodes: int, meta: int) -> None:
+        """Cut every table back to the committed counts (dropping what was not committed)."""
+        for name, ds in self._ds.columns.items():
+            if name in self._encoded:
+                self._encoded[name].start_writing(rows)
+            else:
+                ds.start_writing(rows)
+        self._ds.ep_index.start_writing(episodes)
+        self._ds.ep_meta.start_writing(meta)
+
+    def _drop_pending(self) -> None:
+        """Forget the open episode (its rows in every column): the commit it needed failed."""
+        with self._disk_errors():
+            self._start_writing(self._rows, self._episodes, self._meta_bytes)
+        self._pending = 0
+
+    def _finish_encoded(self) -> None:
+        """Stage the encoded columns' packets of the open episode for its commit."""
+        try:
+            for enc in self._encoded.values():
+                enc.finish_episode(self._pending, self._episodes)
+        except BaseException:
+            self._drop_pending()
+            raise
+
     # ----------------------------------------------------------------- state
     @property
     def num_rows(self) -> int:
@@ -351,17 +386,58 @@ class TrajectoryStoreWriter:
         reward of 1.0 for a float32 column); a cast that would change a value is refused.
         Returns the rows added.
         """
+        return self._append(rows, raw=raw)
+
+    def _append(
+        self,
+        rows: Mapping[str, Any] | TensorDictBase,
+        *,
+        raw: bool = False,
+        lengths: Sequence[int] | None = None,
+    ) -> int:
+        """``append``; with ``lengths`` (from ``add_episodes``) the rows are several whole
+        episodes, which encoded columns encode one by one."""
         self._check_open()
         arrays = self._validate(rows, raw=raw)
-        n = next(iter(arrays.values())).shape[0]
+        n = _row_count(next(iter(arrays.values())))
         columns = self._ds.columns
-        if any(columns[k].staged_bytes + a.nbytes >= STAGE_BYTES for k, a in arrays.items()):
-            self._check_room(sum(columns[k].staged_bytes + a.nbytes for k, a in arrays.items()))
-        with self._disk_errors():
-            for name, array in arrays.items():
-                self._ds.columns[name].append(array)
+
+        def staged(name: str, value: Any) -> int:
+            if name not in self._encoded:
+                return columns[name].staged_bytes + value.nbytes
+            # packets given, or frames still to encode (a tenth of their bytes or less)
+            add = value.nbytes if isinstance(value, EncodedFrames) else value.nbytes // 10
+            return self._ds.packets[name].staged_bytes + add
+
+        if any(staged(k, a) >= STAGE_BYTES for k, a in arrays.items()):
+            self._check_room(sum(staged(k, a) for k, a in arrays.items()))
+        try:
+            with self._disk_errors():
+                for name, array in arrays.items():
+                    if name not in self._encoded:
+                        columns[name].append(array)
+                    elif lengths is None:
+                        self._encoded[name].append(array)
+                    else:
+                        self._encode_episodes(name, array, lengths)
+        except FrameCodecError:  # the frames of the open episode cannot all be kept
+            self._pending += n
+            self._drop_pending()
+            raise
         self._pending += n
         return n
+
+    def _encode_episodes(self, name: str, frames: Any, lengths: Sequence[int]) -> None:
+        if isinstance(frames, EncodedFrames):
+            raise FrameCodecError(
+                f"column '{name}': add_episodes() takes frames; give encoded packets one "
+                "episode at a time (add_episode)"
+            )
+        enc, at = self._encoded[name], 0
+        for i, length in enumerate(lengths):
+            enc.append(frames[at : at + length])
+            enc.finish_episode(length, self._episodes + i)
+            at += length
 
     def end_episode(self, metadata: Mapping[str, Any] | None = None) -> int:
         """Commit the rows appended since the last commit as one episode; returns its number."""
@@ -379,6 +455,7 @@ class TrajectoryStoreWriter:
         ds = self._ds
         rows = self._rows + self._pending
         meta_end = self._meta_bytes + len(meta)
+        self._finish_encoded()
         self._check_room(sum(t.staged_bytes for t in ds.all()) + len(meta))
         with self._disk_errors():
             ds.ep_index.append(np.array([[self._pending, self._rows, meta_end]], dtype=np.int64))
@@ -458,7 +535,7 @@ class TrajectoryStoreWriter:
         n = len(next(iter(flat.values()))) if flat else 0  # append() checks every column
         if n != sum(lengths):
             raise EpisodeError(f"add_episodes got {n} rows, the lengths sum to {sum(lengths)}")
-        self.append(rows, raw=raw)
+        self._append(rows, raw=raw, lengths=lengths)
         ds = self._ds
         starts = self._rows + np.concatenate([[0], np.cumsum(lengths)[:-1]])
         meta_ends = self._meta_bytes + np.cumsum([len(m) for m in metas])
@@ -502,6 +579,19 @@ class TrajectoryStoreWriter:
         out: dict[str, np.ndarray] = {}
         for name, spec in self._specs.items():
             value = flat[name]
+            if isinstance(value, EncodedFrames):
+                if name not in self._encoded:
+                    raise ColumnError(
+                        f"column '{name}' keeps raw frames; encoded packets need a column "
+                        "declared with that codec"
+                    )
+                if n is not None and len(value) != n:
+                    raise ColumnError(
+                        f"column '{name}' has {len(value)} frames, other columns have {n}"
+                    )
+                n = len(value)
+                out[name] = value
+                continue
             if raw and spec.quantize is not None:
                 spec = ColumnSpec(spec.name, torch.uint8, spec.shape)
             elif spec.quantize is None:
@@ -522,7 +612,7 @@ class TrajectoryStoreWriter:
         process at exit), so the room is checked first; :meth:`_disk_errors` still catches
         what another process's writes take in between.
         """
-        need = nbytes + _ROOM_MARGIN
+        need = nbytes + self._room_margin()
         code = None
         try:
             st = os.statvfs(self.path.parent)
@@ -547,6 +637,16 @@ class TrajectoryStoreWriter:
                 "commit again, or close() (pending rows are then dropped)",
                 str(self.path),
             )
+
+    def _room_margin(self) -> int:
+        """Room a commit needs beyond its rows' bytes: each table may start a chunk of rows
+        and one of hashes (HDF5 allocates a chunk whole), and metadata. Scaled to this
+        store's tables rather than fixed, so a file-size limit of a few MB takes commits."""
+        margin = _ROOM_METADATA
+        for table in self._ds.all():
+            for ds in (table.data, table.sums):
+                margin += int(np.prod(ds.chunks)) * ds.dtype.itemsize
+        return margin
 
     @contextlib.contextmanager
     def _disk_errors(self):

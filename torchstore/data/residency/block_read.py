@@ -210,6 +210,8 @@ class ChunkReader:
         if f.id.get_access_plist().get_driver() != h5py.h5fd.SEC2:
             return
         for name in names:
+            if self.store.column(name).codec is not None:
+                continue  # packets, not rows: decoded through the store (see _via_store)
             table = ds.columns.get(self.store.column(name).name)
             data = getattr(table, "data", None)
             if data is None or data.chunks is None or data.chunks[0] != table.block_rows:
@@ -476,11 +478,26 @@ class ChunkReader:
         self._via_store(name, s, e, out, s - lo)
 
     def _via_store(self, name: str, lo: int, hi: int, out: np.ndarray, at: int) -> None:
-        if hi > lo:
+        if hi <= lo:
+            return
+        if hasattr(self.store, "read_packet_runs") and self.store.column(name).codec is not None:
+            # an encoded camera column: its packets are read under the lock, then decoded
+            # on this thread without it (the decoders release the GIL), straight into out
             with self.lock:
-                value = self.store.read_column(name, lo, hi)
-            out[at : at + hi - lo] = value
-            self.stats["store_reads"] += 1
+                runs = self.store.read_packet_runs(name, lo, hi)
+            target = out[at : at + hi - lo]
+            if target.flags.c_contiguous:
+                self.store.decode_packet_runs(name, runs, target)
+            else:
+                target[...] = self.store.decode_packet_runs(
+                    name, runs, np.empty(target.shape, np.uint8)
+                )
+            self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
+            return
+        with self.lock:
+            value = self.store.read_column(name, lo, hi)
+        out[at : at + hi - lo] = value
+        self.stats["store_reads"] += 1
 
     def __del__(self) -> None:
         self.close()

@@ -1,0 +1,329 @@
+"""Encoded camera columns in a store file: frames kept as codec packets, decoded in runs.
+
+An encoded column (a :class:`~torchstore.data.ColumnSpec` with a ``codec``) keeps two
+checksummed datasets instead of one:
+
+- ``/columns/<name>``: int64 ``[rows, 4]``, one row per frame, row-aligned with every other
+  column: the frame's packet offset and length in ``/packets/<name>``, its flags (bit 0: a
+  keyframe, where decoding may start) and, on an episode's first row, the length of the
+  codec extradata (stream parameters) stored right before that packet;
+- ``/packets/<name>``: the packets' bytes back to back, episode after episode.
+
+Nothing new goes into the commit record: the committed packet bytes are where the last
+committed row's packet ends. So a commit covers the packets as it covers every row, a kill
+loses only the open episode (resume cuts the packets back to the committed end, as it cuts
+the rows), and both datasets are verified block by block on every read and by ``verify``.
+
+Every episode is its own stream, starting on a keyframe with its own extradata: an episode
+decodes without any other, and LeRobot MP4 packets (whose extradata is the MP4's ``av1C`` /
+``avcC``) are kept exactly as they came. A read of rows ``[start, stop)`` decodes, per
+episode it touches, from the keyframe at or before ``start`` (at most ``gop - 1`` frames
+decoded and dropped) with one contiguous read of the packet bytes; the readers of the
+windowed residency call it on their refill threads, where the decoders release the GIL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from torchstore.data.columns import ColumnSpec
+from torchstore.data.episodes import EpisodeIndex
+from torchstore.data.file.layout import KEYFRAME
+from torchstore.errors import FrameCodecError, IntegrityError
+from torchstore.io.checksummed import ChecksummedDataset
+from torchstore.io.frame_codec import EncodedFrames, FrameDecoder, FrameEncoder, StreamInfo
+
+__all__ = [
+    "EncodedColumnWriter",
+    "PacketRun",
+    "read_packet_runs",
+    "decode_packet_runs",
+    "read_encoded",
+    "committed_packet_bytes",
+]
+
+_OFFSET, _NBYTES, _FLAGS, _EXTRA = range(4)
+
+
+def _stream_info(spec: ColumnSpec, extradata: bytes) -> StreamInfo:
+    height, width, channels = spec.shape
+    codec = spec.codec
+    return StreamInfo(
+        width, height, channels, pix_fmt=codec.pix_fmt if codec.is_video else None,
+        extradata=extradata,
+    )  # fmt: skip
+
+
+def committed_packet_bytes(
+    index: ChecksummedDataset, rows: int, latest: Callable[[], int] | None = None
+) -> int:
+    """Bytes of packets the ``rows`` committed rows hold: where the last row's packet ends."""
+    if rows == 0:
+        return 0
+    last = index.read(rows - 1, rows, rows, latest)[0]
+    end = int(last[_OFFSET]) + int(last[_NBYTES])
+    if last[_OFFSET] < 0 or last[_NBYTES] < 0:
+        raise IntegrityError(f"{index.label}: row {rows - 1} has a negative packet offset")
+    return end
+
+
+class EncodedColumnWriter:
+    """Encodes one column's frames episode by episode and stages its packets and rows.
+
+    Frames arrive by :meth:`append` (``uint8 [n, H, W, C]``, encoded as they come, one
+    encoder per episode so every episode starts on a keyframe) or as a whole episode of
+    packets that are already encoded (:class:`~torchstore.io.frame_codec.EncodedFrames`,
+    kept byte for byte). :meth:`finish_episode` stages the episode's packet rows and bytes
+    for the writer's commit; :meth:`discard_episode` drops an episode that will not be
+    committed.
+    """
+
+    def __init__(self, spec: ColumnSpec, index: ChecksummedDataset, packets: ChecksummedDataset):
+        self.spec = spec
+        self.index = index
+        self.packets = packets
+        self._bytes = 0  # packet bytes appended (staged or written), committed or not
+        self._encoder: FrameEncoder | None = None
+        self._given: EncodedFrames | None = None
+
+    def start_writing(self, rows: int) -> None:
+        """Cut both datasets back to what ``rows`` committed rows hold."""
+        self.index.start_writing(rows)
+        self._bytes = committed_packet_bytes(self.index, rows)
+        if self.packets.data.shape[0] < self._bytes:
+            raise IntegrityError(
+                f"{self.packets.label} holds {self.packets.data.shape[0]} bytes but the "
+                f"committed rows need {self._bytes}; the file is truncated or damaged"
+            )
+        self.packets.start_writing(self._bytes)
+        self.discard_episode()
+
+    @property
+    def pending_frames(self) -> int:
+        if self._given is not None:
+            return len(self._given)
+        return self._encoder.frames if self._encoder is not None else 0
+
+    def append(self, value: Any) -> int:
+        """Add frames to the open episode; returns how many. ``value``: uint8 frames
+        ``[n, H, W, C]`` (checked by the caller) or an ``EncodedFrames`` episode."""
+        if isinstance(value, EncodedFrames):
+            if self.pending_frames:
+                raise FrameCodecError(
+                    f"column '{self.spec.name}': encoded packets must be a whole episode, "
+                    f"but {self.pending_frames} frames of this episode were already added"
+                )
+            self._check_given(value)
+            self._given = value
+            return len(value)
+        if self._given is not None:
+            raise FrameCodecError(
+                f"column '{self.spec.name}': this episode came as encoded packets; "
+                "frames cannot be added to it"
+            )
+        if self._encoder is None:
+            height, width, channels = self.spec.shape
+            self._encoder = FrameEncoder(
+                self.spec.codec, height=height, width=width, channels=channels
+            )
+        try:
+            self._encoder.add(value)
+        except FrameCodecError as exc:
+            raise FrameCodecError(f"column '{self.spec.name}': {exc}", exc.frame) from exc
+        return int(value.shape[0])
+
+    def _check_given(self, value: EncodedFrames) -> None:
+        codec, spec = value.codec, self.spec
+        if codec.kind != spec.codec.kind:
+            raise FrameCodecError(
+                f"column '{spec.name}' keeps {spec.codec.kind} frames, got {codec.kind} packets"
+            )
+        if value.info.frame_shape != spec.shape:
+            raise FrameCodecError(
+                f"column '{spec.name}' frames are {list(spec.shape)}, the packets' stream is "
+                f"{list(value.info.frame_shape)}"
+            )
+        keys = np.asarray(value.keyframes, dtype=bool)
+        if keys.shape != (len(value.packets),) or not len(keys) or not keys[0]:
+            raise FrameCodecError(
+                f"column '{spec.name}': an episode's packets need one keyframe flag each and "
+                "must start on a keyframe",
+                0,
+            )
+
+    def finish_episode(self, rows: int, episode: int) -> None:
+        """Stage the open episode (which must hold ``rows`` frames) for the next commit."""
+        if self._given is not None:
+            encoded = self._given
+        elif self._encoder is not None:
+            try:
+                encoded = self._encoder.finish()
+            except FrameCodecError as exc:
+                raise FrameCodecError(
+                    f"column '{self.spec.name}' episode {episode}: {exc}", exc.frame
+                ) from exc
+        else:
+            encoded = None
+        self._encoder, self._given = None, None
+        count = 0 if encoded is None else len(encoded.packets)
+        if count != rows:
+            raise FrameCodecError(
+                f"column '{self.spec.name}' episode {episode} has {count} frames, the episode "
+                f"has {rows} rows"
+            )
+        extradata = encoded.info.extradata
+        sizes = np.fromiter((len(p) for p in encoded.packets), dtype=np.int64, count=rows)
+        table = np.zeros((rows, 4), dtype=np.int64)
+        table[:, _NBYTES] = sizes
+        table[:, _OFFSET] = (
+            self._bytes + len(extradata) + np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        )
+        table[:, _FLAGS] = np.where(np.asarray(encoded.keyframes, dtype=bool), KEYFRAME, 0)
+        table[0, _EXTRA] = len(extradata)
+        blob = b"".join([extradata, *encoded.packets])
+        self.packets.append(np.frombuffer(blob, dtype=np.uint8))
+        self.index.append(table)
+        self._bytes += len(blob)
+
+    def discard_episode(self) -> None:
+        self._encoder, self._given = None, None
+
+
+@dataclass(frozen=True, slots=True)
+class PacketRun:
+    """What decoding one episode's part of a read needs, read from the file (verified):
+    the packets from the keyframe at or before the part, the episode's extradata, and where
+    the frames go: rows ``[at, at + count)`` of the read, after dropping ``first`` decoded
+    frames. ``frame_base``: the frame number of ``packets[0]`` in episode ``episode``."""
+
+    episode: int
+    extradata: bytes
+    packets: list[memoryview]
+    first: int
+    frame_base: int
+    at: int
+    count: int
+
+
+def read_packet_runs(
+    spec: ColumnSpec,
+    index: ChecksummedDataset,
+    packets: ChecksummedDataset,
+    episodes: EpisodeIndex,
+    start: int,
+    stop: int,
+    rows: int,
+    latest: Callable[[], int] | None = None,
+) -> list[PacketRun]:
+    """The packet runs that decode rows ``[start, stop)`` of an encoded column (``rows``
+    committed): per episode the range touches, one read of its packet rows from the
+    episode's start and one contiguous read of the packet bytes from the keyframe at or
+    before the range. The file is read here; :func:`decode_packet_runs` does not touch it,
+    so a caller sharing the file's handle holds its lock for this part only."""
+    if start == stop:
+        return []
+    packet_bytes = committed_packet_bytes(index, rows, latest)
+    latest_bytes = None
+    if latest is not None:  # a live writer moved the commit on: where its packets end now
+
+        def latest_bytes() -> int:
+            return committed_packet_bytes(index, latest())
+
+    runs = []
+    for ep in range(int(episodes.episode_of(start)), int(episodes.episode_of(stop - 1)) + 1):
+        ep_start, ep_stop = episodes.range(ep)
+        a, z = max(start, ep_start), min(stop, ep_stop)
+        table = index.read(ep_start, z, rows, latest)
+        keys = np.flatnonzero(table[: a - ep_start + 1, _FLAGS] & KEYFRAME)
+        if not len(keys) or keys[0] != 0:
+            raise IntegrityError(
+                f"column '{spec.name}' episode {ep} does not start on a keyframe; its packet "
+                "rows are damaged"
+            )
+        key = int(keys[-1])
+        run = table[key:]
+        extra = int(table[0, _EXTRA])
+        head = int(table[0, _OFFSET]) - extra  # the episode's extradata starts here
+        lo = head if key == 0 else int(run[0, _OFFSET])
+        hi = int(run[-1, _OFFSET] + run[-1, _NBYTES])
+        rel = run[:, _OFFSET] - lo
+        if (
+            extra < 0
+            or head < 0
+            or lo < 0
+            or hi > packet_bytes
+            or (run[:, _NBYTES] <= 0).any()
+            or (rel < 0).any()
+            or (rel + run[:, _NBYTES] > hi - lo).any()
+        ):
+            raise IntegrityError(
+                f"column '{spec.name}' episode {ep}: packet offsets outside the "
+                f"{packet_bytes} committed packet bytes; its packet rows are damaged"
+            )
+        data = packets.read(lo, hi, packet_bytes, latest_bytes)
+        if key == 0:
+            extradata = data[:extra].tobytes()
+        else:
+            extradata = packets.read(head, head + extra, packet_bytes, latest_bytes).tobytes()
+        view = memoryview(data)
+        run_packets = [
+            view[int(o) : int(o) + int(n)] for o, n in zip(rel, run[:, _NBYTES], strict=True)
+        ]
+        runs.append(
+            PacketRun(ep, extradata, run_packets, a - ep_start - key, key, a - start, z - a)
+        )
+    return runs
+
+
+def decode_packet_runs(
+    spec: ColumnSpec, runs: Sequence[PacketRun], out: np.ndarray, decoders: dict | None = None
+) -> np.ndarray:
+    """Decode ``runs`` (from :func:`read_packet_runs`) into ``out`` (``uint8 [n, H, W, C]``
+    for the ``n`` rows read). ``decoders``: a dict that keeps one decoder per stream,
+    reused from call to call by one thread. FrameCodecError names column, episode, frame."""
+    for r in runs:
+        decoder = _decoder(spec, r.extradata, decoders)
+        try:
+            decoder.decode(r.packets, out[r.at : r.at + r.count], r.first, frame_base=r.frame_base)
+        except FrameCodecError as exc:
+            raise FrameCodecError(
+                f"column '{spec.name}' episode {r.episode}: {exc}", exc.frame
+            ) from exc
+    return out
+
+
+def read_encoded(
+    spec: ColumnSpec,
+    index: ChecksummedDataset,
+    packets: ChecksummedDataset,
+    episodes: EpisodeIndex,
+    start: int,
+    stop: int,
+    rows: int,
+    latest: Callable[[], int] | None = None,
+    *,
+    out: np.ndarray | None = None,
+    decoders: dict | None = None,
+) -> np.ndarray:
+    """Decoded frames of rows ``[start, stop)`` of an encoded column: :func:`read_packet_runs`
+    then :func:`decode_packet_runs`, into ``out`` when given."""
+    if out is None:
+        out = np.empty((stop - start, *spec.shape), dtype=np.uint8)
+    runs = read_packet_runs(spec, index, packets, episodes, start, stop, rows, latest)
+    return decode_packet_runs(spec, runs, out, decoders)
+
+
+def _decoder(spec: ColumnSpec, extradata: bytes, cache: dict | None) -> FrameDecoder:
+    if cache is None:
+        return FrameDecoder(spec.codec, _stream_info(spec, extradata))
+    key = (spec.name, spec.codec, extradata)
+    decoder = cache.get(key)
+    if decoder is None:
+        if len(cache) >= 16:
+            cache.clear()
+        decoder = cache[key] = FrameDecoder(spec.codec, _stream_info(spec, extradata))
+    return decoder
