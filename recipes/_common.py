@@ -151,38 +151,22 @@ def _run_files(folder: RunFolder, recipe: str) -> list[str]:
 def check_run_start(config: DictConfig, recipe: str) -> None:
     """What :class:`RunFolderCheck` checks before Hydra makes the run folder.
 
-    - ``resume=<folder>``: the folder holds a ``last.ckpt`` its recipe wrote;
+    - ``resume=<folder>``: the folder holds a ``last.ckpt`` its recipe wrote, short of
+      the run's ``trainer.max_steps``;
     - otherwise the run folder holds no run, or ``overwrite=true`` says to replace it
-      (its run files are then removed);
+      (its run files are removed, once every check has passed);
     - ``store.path``, when the recipe reads a store, names a file or folder that exists.
 
     Raises:
         RunRefused: naming what is wrong and what to do.
     """
-    from torchstore.lightning.progress import read_checkpoint_state
-
     folder = RunFolder(Path(str(OmegaConf.select(config, "hydra.run.dir"))).expanduser())
     resume, overwrite = config.get("resume"), bool(config.get("overwrite", False))
     if resume and overwrite:
         raise RunRefused("resume= continues a run and overwrite=true replaces it: give one")
+    held: list[str] = []
     if resume:
-        if not folder.path.is_dir():
-            raise RunRefused(f"resume={resume}: no such folder")
-        try:
-            _, state = read_checkpoint_state(folder.checkpoint_path)
-        except FileNotFoundError:
-            raise RunRefused(
-                f"resume={resume}: no {folder.checkpoint_path.name} there (not the folder of "
-                f"a {'/'.join(RESUMABLE)} run, or one stopped before its first checkpoint)"
-            ) from None
-        except StoreFormatError as exc:
-            raise RunRefused(f"resume={resume}: {exc}") from None
-        if state.get("recipe") != recipe:
-            raise RunRefused(
-                f"resume={resume}: its checkpoint is a {state.get('recipe')} run's, not {recipe}'s"
-            )
-        overrides = list(config.hydra.overrides.task)
-        config = resumed_config(folder.path, overrides, config.hydra.runtime.choices)
+        config = _resumable(config, folder, recipe)
     else:
         held = _run_files(folder, recipe)
         if held and not overwrite:
@@ -191,8 +175,43 @@ def check_run_start(config: DictConfig, recipe: str) -> None:
                 "continues it (bc, bc_robomimic, offline_rl), overwrite=true replaces it; "
                 "or give another hydra.run.dir"
             )
-        for name in held:
-            (folder.path / name).unlink()
+    _check_store(config, recipe)
+    for name in held:
+        (folder.path / name).unlink()
+
+
+def _resumable(config: DictConfig, folder: RunFolder, recipe: str) -> DictConfig:
+    """The config a ``resume=`` run would train with, once its checkpoint is found fit."""
+    from torchstore.lightning.progress import read_checkpoint_state
+
+    resume = config.resume
+    if not folder.path.is_dir():
+        raise RunRefused(f"resume={resume}: no such folder")
+    try:
+        step, state = read_checkpoint_state(folder.checkpoint_path)
+    except FileNotFoundError:
+        raise RunRefused(
+            f"resume={resume}: no {folder.checkpoint_path.name} there (not the folder of "
+            f"a {'/'.join(RESUMABLE)} run, or one stopped before its first checkpoint)"
+        ) from None
+    except StoreFormatError as exc:
+        raise RunRefused(f"resume={resume}: {exc}") from None
+    if state.get("recipe") != recipe:
+        raise RunRefused(
+            f"resume={resume}: its checkpoint is a {state.get('recipe')} run's, not {recipe}'s"
+        )
+    overrides = list(config.hydra.overrides.task)
+    resumed = resumed_config(folder.path, overrides, config.hydra.runtime.choices)
+    max_steps = OmegaConf.select(resumed, "trainer.max_steps", default=-1)
+    if 0 <= max_steps <= step:
+        raise RunRefused(
+            f"resume={resume}: the run is at step {step} of trainer.max_steps={max_steps}; "
+            "give a larger trainer.max_steps to train it on"
+        )
+    return resumed
+
+
+def _check_store(config: DictConfig, recipe: str) -> None:
     store = config.get("store")
     if isinstance(store, DictConfig) and "path" in store.keys():  # `in store`: not if ???
         if OmegaConf.is_missing(store, "path"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ DEFAULTS = {
     "offline_rl": ["trainer.max_steps=6"],
     "bc_robomimic": ["trainer.max_steps=6"],  # store.path: a robomimic import (fixture)
     "sac": ["collector.total_frames=1100"],  # the first 1000 are random; 100 updates after
+    "distributed_sac": ["rounds=1"],  # Ray: a fresh interpreter (Ray in a forked child is not)
 }
 
 
@@ -55,18 +57,28 @@ def robomimic_store(tmp_path_factory) -> Path:
     return tmp / "lift.h5"
 
 
-@pytest.mark.parametrize("recipe", list(DEFAULTS))
+@pytest.mark.parametrize(
+    "recipe",
+    [pytest.param(r, marks=[pytest.mark.ray] if r == "distributed_sac" else []) for r in DEFAULTS],
+)
 def test_every_recipe_runs_with_its_shipped_config(recipe, preloaded, robomimic_store, tmp_path):
     """Only the length is changed: a default that does not fit another (the old
     val_check_interval 500 > the robomimic data module's 200 steps per epoch) fails here."""
-    args = list(DEFAULTS[recipe])
+    args = [*DEFAULTS[recipe], f"hydra.run.dir={tmp_path / 'run'}"]
     if recipe == "bc_robomimic":
         args.append(f"store.path={robomimic_store}")
-    proc = _run(preloaded, recipe, [*args, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    if recipe == "distributed_sac":
+        pytest.importorskip("ray")
+        cmd = [sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), *args]
+        proc = subprocess.run(
+            cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600
+        )
+    else:
+        proc = _run(preloaded, recipe, args, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.splitlines()[-1].startswith(f"outputs in {tmp_path / 'run'}: ")
     assert (tmp_path / "run" / "policy.safetensors").is_file()
-    assert (tmp_path / "run" / "last.ckpt").is_file() == (recipe != "sac")
+    assert (tmp_path / "run" / "last.ckpt").is_file() == ("sac" not in recipe)
 
 
 def test_a_folder_that_holds_a_run_is_not_written_over(preloaded, tmp_path):
@@ -80,6 +92,11 @@ def test_a_folder_that_holds_a_run_is_not_written_over(preloaded, tmp_path):
     assert "resume=" in again.stderr and "overwrite=true" in again.stderr
     assert "Traceback" not in again.stderr and again.stdout == ""
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+    bad_store = ["overwrite=true", "store.path=missing.h5", *args[1:]]
+    refused = _run(preloaded, "bc", bad_store, tmp_path)
+    assert refused.returncode == 2 and "store.path=missing.h5" in refused.stderr
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before  # kept
 
     replaced = _run(preloaded, "bc", ["trainer.max_steps=4", "overwrite=true", *args[1:]], tmp_path)
     assert replaced.returncode == 0, replaced.stderr[-3000:]
@@ -146,6 +163,9 @@ def test_resume_refuses_what_it_cannot_continue(preloaded, tmp_path):
     run = tmp_path / "run"
     args = ["trainer.max_steps=10", "eval.episodes=1", f"hydra.run.dir={run}"]
     assert _run(preloaded, "bc", args, tmp_path).returncode == 0
+    done = _run(preloaded, "bc", [f"resume={run}"], tmp_path)  # nothing left to train
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "the run is at step 10 of trainer.max_steps=10; give a larger" in done.stderr
     groups = _run(preloaded, "bc", [f"resume={run}", "datamodule=offline"], tmp_path)
     assert groups.returncode == 2 and "keeps the run's config groups" in groups.stderr
     other = _run(preloaded, "offline_rl", [f"resume={run}"], tmp_path)
