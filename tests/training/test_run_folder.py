@@ -123,3 +123,22 @@ def test_a_missing_or_foreign_config_is_refused(tmp_path):
     with pytest.raises(ArgumentTypeError, match=r"config \(list\) must be a DictConfig"):
         run.write_config([1, 2])
     assert run.describe() == f"{tmp_path}: no run files"
+
+
+def test_the_run_files_a_folder_holds_in_their_fixed_order(tmp_path):
+    run = RunFolder(tmp_path)
+    assert run.run_files() == []
+    (tmp_path / "notes.txt").write_text("not a run file")
+    run.write_config({"seed": 0})
+    run.checkpoint_path.write_bytes(b"checkpoint")
+    log = run.metrics_log()
+    log.log(1, {"loss": 0.5})
+    (tmp_path / "bc.log").write_text("printed\n")
+    assert run.run_files() == ["config.yaml", "metrics.csv", "last.ckpt"]
+    assert run.describe(rows=len(log)) == (
+        f"{tmp_path}: config.yaml, metrics.csv (1 rows), last.ckpt, bc.log"
+    )
+    log.log(5, {"loss": 0.1})
+    log.close()
+    resumed = run.metrics_log(resume_at=1)  # a checkpoint at step 1: step 5 is redone
+    assert len(resumed) == 1 and [r["step"] for r in run.read_metrics()] == [1]
