@@ -1,0 +1,467 @@
+"""Encoded camera columns: disk, training batches, decode and sampling, side by side in one run.
+
+Two cameras (``wrist`` 224x224 and ``top`` 480x640 by default) of camera-like frames
+(``benchmarks/_camera_frames.py``: a photograph panned and zoomed, never noise), plus
+``state`` and ``action`` float32[14], episodes at 30 fps. Every episode is generated once
+and written three times: a raw uint8 store, an encoded store at LeRobot's default AV1
+settings (``FrameCodec.lerobot_av1()``: GOP 2, crf 30, preset 12, encoded by the store's
+writer from the raw frames) and a LeRobot v3 dataset of the same frames
+(``torchstore.lerobot.LeRobotWriter``, AV1 MP4 at LeRobot's defaults). Rows, each printed
+next to its target:
+
+1. disk: the encoded store's bytes against the LeRobot dataset's (target: at most 1.1x),
+   and the raw store's bytes against the encoded store's;
+2. training batches: batches/s of 256 rows (both cameras, state, action) from a windowed
+   ``OfflineDataModule`` (``layout="flat"``, the same ``resident=`` byte budget for both
+   stores) over the encoded store against the raw one (target: at least 0.8x). The two
+   loaders run in turn (A B A B ...), each sample ``--steps`` batches after a warm-up;
+   their refill threads read (and decode) the next block in the background;
+3. decode: frames/s of the store's ``read_column`` over one whole episode (a long
+   contiguous run) against PyAV's own sequential decode of the same packets muxed into an
+   MP4 by ``write_mp4`` (``av.open(...).decode(video=0)``, ``frame.to_ndarray(format=
+   "rgb24")``, ``thread_count`` 1), one thread each, timed in turn (target: at least 0.9x);
+4. against LeRobot: row 2's encoded batches/s against ``LeRobotDataset`` + a torch
+   ``DataLoader`` (batch 256, ``shuffle=True``, ``num_workers`` = the cores) on the
+   dataset's MP4 files (target: at least 5x). lerobot 0.6 needs Python 3.12, so that side
+   runs as a script under ``--lerobot-python`` (default ``/tmp/lr06/bin/python``, made by
+   ``bash tests/lerobot/lerobot_venv.sh 0.6.1 /tmp/lr06``), after the torchstore side
+   (not interleaved with it); without that interpreter the row says it was skipped;
+5. sampling quality, printed, not a target: one epoch of draws (rows // 256 batches) from
+   the windowed encoded store, counted per row and per episode, next to the same number of
+   i.i.d. uniform draws.
+
+Sizes and timings depend on the machine; the medians and the low / high deciles of the
+per-round ratios are printed (a slow spell of a shared machine hits both sides of a round).
+
+Usage: python benchmarks/cameras.py [--episodes 12] [--frames 150] [--quick]
+       [--steps 8] [--repeats 5] [--resident-fraction 0.25] [--lerobot-python PATH]
+       [--lerobot-steps 3] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _camera_frames import camera_frames  # noqa: E402
+from _timing import per_call_interleaved, print_table, ratio_spread  # noqa: E402
+
+from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter  # noqa: E402
+from torchstore.io.frame_codec import FrameCodec, write_mp4  # noqa: E402
+from torchstore.lerobot import LeRobotWriter  # noqa: E402
+from torchstore.lightning import OfflineDataModule  # noqa: E402
+
+FPS = 30
+DIM = 14
+BATCH = 256
+#: camera name in the stores -> LeRobot feature key; sizes come from the command line
+LEROBOT_KEYS = {
+    "wrist": "observation.images.wrist",
+    "top": "observation.images.top",
+    "state": "observation.state",
+    "action": "action",
+}
+FULL_SIZES = {"wrist": (224, 224), "top": (480, 640)}
+QUICK_SIZES = {"wrist": (64, 64), "top": (96, 128)}
+#: targets
+DISK_TARGET = 1.1  # encoded store bytes / LeRobot dataset bytes, at most
+BATCHES_TARGET = 0.8  # encoded / raw batches/s, at least
+DECODE_TARGET = 0.9  # store decode / PyAV decode frames/s, at least
+LEROBOT_TARGET = 5.0  # torchstore encoded / LeRobotDataset batches/s, at least
+DEFAULT_LEROBOT_PYTHON = "/tmp/lr06/bin/python"
+LEROBOT_VENV_HINT = "bash tests/lerobot/lerobot_venv.sh 0.6.1 /tmp/lr06"
+
+#: the LeRobot side, run by the lerobot interpreter: prints one JSON line
+LEROBOT_SCRIPT = r"""
+import json, sys, time
+import torch
+from torch.utils.data import DataLoader
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+root, batch, workers, warmup, steps = sys.argv[1], *map(int, sys.argv[2:6])
+try:
+    from torchcodec.decoders import VideoDecoder  # noqa: F401  (LeRobot's default backend)
+    backend = "torchcodec"
+except Exception:  # torchcodec without FFmpeg's shared libraries: LeRobot's PyAV backend
+    backend = "pyav"
+torch.set_num_threads(1)
+dataset = LeRobotDataset("local/cameras", root=root, video_backend=backend)
+loader = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
+                    drop_last=True, persistent_workers=workers > 0)
+
+def forever():
+    while True:
+        yield from loader
+
+batches = forever()
+for _ in range(warmup):
+    next(batches)
+t0 = time.perf_counter()
+for _ in range(steps):
+    item = next(batches)
+seconds = time.perf_counter() - t0
+keys = sorted(k for k, v in item.items() if hasattr(v, "shape"))
+print(json.dumps({"batches_per_s": steps / seconds, "backend": backend, "keys": keys}))
+"""
+
+
+def columns(sizes: dict[str, tuple[int, int]], codec: FrameCodec | None) -> list[ColumnSpec]:
+    return [
+        *(ColumnSpec(cam, torch.uint8, (h, w, 3), codec=codec) for cam, (h, w) in sizes.items()),
+        ColumnSpec("state", torch.float32, (DIM,)),
+        ColumnSpec("action", torch.float32, (DIM,)),
+    ]
+
+
+def lerobot_features(sizes: dict[str, tuple[int, int]]) -> dict[str, dict]:
+    out = {
+        LEROBOT_KEYS[cam]: {
+            "dtype": "video",
+            "shape": [h, w, 3],
+            "names": ["height", "width", "channels"],
+        }
+        for cam, (h, w) in sizes.items()
+    }
+    for name in ("state", "action"):
+        out[LEROBOT_KEYS[name]] = {"dtype": "float32", "shape": [DIM], "names": None}
+    return out
+
+
+def make_episode(episode: int, frames: int, sizes: dict) -> dict[str, np.ndarray]:
+    """One episode: each camera on a path of its own, smooth state and action."""
+    rng = np.random.default_rng([7, episode])
+    t = np.arange(frames, dtype=np.float32)[:, None] / FPS
+    state = np.sin(rng.uniform(0.2, 1.5, DIM) * t + rng.uniform(0, 6.3, DIM)).astype(np.float32)
+    out = {"state": state, "action": np.roll(state, -1, axis=0)}
+    for k, (cam, (h, w)) in enumerate(sizes.items()):
+        out[cam] = camera_frames(frames, h, w, episode=episode, seed=k)
+    return out
+
+
+def write_all(tmp: Path, episodes: int, frames: int, sizes: dict) -> tuple[Path, Path, Path]:
+    """The raw store, the encoded store and the LeRobot dataset, from the same frames."""
+    raw, enc, lerobot = tmp / "raw.h5", tmp / "encoded.h5", tmp / "lerobot"
+    with (
+        TrajectoryStoreWriter(raw, columns(sizes, None)) as w_raw,
+        TrajectoryStoreWriter(enc, columns(sizes, FrameCodec.lerobot_av1())) as w_enc,
+        LeRobotWriter(lerobot, fps=FPS, features=lerobot_features(sizes)) as w_lr,
+    ):
+        for e in range(episodes):
+            data = make_episode(e, frames, sizes)
+            w_raw.add_episode(data)
+            w_enc.add_episode(data)
+            w_lr.add_episode({LEROBOT_KEYS[k]: v for k, v in data.items()}, task="look around")
+    return raw, enc, lerobot
+
+
+def folder_bytes(root: Path, pattern: str = "**/*") -> int:
+    return sum(p.stat().st_size for p in root.glob(pattern) if p.is_file())
+
+
+def met(ok: bool) -> str:
+    return "yes" if ok else "NO (missed)"
+
+
+def spread(num: list[float], den: list[float]) -> str:
+    mid, lo, hi = ratio_spread(num, den)
+    return f"{mid:.2f}x [{lo:.2f}-{hi:.2f}]"
+
+
+# ---------------------------------------------------------------- 1. disk
+def disk_rows(raw: Path, enc: Path, lerobot: Path, sizes: dict) -> tuple[list, float]:
+    enc_bytes, raw_bytes = enc.stat().st_size, raw.stat().st_size
+    lr_bytes, mp4_bytes = folder_bytes(lerobot), folder_bytes(lerobot, "videos/**/*.mp4")
+    with TrajectoryStore(enc) as store:
+        packets = sum(
+            store.encoded_episode(cam, e).nbytes for cam in sizes for e in range(store.num_episodes)
+        )
+    mib = 2**20
+    table = [
+        ("raw uint8 store", f"{raw_bytes / mib:,.1f}", f"{raw_bytes / enc_bytes:,.1f}x"),
+        ("encoded store (lerobot_av1)", f"{enc_bytes / mib:,.2f}", "1.0x"),
+        ("  of which camera packets", f"{packets / mib:,.2f}", ""),
+        ("LeRobot dataset (LeRobotWriter)", f"{lr_bytes / mib:,.2f}",
+         f"{lr_bytes / enc_bytes:.2f}x"),
+        ("  of which MP4 files", f"{mp4_bytes / mib:,.2f}", ""),
+    ]  # fmt: skip
+    return table, enc_bytes / lr_bytes
+
+
+# ---------------------------------------------------------------- 2. batches
+def datamodule(path: Path, budget: int, steps: int | None, reuse: float = 1) -> OfflineDataModule:
+    dm = OfflineDataModule(
+        path,
+        batch_size=BATCH,
+        resident=f"{budget}B",
+        resident_reuse=reuse,
+        device="cpu",
+        val_episodes=0,
+        steps_per_epoch=steps,
+        layout="flat",
+    )
+    dm.setup("fit")
+    return dm
+
+
+def endless(dm: OfflineDataModule):
+    while True:
+        yield from dm.train_dataloader()
+
+
+def batch_rates(enc: Path, raw: Path, budget: int, steps: int, repeats: int, reuse: float):
+    """Seconds per ``steps`` batches of each loader (encoded, raw, then both with ``reuse``
+    draws per row per read), timed in turn; their windows' stats."""
+    dms = [datamodule(path, budget, 10_000, r) for r in (1, reuse) for path in (enc, raw)]
+    its = [endless(dm) for dm in dms]
+    first = next(its[0])
+    keys = sorted("/".join(k) if isinstance(k, tuple) else k for k in first.keys(True, True))
+
+    def run(it):
+        def go():
+            for _ in range(steps):
+                next(it)
+
+        return go
+
+    times = per_call_interleaved([run(it) for it in its], repeats=repeats, warmup=1)
+    stats = [dict(dm.window.stats) for dm in dms]
+    for dm in dms:
+        dm.close()
+    return times, stats, keys
+
+
+# ---------------------------------------------------------------- 3. decode
+def pyav_decode(path: Path) -> int:
+    count = 0
+    with av.open(str(path)) as container:
+        container.streams.video[0].thread_count = 1
+        for frame in container.decode(video=0):
+            frame.to_ndarray(format="rgb24")
+            count += 1
+    return count
+
+
+def decode_rates(enc: Path, tmp: Path, sizes: dict, repeats: int) -> list[tuple]:
+    out = []
+    with TrajectoryStore(enc) as store:
+        start, stop = store.episodes.range(0)
+        for cam in sizes:
+            mp4 = tmp / f"{cam}.mp4"
+            write_mp4(mp4, store.encoded_episode(cam, 0), FPS)
+            frames = stop - start
+            same = np.abs(
+                store.read_column(cam, start, stop).astype(np.int16)
+                - np.stack(
+                    [f.to_ndarray(format="rgb24") for f in av.open(str(mp4)).decode(video=0)]
+                )
+            ).max()
+            t_store, t_pyav = per_call_interleaved(
+                [lambda c=cam: store.read_column(c, start, stop), lambda: pyav_decode(mp4)],
+                repeats=repeats,
+                warmup=1,
+            )
+            out.append((cam, frames, t_store, t_pyav, int(same)))
+    return out
+
+
+# ---------------------------------------------------------------- 4. LeRobot
+def lerobot_rate(python: str, root: Path, steps: int, tmp: Path) -> dict | str:
+    """LeRobot's batches/s from its own interpreter, or why it was skipped."""
+    if not Path(python).exists():
+        return f"skipped: lerobot 0.6 venv not found at {python} (make it: {LEROBOT_VENV_HINT})"
+    script = tmp / "lerobot_side.py"
+    script.write_text(LEROBOT_SCRIPT)
+    workers = os.cpu_count() or 1
+    cmd = [python, str(script), str(root), str(BATCH), str(workers), "1", str(steps)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
+        return f"skipped: the LeRobot side failed ({' '.join(tail)})"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["workers"] = workers
+    return result
+
+
+# ---------------------------------------------------------------- 5. sampling
+def draw_counts(
+    enc: Path, budget: int, rows: int, episodes: int, frames: int, epochs: int
+) -> list[tuple]:
+    dm = datamodule(enc, budget, None)  # an epoch: rows // batch batches
+    drawn = []
+    out = []
+    uniform = torch.Generator().manual_seed(0)
+    for epoch in range(1, epochs + 1):
+        drawn += [batch["index"] for batch in dm.train_dataloader()]
+        if epoch in (1, epochs):
+            idx = torch.cat(drawn)
+            name = f"windowed encoded store, {epoch} epoch(s)"
+            out.append(line(name, idx, rows, episodes, frames))
+            iid = torch.randint(rows, (len(idx),), generator=uniform)
+            out.append(line("i.i.d. uniform, as many draws", iid, rows, episodes, frames))
+    dm.close()
+    return out
+
+
+def line(name: str, idx: torch.Tensor, rows: int, episodes: int, frames: int) -> tuple:
+    """How many draws each row and episode got (episodes all ``frames`` long)."""
+
+    per_row = torch.bincount(idx, minlength=rows)
+    per_episode = torch.bincount(idx // frames, minlength=episodes)
+    return (
+        name,
+        f"{len(idx):,}",
+        f"{int((per_episode > 0).sum())}/{episodes}",
+        f"{int(per_episode.min()):,}-{int(per_episode.max()):,}",
+        f"{int((per_row > 0).sum()):,}/{rows:,}",
+        f"{int(per_row.min())}-{int(per_row.max())}",
+        f"{len(idx) / rows:.2f}",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--episodes", type=int, default=12)
+    parser.add_argument("--frames", type=int, default=150, help="frames per episode")
+    parser.add_argument("--steps", type=int, default=8, help="batches per timed sample")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--resident-fraction",
+        type=float,
+        default=0.25,
+        help="the window's byte budget, as a fraction of the decoded rows' bytes",
+    )
+    parser.add_argument(
+        "--reuse", type=float, default=4.0, help="resident_reuse of the second pair of loaders"
+    )
+    parser.add_argument("--sampling-epochs", type=int, default=4)
+    parser.add_argument("--lerobot-python", default=DEFAULT_LEROBOT_PYTHON)
+    parser.add_argument("--lerobot-steps", type=int, default=3)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short check: frames 64x64 and 96x128, 6 episodes x 100, budget 50%%",
+    )
+    parser.add_argument("--dir", default=None, help="where the temporary datasets go")
+    args = parser.parse_args(argv)
+    sizes = FULL_SIZES
+    if args.quick:
+        sizes = QUICK_SIZES
+        args.episodes, args.frames, args.resident_fraction = 6, 100, 0.5
+        args.steps, args.repeats, args.lerobot_steps, args.sampling_epochs = 2, 3, 1, 2
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    rows = args.episodes * args.frames
+    row_bytes = sum(h * w * 3 for h, w in sizes.values()) + 2 * 4 * DIM
+    budget = int(rows * row_bytes * args.resident_fraction)
+    cams = ", ".join(f"{cam} {h}x{w}" for cam, (h, w) in sizes.items())
+    print(
+        f"{args.episodes} episodes x {args.frames} frames at {FPS} fps; cameras {cams}; "
+        f"state, action f32[{DIM}]; batch {BATCH}; {os.cpu_count()} cores, load average "
+        f"{os.getloadavg()[0]:.1f} at start; window budget {budget / 2**20:,.0f} MiB "
+        f"({budget / (rows * row_bytes):.0%} of the decoded rows) for both stores"
+    )
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
+        tmp = Path(tmp_name)
+        t0 = time.perf_counter()
+        raw, enc, lerobot = write_all(tmp, args.episodes, args.frames, sizes)
+        print(f"(generated and wrote the three copies in {time.perf_counter() - t0:.0f} s)")
+
+        disk, disk_ratio = disk_rows(raw, enc, lerobot, sizes)
+        print_table("1. disk", ("copy", "MiB", "vs encoded store"), disk)
+
+        times, stats, keys = batch_rates(enc, raw, budget, args.steps, args.repeats, args.reuse)
+        rates = [args.steps / statistics.median(t) for t in times]
+        table = []
+        for k, (name, reuse) in enumerate(
+            [("encoded", 1), ("raw uint8", 1), ("encoded", args.reuse), ("raw uint8", args.reuse)]
+        ):
+            pair = k - k % 2  # the encoded loader of this reuse; k + 1 - k % 2: its raw one
+            table.append((
+                name, f"{reuse:g}", f"{rates[k]:.2f}",
+                spread(times[pair + 1], times[k]) if k % 2 == 0 else "1.00x",
+                stats[k].get("refills", 0),
+                f"{stats[k].get('waits', 0)}, {stats[k].get('wait_s', 0.0):.1f} s",
+            ))  # fmt: skip
+        print_table(
+            f"2. training batches (windowed OfflineDataModule, {args.repeats} x {args.steps} "
+            f"batches each, the four in turn; batch keys {', '.join(keys)})",
+            ("store", "resident_reuse", "batches/s", "vs raw", "refills", "waits for a block"),
+            table,
+        )
+
+        decode = decode_rates(enc, tmp, sizes, args.repeats)
+        print_table(
+            f"3. decode, one thread (one episode, {args.repeats} runs each, in turn)",
+            ("camera", "frames", "store frames/s", "PyAV frames/s", "store vs PyAV", "max |diff|"),
+            [
+                (
+                    cam,
+                    n,
+                    f"{n / statistics.median(ts):,.0f}",
+                    f"{n / statistics.median(tp):,.0f}",
+                    spread(tp, ts),
+                    diff,
+                )
+                for cam, n, ts, tp, diff in decode
+            ],
+        )
+
+        theirs = lerobot_rate(args.lerobot_python, lerobot, args.lerobot_steps, tmp)
+        lerobot_target = f"torchstore vs LeRobotDataset >= {LEROBOT_TARGET:g}x"
+        if isinstance(theirs, str):
+            print(f"\n4. against LeRobot: {theirs}")
+            lerobot_row = (lerobot_target, "skipped (row 4)", "-")
+        else:
+            ratio = rates[0] / theirs["batches_per_s"]
+            print_table(
+                f"4. against LeRobot ({args.lerobot_steps} batches after one, its "
+                f"{theirs['backend']} backend, num_workers={theirs['workers']}; run after the "
+                "torchstore side; batch keys " + ", ".join(theirs["keys"]) + ")",
+                ("loader", "batches/s", "torchstore vs it"),
+                [
+                    ("windowed OfflineDataModule, encoded, reuse 1 (row 2)", f"{rates[0]:.2f}",
+                     ""),
+                    ("LeRobotDataset + DataLoader", f"{theirs['batches_per_s']:.3f}",
+                     f"{ratio:.1f}x"),
+                ],
+            )  # fmt: skip
+            lerobot_row = (lerobot_target, f"{ratio:.1f}x", met(ratio >= LEROBOT_TARGET))
+
+        print_table(
+            "5. sampling quality (printed, not a target; an epoch is rows // batch batches)",
+            ("draws from", "draws", "episodes drawn", "draws/episode", "rows drawn",
+             "draws/row min-max", "expected/row"),
+            draw_counts(enc, budget, rows, args.episodes, args.frames, args.sampling_epochs),
+        )  # fmt: skip
+
+    batch_ratios = [ratio_spread(times[1], times[0])[0], ratio_spread(times[3], times[2])[0]]
+    decode_ratios = [(cam, ratio_spread(tp, ts)[0]) for cam, _, ts, tp, _ in decode]
+    targets = [
+        (f"encoded store <= {DISK_TARGET}x LeRobot's dataset", f"{disk_ratio:.2f}x",
+         met(disk_ratio <= DISK_TARGET)),
+        *((f"encoded >= {BATCHES_TARGET}x raw batches/s (resident_reuse {r:g})", f"{b:.2f}x",
+           met(b >= BATCHES_TARGET)) for r, b in zip((1, args.reuse), batch_ratios)),
+        *((f"store decode >= {DECODE_TARGET}x PyAV ({cam})", f"{r:.2f}x", met(r >= DECODE_TARGET))
+          for cam, r in decode_ratios),
+        lerobot_row,
+    ]  # fmt: skip
+    print_table("targets", ("target", "measured", "met"), targets)
+    if any(ok.startswith("NO") for _, _, ok in targets):
+        print("\nmissed targets say NO above; docs/benchmarks.md gives a reading of why")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
