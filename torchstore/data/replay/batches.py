@@ -197,12 +197,6 @@ def _stacked_batch(data: LazyStackedTensorDict, dims: int) -> tuple[TensorDict, 
             "the same leaves (torchrl's storages refuse it too); pad the entries to one shape "
             "or stack them along a dim past the rows"
         )
-    if dims != 1:
-        raise ColumnError(
-            f"StoreReplay(ndim={dims}) does not store lazily stacked TensorDicts whose entries "
-            "differ (in keys or shapes); use a StoreReplay(ndim=1), or pad the entries "
-            "to one shape"
-        )
     layout = StackedRows(data.stack_dim - dims, tuple(data.batch_size[dims:]))
     lead = data.batch_size[:dims]
     entries = {}
@@ -223,16 +217,21 @@ def _stacked_batch(data: LazyStackedTensorDict, dims: int) -> tuple[TensorDict, 
     return TensorDict(entries, batch_size=lead), layout
 
 
-def _unstack_rows(td: TensorDictBase, layout: StackedRows) -> LazyStackedTensorDict:
-    """Rows of entry columns (``[n]``, entry ``j`` under ``"j"``) as torchrl's lazy stack."""
+def _unstack_rows(
+    td: TensorDictBase, layout: StackedRows, lead: Sequence[int] | None = None
+) -> LazyStackedTensorDict:
+    """Rows of entry columns (``[n]``, entry ``j`` under ``"j"``) as torchrl's lazy stack,
+    its row dims ``lead`` (``[n]``, or ``[time rows, envs]`` of an ``ndim=2`` read)."""
     n = td.batch_size[0]
-    batch = torch.Size([n, *layout.entry_batch])
+    lead = (n,) if lead is None else tuple(lead)
     entries = []
     for j in range(layout.entries):
         entry = td.get(str(j))
-        entry.batch_size = batch
+        entry.batch_size = torch.Size([n, *layout.entry_batch])
+        if lead != (n,):
+            entry = entry.reshape(*lead, *layout.entry_batch)
         entries.append(entry)
-    return LazyStackedTensorDict(*entries, stack_dim=1 + layout.dim)
+    return LazyStackedTensorDict(*entries, stack_dim=len(lead) + layout.dim)
 
 
 def _is_pytree(data: Any) -> bool:

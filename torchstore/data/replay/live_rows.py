@@ -160,8 +160,9 @@ class LiveRows(TensorDict):
         return repr(self.copy())
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        # pickled (torch.save, a queue) as the plain TensorDict it reads as, not with the ring
-        return _unpickled, (self.copy(),)
+        # pickled (torch.save, a queue) as the plain TensorDict it reads as, not with the
+        # ring; a clone, as torch.save refuses leaves that view one block as several dtypes
+        return _unpickled, (self.clone(),)
 
 
 def _unpickled(td: TensorDict) -> TensorDict:

@@ -194,6 +194,9 @@ class ReplayReads:
                 f"bad index for a StoreReplay holding [{steps}, {width}] (time rows, envs): {exc}"
             ) from None
         flat = sel.reshape(-1).to(self.device)
+        if self._stacked is not None:
+            entries = self._packed.batch_from_blocks(self._packed.gather_blocks(flat))
+            return _unstack_rows(entries, self._stacked, sel.shape)
         out = self._from_blocks(self._packed.gather_blocks(flat), flat)
         if self._tensor_mode or self._treespec is not None:
             return pytree.tree_map(lambda x: x.reshape(*sel.shape, *x.shape[1:]), out)
@@ -203,6 +206,12 @@ class ReplayReads:
         """Every valid row, as views of the ring's rows shaped ``[*lead, *row batch dims]``;
         a TensorDict of them takes item assignment back into the ring
         (:mod:`torchstore.data.replay.live_rows`), as torchrl's ``rb[key] = v`` needs."""
+        if self._stacked is not None:
+            # a lazy stack takes no write-through: locked, so a key assigned to it raises
+            # rather than being lost (in-place writes of its views change the rows, as
+            # torchrl's do)
+            rows = [b[: math.prod(lead)] for b in self._packed.blocks]
+            return _unstack_rows(self._packed.batch_from_blocks(rows), self._stacked, lead).lock_()
         out = self._slice(0, math.prod(lead))
         if len(lead) > 1:
 
@@ -212,11 +221,6 @@ class ReplayReads:
             if self._tensor_mode or self._treespec is not None:
                 return pytree.tree_map(shaped, out)
             out = out.reshape(*lead, *self._row_batch)
-        if self._stacked is not None:
-            # a lazy stack takes no write-through: locked, so a key assigned to it raises
-            # rather than being lost (in-place writes of its views change the rows, as
-            # torchrl's do)
-            return out.lock_()
         if type(out) is not TensorDict:  # bare tensors, pytrees: views, as torchrl's
             return out
         return live_rows(out, self, lead)

@@ -33,7 +33,7 @@ Layout rules, written down once:
   time-major (flat row ``t * n_envs + e``) and each env stream keeps its own episode
   index, so windows never cross an env stream.
 * A ``LazyStackedTensorDict`` whose entries differ in keys or leaf shapes (stacked past
-  the rows, ``ndim=1``) is kept as torchrl keeps it: one column per entry leaf (``j/obs``),
+  the rows) is kept as torchrl keeps it: one column per entry leaf (``j/obs``),
   read back as the lazy stack; entries that differ only in dtypes are densified (dtypes
   promoted), as torchrl does. A list of rows is stacked as torchrl's ``set`` stacks it
   (TensorDicts keep their batch dims).
@@ -41,7 +41,7 @@ Layout rules, written down once:
   :class:`~torchstore.data.replay.live_rows.LiveRows`: its item assignment writes the ring
   too, which is how torchrl's ``rb[key] = v`` and ``rb[i, j] = v`` reach the storage (a
   write the ring's columns refuse raises; a full read of lazily stacked rows is locked,
-  so a key assigned to it raises).
+  so a key assigned to it raises; with ``ndim=2`` its rows are not rewritten in place).
 * Writes outside the append order (torchrl's max-value writer, a ``set`` at another row)
   are correct but rebuild the episode index in ``O(capacity)`` and give the surviving
   episodes fresh ids; ``rb[idx] = v`` rebuilds only when it changes an end flag.

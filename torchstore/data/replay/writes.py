@@ -310,8 +310,9 @@ class ReplayWrites:
         batch, kind = _as_batch(data, sel.ndim == 0, dims=max(sel.ndim, 1))
         if isinstance(kind, StackedRows):
             raise ColumnError(
-                f"StoreReplay(ndim={self.ndim}) does not store lazily stacked TensorDicts "
-                "whose entries differ (in keys or shapes); pad the entries to one shape"
+                f"StoreReplay(ndim={self.ndim}) does not rewrite rows of lazily stacked "
+                "TensorDicts whose entries differ (in keys or shapes) in place (rb[idx] = v); "
+                "write them at the cursor (rb.extend), or use a StoreReplay(ndim=1)"
             )
         rows = sel.reshape(-1)
         if tuple(batch.batch_size) != tuple(sel.shape or (1,)):
