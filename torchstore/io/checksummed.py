@@ -31,7 +31,7 @@ import h5py
 import numpy as np
 import xxhash
 
-from torchstore.errors import IntegrityError, RowIndexError
+from torchstore.errors import ColumnError, IntegrityError, RowIndexError
 
 __all__ = ["ChecksummedDataset", "create_checksummed", "block_rows_for", "STAGE_BYTES"]
 
@@ -44,6 +44,10 @@ STAGE_BYTES = _STAGE_BYTES = 4 * 1024 * 1024
 #: for how long at most, before it is reported anyway.
 _RETRY_ATTEMPTS = 500
 _RETRY_SECONDS = 10.0
+#: HDF5's limits on a dataset: 32 dimensions (the row axis and 31 per row), and a chunk
+#: (here at least one row) under 4 GiB
+MAX_ROW_DIMS = 31
+_MAX_CHUNK_BYTES = (1 << 32) - 1
 
 
 def block_rows_for(row_nbytes: int, chunk_bytes: int = _CHUNK_BYTES) -> int:
@@ -67,6 +71,16 @@ def create_checksummed(
     """
     dtype = np.dtype(dtype)
     row_nbytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+    if len(row_shape) > MAX_ROW_DIMS:
+        raise ColumnError(
+            f"column '{name}' has {len(row_shape)} dimensions per row; a store keeps at most "
+            f"{MAX_ROW_DIMS} (HDF5's limit of 32 with the row axis): reshape or split it"
+        )
+    if row_nbytes > _MAX_CHUNK_BYTES:
+        raise ColumnError(
+            f"column '{name}' rows are {row_nbytes:,} bytes each; a store keeps rows under "
+            "4 GiB (HDF5's limit on a chunk): split the column"
+        )
     rows = block_rows_for(row_nbytes, chunk_bytes)
     group.create_dataset(
         name,

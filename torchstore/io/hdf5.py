@@ -22,7 +22,7 @@ from pathlib import Path
 
 import h5py
 
-from torchstore.errors import StorageFullError, StoreFormatError
+from torchstore.errors import StorageFullError, StoreFormatError, StoreLockedError
 from torchstore.io.reproducible import lookup3
 from torchstore.io.writer_lock import WriterLock
 
@@ -383,10 +383,16 @@ def _open_locked(path: Path) -> h5py.File:
     except OSError as exc:
         text = str(exc)
         if "unable to lock file" in text or "errno = 11" in text:
-            raise OSError(
+            raise StoreLockedError(
                 f"{path} is open in another process: a writer that takes no torchstore lock, or "
                 "a reader that opened it before any writer did (live readers must open after "
                 "the writer)"
+            ) from exc
+        if "already open for read-only" in text:  # HDF5's list of this process's files
+            raise StoreLockedError(
+                f"{path} is open for reading in this process (a TrajectoryStore, StoreReader "
+                "or h5py.File): close it before writing to the store (readers that follow "
+                "a live writer open after it)"
             ) from exc
         known = "already open for" in text or "truncated file" in text
         # A killed writer's metadata past the end-of-allocation the superblock records can
