@@ -232,3 +232,17 @@ def test_a_corrupt_packet_names_column_episode_and_frame(tmp_path):
             store.read_column("obs/cam", 5, 25)
         assert caught.value.frame in (9, 10, 11)  # libdav1d may report it a frame or two late
         assert store.read_column("obs/cam", 5, 13).shape == (8, H, W, 3)  # the GOP before it
+
+
+def test_a_recorder_may_reuse_its_frame_buffer_as_soon_as_append_returns(tmp_path):
+    """Frames are encoded on the column's own thread, from a copy taken in append."""
+    ep = _episode(4, 24)
+    buffer = np.empty((1, H, W, 3), np.uint8)
+    with TrajectoryStoreWriter(tmp_path / "s.h5", _columns("png")) as w:
+        for t in range(24):
+            buffer[0] = ep["obs/cam"][t]
+            w.append({"obs/cam": buffer, "action": ep["action"][t : t + 1]})
+            buffer[0] = 0  # the env writes its next frame here
+        w.end_episode()
+    with TrajectoryStore(tmp_path / "s.h5") as store:
+        assert np.array_equal(store.read_column("obs/cam", 0, 24), ep["obs/cam"])

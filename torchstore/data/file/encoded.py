@@ -25,6 +25,7 @@ windowed residency call it on their refill threads, where the decoders release t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,12 +75,15 @@ def committed_packet_bytes(
 class EncodedColumnWriter:
     """Encodes one column's frames episode by episode and stages its packets and rows.
 
-    Frames arrive by :meth:`append` (``uint8 [n, H, W, C]``, encoded as they come, one
-    encoder per episode so every episode starts on a keyframe) or as a whole episode of
-    packets that are already encoded (:class:`~torchstore.io.frame_codec.EncodedFrames`,
-    kept byte for byte). :meth:`finish_episode` stages the episode's packet rows and bytes
-    for the writer's commit; :meth:`discard_episode` drops an episode that will not be
-    committed.
+    Frames arrive by :meth:`append` (``uint8 [n, H, W, C]``, one encoder per episode so
+    every episode starts on a keyframe) or as a whole episode of packets that are already
+    encoded (:class:`~torchstore.io.frame_codec.EncodedFrames`, kept byte for byte).
+    Frames are copied and encoded on a thread of the column's own, in the order they came,
+    so ``append`` returns while the codec works: a recorder's env steps on, and the
+    columns of several cameras encode at once. :meth:`finish_episode` waits for that
+    thread and stages the episode's packet rows and bytes for the writer's commit (an
+    encoder error surfaces there, or at the next ``append``); :meth:`discard_episode`
+    drops an episode that will not be committed; :meth:`close` ends the thread.
     """
 
     def __init__(self, spec: ColumnSpec, index: ChecksummedDataset, packets: ChecksummedDataset):
@@ -89,6 +93,9 @@ class EncodedColumnWriter:
         self._bytes = 0  # packet bytes appended (staged or written), committed or not
         self._encoder: FrameEncoder | None = None
         self._given: EncodedFrames | None = None
+        self._worker: ThreadPoolExecutor | None = None
+        self._jobs: list[Future] = []
+        self._frames = 0  # frames handed to the encoder this episode
 
     def start_writing(self, rows: int) -> None:
         """Cut both datasets back to what ``rows`` committed rows hold."""
@@ -104,9 +111,7 @@ class EncodedColumnWriter:
 
     @property
     def pending_frames(self) -> int:
-        if self._given is not None:
-            return len(self._given)
-        return self._encoder.frames if self._encoder is not None else 0
+        return len(self._given) if self._given is not None else self._frames
 
     def append(self, value: Any) -> int:
         """Add frames to the open episode; returns how many. ``value``: uint8 frames
@@ -130,11 +135,30 @@ class EncodedColumnWriter:
             self._encoder = FrameEncoder(
                 self.spec.codec, height=height, width=width, channels=channels
             )
-        try:
-            self._encoder.add(value)
-        except FrameCodecError as exc:
-            raise FrameCodecError(f"column '{self.spec.name}': {exc}", exc.frame) from exc
-        return int(value.shape[0])
+        self._raise_failed(done_only=True)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="torchstore-encode")
+        # a copy: the caller may reuse its frame buffer as soon as append returns
+        frames = np.array(value, dtype=np.uint8, copy=True)
+        self._jobs.append(self._worker.submit(self._encoder.add, frames))
+        self._frames += int(frames.shape[0])
+        return int(frames.shape[0])
+
+    def _raise_failed(self, *, done_only: bool, episode: int | None = None) -> None:
+        """Wait for the encoding thread (or look at what it finished, ``done_only``) and
+        raise the first error it met, naming the column (and ``episode``)."""
+        jobs = [j for j in self._jobs if j.done()] if done_only else self._jobs
+        for job in jobs:
+            exc = job.exception()
+            if exc is not None:
+                where = f" episode {episode}" if episode is not None else ""
+                if isinstance(exc, FrameCodecError):
+                    raise FrameCodecError(
+                        f"column '{self.spec.name}'{where}: {exc}", exc.frame
+                    ) from exc
+                raise exc
+        if not done_only:
+            self._jobs.clear()
 
     def _check_given(self, value: EncodedFrames) -> None:
         codec, spec = value.codec, self.spec
@@ -160,6 +184,7 @@ class EncodedColumnWriter:
         if self._given is not None:
             encoded = self._given
         elif self._encoder is not None:
+            self._raise_failed(done_only=False, episode=episode)
             try:
                 encoded = self._encoder.finish()
             except FrameCodecError as exc:
@@ -168,7 +193,7 @@ class EncodedColumnWriter:
                 ) from exc
         else:
             encoded = None
-        self._encoder, self._given = None, None
+        self._encoder, self._given, self._frames = None, None, 0
         count = 0 if encoded is None else len(encoded.packets)
         if count != rows:
             raise FrameCodecError(
@@ -190,7 +215,17 @@ class EncodedColumnWriter:
         self._bytes += len(blob)
 
     def discard_episode(self) -> None:
-        self._encoder, self._given = None, None
+        for job in self._jobs:  # let the thread finish what it was given, then forget it
+            job.exception()
+        self._jobs.clear()
+        self._encoder, self._given, self._frames = None, None, 0
+
+    def close(self) -> None:
+        """Drop the open episode and end the encoding thread."""
+        self.discard_episode()
+        if self._worker is not None:
+            self._worker.shutdown(wait=True)
+            self._worker = None
 
 
 @dataclass(frozen=True, slots=True)

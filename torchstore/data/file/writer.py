@@ -720,6 +720,8 @@ class TrajectoryStoreWriter:
 
     def _close_file(self) -> None:
         """Close the HDF5 file; a close the disk refuses leaves the committed episodes."""
+        for enc in getattr(self, "_encoded", {}).values():
+            enc.close()
         if getattr(self, "_failed", None):
             return  # given up after the refused write (see _disk_errors)
         try:

@@ -10,6 +10,9 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from torchstore.data.columns import describe_codec
+from torchstore.io.frame_codec_types import FrameCodec
+
 if TYPE_CHECKING:
     from torchstore.data.store.store import TrajectoryStore
 
@@ -61,6 +64,7 @@ def summarize(store: TrajectoryStore) -> dict:
                 "dtype": str(c.dtype).removeprefix("torch."),
                 "shape": list(c.shape),
                 "quantize": None if c.quantize is None else c.quantize.to_dict(),
+                **({"codec": c.to_dict()["codec"]} if c.codec is not None else {}),
             }
             for c in m.columns
         ],
@@ -68,6 +72,16 @@ def summarize(store: TrajectoryStore) -> dict:
         "verified": False,
         **({"shards": [str(s.path) for s in store.shards]} if hasattr(store, "shards") else {}),
     }
+
+
+def _stored_as(column: dict) -> str:
+    """How a column's values are kept: as they are, quantised, or through a frame codec."""
+    if column.get("codec"):
+        return describe_codec(FrameCodec.from_json(column["codec"]))
+    if column.get("quantize"):
+        q = column["quantize"]
+        return f"uint8 [{q['low']:g}, {q['high']:g}]"
+    return "-"
 
 
 def format_summary(info: dict) -> str:
@@ -98,15 +112,13 @@ def format_summary(info: dict) -> str:
             f"{info['path']})"
         )
     lines.append("")
-    header = ("column", "dtype", "shape", "quantisation")
+    header = ("column", "dtype", "shape", "stored as")
     rows = [
         (
             c["name"],
             c["dtype"],
             "x".join(str(s) for s in c["shape"]) or "scalar",
-            "-"
-            if not c.get("quantize")
-            else f"uint8 [{c['quantize']['low']:g}, {c['quantize']['high']:g}]",
+            _stored_as(c),
         )
         for c in info["columns"]
     ]
