@@ -325,3 +325,50 @@ def test_spaces_round_trip_through_the_manifest_json():
         space_from_json({"type": "Box", "shape": [2]})
     with pytest.raises(ColumnError, match="unknown type 'Graph'"):
         space_from_json({"type": "Graph"})
+
+
+class _CameraEnv(gym.Env):
+    """Pixels of a moving gradient and the step count: a camera env in miniature."""
+
+    observation_space = spaces.Dict(
+        {
+            "pixels": spaces.Box(0, 255, (24, 32, 3), np.uint8),
+            "t": spaces.Box(0, 100, (1,), np.float32),
+        }
+    )
+    action_space = spaces.Discrete(2)
+
+    def _obs(self):
+        y, x = np.mgrid[0:24, 0:32]
+        frame = (x * 5 + y * 2 + 7 * self.t) % 256
+        return {
+            "pixels": np.stack([frame, frame, 255 - frame], -1).astype(np.uint8),
+            "t": np.array([self.t], np.float32),
+        }
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 1.0, self.t >= 12, False, {}
+
+
+def test_camera_observations_are_recorded_encoded(tmp_path):
+    path = record(_CameraEnv(), None, 3, tmp_path / "cam.h5", seed=0, codecs={"obs/pixels": "png"})
+    with TrajectoryStore(path) as store:
+        assert store.column("obs/pixels").codec.kind == "png"
+        assert store.column("next/obs/pixels").codec.kind == "png"
+        assert store.num_episodes == 3 and store.num_rows == 36
+        rows = store.read_slab(0, store.num_rows)
+        env = _CameraEnv()
+        for i, t in enumerate(rows["obs", "t"][:, 0].int().tolist()):
+            env.t = t
+            assert np.array_equal(rows["obs", "pixels"][i].numpy(), env._obs()["pixels"])
+    with pytest.raises(ColumnError, match="codecs names \\['obs/nope'\\]"):
+        EpisodeRecorder(
+            tmp_path / "x.h5", _CameraEnv.observation_space, _CameraEnv.action_space,
+            codecs={"obs/nope": "av1"},
+        )  # fmt: skip

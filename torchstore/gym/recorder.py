@@ -104,6 +104,22 @@ def _quantised(
     return out
 
 
+def _encoded(columns: list[ColumnSpec], codecs: Mapping[str, Any]) -> list[ColumnSpec]:
+    """``columns`` with the frame codecs ``codecs`` asks for (camera observations)."""
+    names = {c.name for c in columns}
+    unknown = sorted(set(codecs) - names)
+    if unknown:
+        raise ColumnError(
+            f"codecs names {unknown}, which are not observation columns; they are {sorted(names)}"
+        )
+    return [
+        ColumnSpec(c.name, c.dtype, c.shape, c.quantize, codec=codecs[c.name])
+        if c.name in codecs
+        else c
+        for c in columns
+    ]
+
+
 class EpisodeRecorder:
     """Steps of one or more episode streams in, committed episodes out.
 
@@ -116,6 +132,10 @@ class EpisodeRecorder:
         reward_dtype: the reward column's dtype; gymnasium rewards are float64.
         quantize: observation columns to keep as uint8 codes (``{"obs": Quantize(0, 1)}``,
             or ``"bounds"`` for the Box's own finite bounds); applies to ``next/`` too.
+        codecs: camera observation columns (``uint8 [H, W, C]``) to keep encoded on disk,
+            ``{"obs/pixels": "av1"}`` (a kind name or a ``FrameCodec``; see
+            docs/cameras.md); applies to ``next/`` too. Frames are encoded on background
+            threads while the env steps.
         metadata: extra manifest metadata.
         overwrite: replace an existing store.
 
@@ -133,12 +153,14 @@ class EpisodeRecorder:
         spec: Any = None,
         reward_dtype: Any = "float64",
         quantize: Mapping[str, Any] | None = None,
+        codecs: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
         overwrite: bool = False,
     ):
         self.path = Path(path)
         self.observation_space, self.action_space = observation_space, action_space
         obs = _quantised(space_columns(OBS, observation_space), observation_space, quantize or {})
+        obs = _encoded(obs, codecs or {})
         self.columns: list[ColumnSpec] = [
             *obs,
             *space_columns(ACTION, action_space),
@@ -146,7 +168,10 @@ class EpisodeRecorder:
             ColumnSpec("terminated", "bool"),
             ColumnSpec("truncated", "bool"),
             ColumnSpec("done", "bool"),
-            *(ColumnSpec(f"next/{c.name}", c.dtype, c.shape, c.quantize) for c in obs),
+            *(
+                ColumnSpec(f"next/{c.name}", c.dtype, c.shape, c.quantize, codec=c.codec)
+                for c in obs
+            ),
         ]
         self._shapes = {c.name: c.shape for c in self.columns}
         self._spec = spec
