@@ -94,6 +94,33 @@ def _viz(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def _encode(args: argparse.Namespace) -> None:
+    from torchstore.data.store.recode import camera_columns, recode_store
+    from torchstore.data.store.store import TrajectoryStore
+    from torchstore.errors import ColumnError
+    from torchstore.io.frame_codec import FrameCodec
+
+    settings = {k: getattr(args, k) for k in ("crf", "gop", "quality") if getattr(args, k)}
+    codec = FrameCodec(args.codec, **settings)
+    names = args.columns
+    if names is None:
+        with TrajectoryStore(args.store) as store:
+            names = camera_columns(store.columns)
+        if not names:
+            raise ColumnError(f"{args.store} has no uint8 [H, W, 3] column to encode")
+    recode_store(
+        args.store,
+        args.dest,
+        {name: codec for name in names},
+        overwrite=args.overwrite,
+        progress=not args.no_progress,
+    )
+    with TrajectoryStore(args.dest) as out:
+        described = ", ".join(f"{n} as {out.column(n).describe()}" for n in names)
+    before, after = Path(args.store).stat().st_size, Path(args.dest).stat().st_size
+    print(f"wrote {args.dest}: {described}; {before:,} -> {after:,} bytes")
+
+
 def _verify(args: argparse.Namespace) -> None:
     from torchstore.data.store.verify import verify_store
     from torchstore.errors import IntegrityError
@@ -188,6 +215,29 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=_viz)
     _writes(p, "out", episodes=False)
+
+    p = sub.add_parser(
+        "encode",
+        help="copy a store with its camera columns encoded (av1, h264, jpeg, png) or raw again",
+    )
+    p.add_argument("store", type=types.existing_file, help="the store to copy")
+    p.add_argument("dest", type=types.output_file, help="the store file to write")
+    p.add_argument(
+        "--codec",
+        choices=("av1", "h264", "jpeg", "png", "raw"),
+        default="av1",
+        help="how to keep the frames (default: av1; raw decodes them)",
+    )
+    p.add_argument(
+        "--columns", nargs="+", default=None, help="columns (default: every uint8 [H, W, 3] one)"
+    )
+    p.add_argument("--crf", type=types.bounded_int(0, 63), default=None, help="video quality")
+    p.add_argument("--gop", type=types.bounded_int(1, 1000), default=None, help="keyframe spacing")
+    p.add_argument("--quality", type=types.bounded_int(1, 100), default=None, help="JPEG quality")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_encode)
+    _writes(p, "dest")
 
     p = sub.add_parser(
         "verify", help="read every byte of a store and check its checksums (exit 1 if damaged)"
