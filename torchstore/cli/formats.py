@@ -72,7 +72,10 @@ def _import_rlds(a: argparse.Namespace) -> None:
     from torchstore.formats.rlds import import_rlds
 
     split = a.split or "train"
-    import_rlds(a.source, a.dest, split=split, overwrite=a.overwrite, progress=_progress(a))
+    images = "decode" if a.decode_images else "keep"
+    import_rlds(
+        a.source, a.dest, split=split, overwrite=a.overwrite, progress=_progress(a), images=images
+    )
 
 
 def _import_lerobot(a: argparse.Namespace) -> object:
@@ -86,6 +89,7 @@ def _import_lerobot(a: argparse.Namespace) -> object:
         revision=a.revision,
         include_rejected=a.include_rejected,
         overwrite=a.overwrite,
+        video=a.video or "packets",
         progress=_progress(a),
     )
 
@@ -130,11 +134,13 @@ IMPORTERS: dict[str, Callable[[argparse.Namespace], object]] = {
 #: (flag, argparse dest, the formats it applies to): refused for any other format
 _IMPORT_ONLY = (
     ("--split", "split", ("rlds",)),
+    ("--decode-images", "decode_images", ("rlds",)),
     ("--env-id", "env_id", ("d4rl",)),
     ("--episodes", "episodes", ("lerobot",)),
     ("--columns", "columns", ("lerobot",)),
     ("--revision", "revision", ("lerobot",)),
     ("--include-rejected", "include_rejected", ("lerobot",)),
+    ("--video", "video", ("lerobot",)),
     ("--fps", "fps", ("lafan",)),
     ("--quat-order", "quat_order", ("lafan",)),
     ("--resume", "resume", ("lafan",)),
@@ -215,7 +221,7 @@ def _export(a: argparse.Namespace) -> None:
             robot_type=a.robot_type,
             columns=a.columns,
             cameras=a.cameras,
-            video_encoder=a.codec or "av1",
+            video_encoder=a.codec,  # None: stored packets as they are, others AV1
             overwrite=a.overwrite,
             progress=progress,
         )
@@ -239,6 +245,12 @@ def _import_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) -> Non
     """The options of ``import`` that apply to ``formats`` (an older spelling: its own)."""
     if "rlds" in formats:
         p.add_argument("--split", default=None, help="rlds: the split to import (default: train)")
+        p.add_argument(
+            "--decode-images",
+            action="store_true",
+            help="rlds: decode image features to raw frames (default: keep their JPEG / PNG "
+            "bytes as they are, in encoded columns)",
+        )
     if "d4rl" in formats:
         p.add_argument("--env-id", default=None, help="d4rl: the env the data comes from")
     if "lerobot" in formats:
@@ -259,6 +271,13 @@ def _import_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) -> Non
             "--include-rejected",
             action="store_true",
             help="lerobot: keep episodes an operator rejected",
+        )
+        p.add_argument(
+            "--video",
+            choices=("packets", "decode"),
+            default=None,
+            help="lerobot: keep each camera's MP4 packets as they are (default), or decode "
+            "them to raw frames",
         )
     if "lafan" in formats:
         p.add_argument(
@@ -325,7 +344,8 @@ def _export_options(p: argparse.ArgumentParser, formats: tuple[str, ...]) -> Non
             "--codec",
             choices=("av1", "h264"),
             default=None,
-            help="lerobot: video codec (default: av1)",
+            help="lerobot: video codec (default: a camera's stored AV1 / H.264 packets as "
+            "they are, others av1)",
         )
     p.add_argument("--overwrite", action="store_true", help="replace an existing DEST")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -107,7 +107,12 @@ class BulkMixin:
         cam = self._cameras[key]
         pos = (cam.chunk, cam.file)
         by_index = {row.index: k for k, row in enumerate(rows)}
-        groups = pack_by_size(rows, lambda r: scratch[by_index[r.index]][key], self._video_cap)
+        groups = pack_by_size(
+            rows,
+            lambda r: scratch[by_index[r.index]][key],
+            self._video_cap,
+            split_streams=cam.copied,
+        )
         for g, group in enumerate(groups):
             if g:
                 pos = next_file(*pos, self._chunks)

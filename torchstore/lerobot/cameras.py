@@ -3,7 +3,9 @@ episode on a worker thread, staging its MP4 at save, and the encoder settings.
 
 Each video feature has a current MP4 (``videos/<key>/chunk-XXX/file-YYY.mp4``) and, while
 an episode is recorded, a scratch MP4 under the writer's scratch folder that a
-:class:`~torchstore.io.background_encoder.BackgroundVideoEncoder` fills. At save the
+:class:`~torchstore.io.background_encoder.BackgroundVideoEncoder` fills, or that the
+episode's packets, already encoded, are muxed into as they are (an export of a store that
+keeps them, :func:`~torchstore.io.frame_codec.write_mp4`). At save the
 scratch file is appended to (or becomes) the camera's next file under a temporary name;
 the writer renames it into place with the rest of the episode.
 """
@@ -21,7 +23,7 @@ from torchstore.lerobot.features import Feature
 from torchstore.lerobot.info import video_feature_info
 from torchstore.lerobot.layout import SCRATCH_DIR, video_path
 
-__all__ = ["CameraFile", "CamerasMixin", "encoder_settings"]
+__all__ = ["CameraFile", "CamerasMixin", "PacketsWritten", "encoder_settings"]
 
 
 def encoder_settings(video_encoder: Any = None):
@@ -48,8 +50,23 @@ class CameraFile:
         self.key = key
         self.chunk = 0  # where its next file goes
         self.file = 0
-        self.encoder = None  # a BackgroundVideoEncoder while an episode is recorded
+        self.encoder = None  # a BackgroundVideoEncoder (or PacketsWritten) while recording
         self.scratch: Path | None = None
+        self.copied = False  # some episode came as packets: its stream may differ from others'
+
+
+class PacketsWritten:
+    """An episode whose packets were muxed into its scratch MP4 at once: the encoder's
+    ``close`` / ``abort`` for the save and discard steps."""
+
+    def __init__(self, scratch: Path, frames: int):
+        self.scratch, self.frames = scratch, frames
+
+    def close(self) -> int:
+        return self.frames
+
+    def abort(self) -> None:
+        self.scratch.unlink(missing_ok=True)
 
 
 class CamerasMixin:
@@ -69,6 +86,19 @@ class CamerasMixin:
             )
         for frame in frames:
             cam.encoder.add(frame)
+
+    def _copy_packets(self, name: str, encoded) -> None:
+        """Camera ``name``'s episode from packets already encoded (an EncodedFrames):
+        muxed into its scratch MP4 as they are, no re-encode."""
+        from torchstore.io.frame_codec import write_mp4
+
+        cam = self._cameras[name]
+        scratch = self.root / SCRATCH_DIR / name
+        scratch.mkdir(parents=True, exist_ok=True)
+        cam.scratch = scratch / f"episode-{self._num_episodes:06d}.mp4"
+        write_mp4(cam.scratch, encoded, self.fps)
+        cam.encoder = PacketsWritten(cam.scratch, len(encoded))
+        cam.copied = True
 
     def _abort_encoders(self) -> None:
         """Drop the episode in progress of every camera (its scratch file is left to close)."""

@@ -57,21 +57,46 @@ class SavedEpisode:
 
 
 def pack_by_size(
-    episodes: Sequence[Any], path_of: Callable[[Any], Path], cap: float
+    episodes: Sequence[Any],
+    path_of: Callable[[Any], Path],
+    cap: float,
+    *,
+    split_streams: bool = False,
 ) -> list[list[Any]]:
     """Consecutive episodes packed into files below ``cap`` bytes (LeRobot's roll-over rule:
-    a file is full when its size plus the next episode's would reach the cap)."""
+    a file is full when its size plus the next episode's would reach the cap).
+
+    ``split_streams``: the episodes' MP4s may hold different streams (packets copied from
+    a store, whose episodes came from files encoded apart): a file also ends where the
+    next episode's stream headers differ, as one MP4 stream cannot hold both."""
     groups: list[list[SavedEpisode]] = []
-    size = 0
+    size, stream = 0, None
     for episode in episodes:
-        n = path_of(episode).stat().st_size
-        if groups and size + n < cap:
+        path = path_of(episode)
+        n = path.stat().st_size
+        same = True
+        if split_streams:
+            previous, stream = stream, video_stream_key(path)
+            same = previous is None or previous == stream
+        if groups and size + n < cap and same:
             groups[-1].append(episode)
             size += n
         else:
             groups.append([episode])
             size = n
     return groups
+
+
+def video_stream_key(path: Path) -> tuple:
+    """What MP4s joined by stream copy must share: codec, size, pix_fmt, rate, headers."""
+    from torchstore.io.video_container import _append_facts, _open_input
+
+    container, stream = _open_input(Path(path))
+    try:
+        facts = _append_facts(Path(path), container, stream)
+    finally:
+        container.close()
+    return tuple(sorted(facts.items()))
 
 
 def _staging(target: Path) -> Path:
@@ -92,8 +117,11 @@ def compact_session(
     video_cap: float,
     durable: bool = False,
     use_dictionary: bool | Sequence[str] = True,
+    split_streams: Sequence[str] = (),
 ) -> None:
-    """Merge the one-episode files of ``episodes`` (consecutive, in order) within the caps."""
+    """Merge the one-episode files of ``episodes`` (consecutive, in order) within the caps;
+    ``split_streams``: cameras whose episodes may hold different streams (see
+    :func:`pack_by_size`)."""
     if len(episodes) < 2:
         return
     staged: list[tuple[Path, Path]] = []  # (temporary, target), renamed in this order
@@ -101,7 +129,9 @@ def compact_session(
     try:
         columns = _merge_data(root, episodes, data_cap, use_dictionary, staged, replaced)
         for key in cameras:
-            columns |= _merge_videos(root, episodes, key, video_cap, staged, replaced)
+            columns |= _merge_videos(
+                root, episodes, key, video_cap, staged, replaced, key in split_streams
+            )
         meta = episodes[0].meta
         columns["meta/episodes/chunk_index"] = [meta[0]] * len(episodes)
         columns["meta/episodes/file_index"] = [meta[1]] * len(episodes)
@@ -156,13 +186,19 @@ def _merge_videos(
     cap: float,
     staged: list[tuple[Path, Path]],
     replaced: list[Path],
+    split_streams: bool = False,
 ) -> dict[str, list]:
     """Stage camera ``key``'s merged MP4s; returns the episodes' new ``videos/<key>/*``
     columns."""
     from torchstore.io.video import concat_videos
 
     spans: dict[int, tuple[tuple[int, int], float, float]] = {}
-    for group in pack_by_size(episodes, lambda e: root / video_path(key, *e.videos[key]), cap):
+    for group in pack_by_size(
+        episodes,
+        lambda e: root / video_path(key, *e.videos[key]),
+        cap,
+        split_streams=split_streams,
+    ):
         first = group[0].videos[key]
         if len(group) == 1:
             row = group[0].row
@@ -301,6 +337,7 @@ def merge_trailing_run(
         video_cap=video_cap,
         durable=durable,
         use_dictionary=use_dictionary,
+        split_streams=cameras,  # a dead session's episodes may have come as packets
     )
     return True
 

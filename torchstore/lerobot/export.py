@@ -7,6 +7,14 @@ its columns: ``uint8 [H, W, 3]`` columns become cameras (``video`` by default, o
 as LeRobot forbids ``/``). The folder is written under a temporary name and renamed into
 place when complete.
 
+A camera the store keeps as AV1 or H.264 packets (an import of LeRobot MP4s, or a column
+encoded by the store's writer) is written back without re-encoding: each episode's stored
+packets muxed into the MP4 as they are, episodes back to back in files as LeRobot lays
+them out, and info.json describing the stream as stored (codec, pix_fmt, fps, and the
+encoder settings where known). That holds when the codec asked for is the stored one
+(``video_encoder`` left out, or naming that codec with the same pix_fmt; the stored GOP
+and quality stay); any other is decoded and re-encoded.
+
 What LeRobot's format cannot say about the store (column names with their nesting,
 dtypes, quantisation, env id, seed, the manifest's metadata, each episode's metadata)
 goes into ``meta/torchstore.json`` (:mod:`torchstore.lerobot.sidecar`), a file LeRobot
@@ -145,8 +153,9 @@ def export_lerobot(
         cameras: ``"video"`` (MP4, AV1 unless ``video_encoder`` says otherwise) or ``"image"``
             (PNG in Parquet) for every camera (``uint8 [H, W, 3]`` columns, and cameras
             imported from LeRobot); default: imported cameras as they were, others video.
-        video_encoder: an :class:`~torchstore.io.video.EncoderSettings`, ``"av1"`` (the
-            default) or ``"h264"``.
+        video_encoder: an :class:`~torchstore.io.video.EncoderSettings`, ``"av1"`` or
+            ``"h264"``; default: a camera stored as AV1 / H.264 packets keeps them, the
+            others are encoded with AV1 (LeRobot's settings).
         caps: ``chunks_size``, ``data_files_size_in_mb``, ``video_files_size_in_mb``.
     """
     from torchstore.data.store.store import TrajectoryStore
@@ -154,6 +163,7 @@ def export_lerobot(
     from torchstore.lerobot.cameras import encoder_settings
 
     started = time.perf_counter()
+    requested = None if video_encoder is None else encoder_settings(video_encoder)
     video_encoder = encoder_settings(video_encoder)  # a bad name fails before any file
     own = not hasattr(store, "episode")
     source = Path(store) if own else store.path
@@ -166,8 +176,10 @@ def export_lerobot(
             raise LeRobotFormatError(
                 f"{source} records no frame rate: pass fps= (on the command line, --fps)"
             )
+        mapping = features_for_store(store, columns=columns, cameras=cameras)
         plan = _Plan(
-            mapping=features_for_store(store, columns=columns, cameras=cameras),
+            mapping=mapping,
+            packets=_packet_cameras(store, mapping, requested, int(fps), lerobot),
             lerobot=lerobot,
             task=task or store.manifest.env_id or "default",
             use_task_index=bool(
@@ -189,12 +201,29 @@ def export_lerobot(
             store.close()
 
 
+def _packet_cameras(store, mapping: dict, requested, fps: int, lerobot: dict) -> list[str]:
+    """The columns whose packets are exported as they are; each one's feature gets the
+    info.json ``info`` of its stored stream."""
+    from torchstore.lerobot.video_columns import keeps_packets, packet_camera_info
+
+    known = lerobot.get("features") or {}
+    kept = []
+    for column, (_, feature) in mapping.items():
+        spec = store.column(column)
+        if keeps_packets(spec, feature, requested):
+            imported = (known.get(column) or {}).get("info")
+            feature["info"] = packet_camera_info(spec, fps, imported)
+            kept.append(column)
+    return kept
+
+
 @dataclass
 class _Plan:
     """What an export writes: ``mapping`` ``{column: (feature name, spec)}``, the imported
     LeRobot metadata, and where each frame's task comes from."""
 
     mapping: dict[str, tuple[str, dict]]
+    packets: list[str]  # columns whose stored packets are written as they are
     lerobot: dict[str, Any]
     task: str  # every frame's, unless use_task_index
     use_task_index: bool  # tasks from the task_index column and the imported task table
@@ -240,7 +269,8 @@ def _write_aside(store, root: Path, plan: _Plan, writer_args: dict, progress: bo
             read = list(plan.mapping) + (["task_index"] if plan.use_task_index else [])
             for i, td in _episodes(store, read):
                 rows, episode_task = plan.episode_rows(i, td)
-                writer.add_episode(rows, task=episode_task)
+                packets = {plan.mapping[c][0]: store.encoded_episode(c, i) for c in plan.packets}
+                writer.add_episode(rows, task=episode_task, packets=packets)
                 frames += td.batch_size[0]
                 if bar is not None:
                     bar.update(td.batch_size[0])

@@ -1,10 +1,13 @@
 """``import_lerobot``: a LeRobot dataset (folder or Hub repo) into a trajectory store.
 
 One store episode per LeRobot episode, in order, lengths preserved. Every feature becomes a
-column (see :mod:`torchstore.lerobot.features`); video frames are decoded frame-accurately
-by timestamp, file by file, one episode in memory at a time. The store is written under a
-temporary name beside ``dest`` and renamed into place only when complete, so a failed
-import leaves nothing half-written at ``dest``.
+column (see :mod:`torchstore.lerobot.features`). A video feature keeps its MP4's packets,
+byte for byte, in an encoded column (:mod:`torchstore.lerobot.video_columns`), each
+episode's located frame-accurately by timestamp, one episode in memory at a time; reads
+decode them. ``video="decode"`` (or a stream that cannot be kept as packets) decodes the
+frames into a raw ``uint8`` column instead, as earlier releases did. The store is written
+under a temporary name beside ``dest`` and renamed into place only when complete, so a
+failed import leaves nothing half-written at ``dest``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,7 @@ import numpy as np
 from torchstore.errors import LeRobotFormatError
 from torchstore.lerobot.sidecar import read_sidecar
 from torchstore.lerobot.source import LeRobotSource, select_features
+from torchstore.lerobot.video_columns import check_video_mode, episode_video, plan_video_columns
 
 __all__ = ["import_lerobot", "ImportSummary", "locate_dataset"]
 
@@ -50,15 +54,29 @@ class ImportSummary:
     frames: int
     skipped_rejected: tuple[int, ...]
     seconds: float
+    #: video features kept as their MP4 packets
+    packet_cameras: tuple[str, ...] = ()
+    #: video features decoded to raw frames although packets were asked for: why
+    decoded_cameras: dict[str, str] = field(default_factory=dict)
+    #: episodes (LeRobot's numbers) of a packet camera whose packets could not be kept:
+    #: decoded and encoded into the column with its codec
+    reencoded: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     def __str__(self) -> str:
         skipped = (
             f", skipped {len(self.skipped_rejected)} rejected" if self.skipped_rejected else ""
         )
         rate = self.frames / self.seconds if self.seconds > 0 else float("inf")
+        decoded = "".join(
+            f"; camera {name!r} decoded to raw frames: {why}"
+            for name, why in self.decoded_cameras.items()
+        ) + "".join(
+            f"; camera {name!r} re-encoded {len(episodes)} episodes"
+            for name, episodes in self.reencoded.items()
+        )
         return (
             f"imported {self.episodes} episodes, {self.frames} frames from {self.source} to "
-            f"{self.path}{skipped} in {self.seconds:.1f} s ({rate:,.0f} frames/s)"
+            f"{self.path}{skipped} in {self.seconds:.1f} s ({rate:,.0f} frames/s){decoded}"
         )
 
 
@@ -136,6 +154,7 @@ def import_lerobot(
     include_rejected: bool = False,
     overwrite: bool = False,
     tolerance_s: float | None = None,
+    video: str = "packets",
     progress: bool = True,
 ) -> ImportSummary:
     """Import a LeRobot v3.0 (or v2.1) dataset into a new trajectory store at ``dest``.
@@ -156,12 +175,18 @@ def import_lerobot(
         overwrite: replace an existing ``dest``.
         tolerance_s: allowed distance between a video frame's timestamp and where the
             episode table says it is (default: a quarter of a frame period).
+        video: ``"packets"`` (default): each video feature becomes an encoded column
+            holding its MP4's packets as they are (AV1 / H.264; reads decode them); a
+            stream that cannot be kept so is decoded instead, with the reason in a warning
+            and in the summary's ``decoded_cameras``. ``"decode"``: every video feature
+            decoded into a raw ``uint8 [H, W, C]`` column.
         progress: show a progress bar over frames.
     """
     from torchstore.data.file.writer import TrajectoryStoreWriter
     from torchstore.io.destination import check_destination, written_beside
 
     started = time.perf_counter()
+    video = check_video_mode(video)
     local = Path(source)
     dest = check_destination(dest, sources=[local] if local.exists() else [], overwrite=overwrite)
     root = locate_dataset(source, revision=revision, progress=progress)
@@ -182,6 +207,14 @@ def import_lerobot(
             if sidecar is not None and n in sidecar.columns
             else src.features[n].column_spec()
             for n in names
+        ]
+        specs, decoded = plan_video_columns(src, names, specs, chosen[0], video, tolerance_s)
+        for name, why in decoded.items():
+            log.warning("camera %r is decoded to raw frames: %s", name, why)
+        packet_names = [
+            n
+            for n, spec in zip(names, specs, strict=True)
+            if src.features[n].is_video and spec.codec is not None
         ]
         strings = _string_tables(src, names, specs, sidecar)
         for name, table in strings.items():
@@ -204,6 +237,8 @@ def import_lerobot(
                     "rejected": {str(i): r.reason for i, r in src.rejected.items()},
                 }
             }
+        specs_of = dict(zip(names, specs, strict=True))
+        reencoded: dict[str, list[int]] = {}
         frames = 0
         bar = _bar(sum(e.length for e in chosen), progress, f"import {root.name}")
         try:
@@ -215,21 +250,31 @@ def import_lerobot(
             ):
                 # the store is renamed into place only when complete, so a commit per episode
                 # buys nothing: episodes go in slabs of up to _SLAB_BYTES, one commit each
+                # (cameras kept as packets: an episode at a time, not counted in the slab)
+                read = [(n, s) for n, s in zip(names, specs, strict=True) if n not in packet_names]
                 frame_bytes = sum(
-                    int(np.prod(s.shape, dtype=np.int64)) * s.storage_dtype.itemsize for s in specs
+                    int(np.prod(s.shape, dtype=np.int64)) * s.storage_dtype.itemsize
+                    for _, s in read
                 )
                 for batch in _batches(chosen, max(1, _SLAB_BYTES // max(frame_bytes, 1))):
-                    values = src.read_episodes(batch, names, tolerance_s=tolerance_s)
+                    values = src.read_episodes(batch, [n for n, _ in read], tolerance_s=tolerance_s)
                     total = sum(e.length for e in batch)
-                    rows = {
-                        spec.name: values[n].reshape(total, *spec.shape)
-                        for n, spec in zip(names, specs, strict=True)
-                    }
-                    writer.add_episodes(
-                        rows,
-                        [e.length for e in batch],
-                        [_episode_meta(src, sidecar, e) for e in batch],
-                    )
+                    rows = {spec.name: values[n].reshape(total, *spec.shape) for n, spec in read}
+                    metas = [_episode_meta(src, sidecar, e) for e in batch]
+                    if packet_names:
+                        _add_with_packets(
+                            src,
+                            writer,
+                            batch,
+                            rows,
+                            metas,
+                            packet_names,
+                            specs_of,
+                            tolerance_s,
+                            reencoded,
+                        )
+                    else:
+                        writer.add_episodes(rows, [e.length for e in batch], metas)
                     frames += total
                     if bar is not None:
                         bar.update(total)
@@ -237,8 +282,48 @@ def import_lerobot(
             if bar is not None:
                 bar.close()
     return ImportSummary(
-        dest, str(source), len(chosen), frames, skipped, time.perf_counter() - started
+        dest,
+        str(source),
+        len(chosen),
+        frames,
+        skipped,
+        time.perf_counter() - started,
+        tuple(packet_names),
+        decoded,
+        {name: tuple(episodes) for name, episodes in reencoded.items()},
     )
+
+
+def _add_with_packets(
+    src: LeRobotSource,
+    writer,
+    batch: list,
+    rows: dict,
+    metas: list,
+    packet_names: list[str],
+    specs_of: dict,
+    tolerance_s: float | None,
+    reencoded: dict[str, list[int]],
+) -> None:
+    """Commit the episodes of ``batch`` one by one, each camera of ``packet_names`` as its
+    MP4's packets (taken out of the file for that episode only: memory stays one episode's)
+    or, where they cannot be kept, as its decoded frames (``reencoded`` notes which)."""
+    at = 0
+    for entry, meta in zip(batch, metas, strict=True):
+        episode = {name: value[at : at + entry.length] for name, value in rows.items()}
+        for name in packet_names:
+            spec = specs_of[name]
+            episode[spec.name], why = episode_video(src, entry, name, spec, tolerance_s)
+            if why is not None:
+                if name not in reencoded:
+                    log.warning(
+                        "camera %r: the packets of episode %d cannot be kept (%s); its frames "
+                        "are decoded and encoded as %s (so are later such episodes)",
+                        name, entry.index, why, spec.codec.kind,
+                    )  # fmt: skip
+                reencoded.setdefault(name, []).append(entry.index)
+        writer.add_episode(episode, meta)
+        at += entry.length
 
 
 def _episode_meta(src: LeRobotSource, sidecar, entry) -> dict:

@@ -11,6 +11,7 @@ in order with bounded memory: one data file's table and one open decoder per cam
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from torchstore.errors import LeRobotFormatError, UnsafePathError, VideoError
+from torchstore.errors import FrameCodecError, LeRobotFormatError, UnsafePathError, VideoError
 from torchstore.io.parquet import require_pyarrow
 from torchstore.io.paths import check_relpath, resolve_inside
 from torchstore.lerobot.features import Feature, cell_text, decode_image
@@ -571,6 +572,51 @@ class LeRobotSource:
             )
         return frames
 
+    def video_packets(
+        self,
+        entry: EpisodeEntry,
+        feature: Feature,
+        codec: Any = None,
+        *,
+        tolerance_s: float | None = None,
+    ):
+        """One episode's frames of a video feature as the MP4's packets, bytes untouched (an
+        :class:`~torchstore.io.frame_codec.EncodedFrames`), located as :meth:`read_episode`
+        locates frames: the episode table's ``from_timestamp`` (within ``tolerance_s``,
+        default a quarter of a frame period) then exactly the episode's row count of frames.
+        ``codec``: the FrameCodec the packets are declared with (default: the stream's).
+        A file that is missing, too short, or holds frames of another size is an error
+        naming the episode and the camera."""
+        from torchstore.io.frame_codec import packets_from_mp4
+
+        rel, from_ts = entry.videos[feature.name]
+        path = self._path(rel)
+        if not path.exists():
+            raise LeRobotFormatError(
+                f"{path} is missing (video of episode {entry.index}, feature {feature.name!r})"
+            )
+        where = f"episode {entry.index}, feature {feature.name!r}"
+        first = _grid_frame(path, from_ts, self.fps, tolerance_s, where)
+        try:  # on the grid exactly: the episode's rows are its frames
+            packets = packets_from_mp4(
+                path, first / self.fps, (first + entry.length) / self.fps, self.fps, codec=codec
+            )
+        except FrameCodecError as exc:
+            raise FrameCodecError(f"{where}: {exc}", exc.frame) from None
+        except VideoError as exc:
+            raise VideoError(f"{where}: {exc}") from None
+        if len(packets) != entry.length:
+            raise LeRobotFormatError(
+                f"{path}: camera {feature.name!r} has {len(packets)} frames for episode "
+                f"{entry.index}, which has {entry.length} rows"
+            )
+        if packets.info.frame_shape != feature.hwc:
+            raise LeRobotFormatError(
+                f"{path} frames are {list(packets.info.frame_shape)}, info.json declares "
+                f"{list(feature.hwc)} (H, W, C) for {feature.name!r}"
+            )
+        return packets
+
     def close(self) -> None:
         for _, reader in self._readers.values():
             reader.close()
@@ -588,6 +634,20 @@ class LeRobotSource:
             f"LeRobotSource({str(self.root)!r}, {self.version}, {len(self.episodes)} episodes, "
             f"{self.num_frames} frames)"
         )
+
+
+def _grid_frame(path: Path, t: float, fps: int, tolerance_s: float | None, where: str) -> int:
+    """The frame shown at ``t`` seconds on the ``fps`` grid (as the frame reader maps an
+    episode's ``from_timestamp``); VideoError naming ``where`` if ``t`` is off the grid."""
+    tolerance = 0.25 / fps if tolerance_s is None else float(tolerance_s)
+    t = float(t)
+    number = max(math.floor(t * fps + 0.5), 0) if t == t else 0
+    if not t >= -tolerance or abs(t - number / fps) > tolerance:
+        raise VideoError(
+            f"{where}: {path}: from_timestamp ({t!r} s) is not on the {fps} fps frame grid "
+            f"within {tolerance:.3g} s"
+        )
+    return number
 
 
 def select_features(source: LeRobotSource, columns: Sequence[str] | None) -> list[str]:

@@ -303,10 +303,19 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
         else:
             self._buffer[name].append(value[None])  # one frame: a block of one row
 
-    def add_episode(self, rows: Mapping[str, Any], *, task: str | Sequence[str]) -> int:
+    def add_episode(
+        self,
+        rows: Mapping[str, Any],
+        *,
+        task: str | Sequence[str],
+        packets: Mapping[str, Any] | None = None,
+    ) -> int:
         """Add and save a whole episode: ``rows[name]`` holds ``[n, ...]`` for every user feature.
 
-        ``task`` is one string for the episode or one per frame. Returns the episode index.
+        ``task`` is one string for the episode or one per frame. ``packets``: for video
+        features, the episode already encoded (``{name: EncodedFrames}`` of AV1 / H.264
+        packets, the frames of ``rows[name]``), muxed into the MP4 as they are instead of
+        encoding ``rows[name]``, which then only feeds the stats. Returns the episode index.
         """
         self._check_open()
         if self.pending_frames:
@@ -325,9 +334,13 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
         if len(tasks) != n or not all(isinstance(t, str) for t in tasks):
             raise LeRobotFormatError(f"task must be a string or {n} strings (one per frame)")
         checked = self._checked_rows(rows, n)
+        packets = self._checked_packets(packets or {}, n)
         try:
             for name, value in checked.items():
-                if self.features[name].is_camera:
+                if name in packets:
+                    self._image_stats[name].update(value)
+                    self._copy_packets(name, packets[name])
+                elif self.features[name].is_camera:
                     self._record(name, value)  # stats, then PNG bytes or the episode's MP4
                 elif self.features[name].dtype == "string":
                     self._buffer[name].extend(value)  # one string per frame
@@ -364,6 +377,26 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
             else:
                 checked[name] = numeric_values(feature, rows[name], rows=n)
         return checked
+
+    def _checked_packets(self, packets: Mapping[str, Any], n: int) -> dict[str, Any]:
+        """Encoded episodes given for video features, checked against them."""
+        from torchstore.io.frame_codec import EncodedFrames
+
+        for name, encoded in packets.items():
+            feature = self.features.get(name)
+            if feature is None or not feature.is_video:
+                raise LeRobotFormatError(f"packets given for {name!r}, which is no video feature")
+            if not isinstance(encoded, EncodedFrames) or not encoded.codec.is_video:
+                raise LeRobotFormatError(
+                    f"packets of {name!r} must be AV1 or H.264 EncodedFrames, "
+                    f"got {getattr(encoded, 'codec', type(encoded).__name__)}"
+                )
+            if len(encoded) != n or encoded.info.frame_shape != feature.hwc:
+                raise LeRobotFormatError(
+                    f"packets of {name!r} are {len(encoded)} frames of "
+                    f"{list(encoded.info.frame_shape)}; the episode has {n} of {list(feature.hwc)}"
+                )
+        return dict(packets)
 
     def clear_episode_buffer(self) -> None:
         """Discard the episode in progress (LeRobot's "re-record")."""
@@ -600,6 +633,7 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
             video_cap=self._video_cap,
             durable=self._durable,
             use_dictionary=self._dictionary,
+            split_streams=[key for key, cam in self._cameras.items() if cam.copied],
         )
 
     def _release(self) -> None:
