@@ -68,11 +68,24 @@ def expected() -> dict[str, np.ndarray]:
         return {k: npz[k] for k in npz.files}
 
 
-def test_the_fixture_imports_exactly_as_tfds_decodes_it(expected, tmp_path):
-    out = import_rlds(FIXTURE, tmp_path / "tiny.h5", progress=False)
+@pytest.mark.parametrize("images", ["keep", "decode"])
+def test_the_fixture_imports_exactly_as_tfds_decodes_it(expected, tmp_path, images):
+    out = import_rlds(FIXTURE, tmp_path / "tiny.h5", progress=False, images=images)
     assert out == tmp_path / "tiny.h5"
     assert_matches(out, expected)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.h5"]  # nothing left aside
+    with TrajectoryStore(out) as store:
+        codecs = {c.name: c.codec and c.codec.kind for c in store.manifest.columns}
+        decoded = store.manifest.metadata["rlds"].get("decoded_images")
+    images_kept = {"observation/image": "jpeg", "observation/wrist_image": "png"}
+    if images == "decode":
+        images_kept = dict.fromkeys(images_kept)
+    assert {n: codecs[n] for n in images_kept} == images_kept
+    assert codecs["observation/depth"] is None and codecs["observation/depth_m"] is None
+    if images == "keep":  # depth images are uint16 / float32: raw columns, and said why
+        assert sorted(decoded) == ["observation/depth", "observation/depth_m"]
+    else:
+        assert decoded is None
 
 
 def test_metadata_keeps_the_tfds_files_and_where_each_episode_came_from(tmp_path):
@@ -93,11 +106,15 @@ def test_metadata_keeps_the_tfds_files_and_where_each_episode_came_from(tmp_path
     assert store.column("is_first").dtype.is_floating_point is False
 
 
-def test_many_small_slabs_and_an_episode_longer_than_a_slab(expected, tmp_path, monkeypatch):
+@pytest.mark.parametrize("images, slab", [("decode", 20_000), ("keep", 2_000)])
+def test_many_small_slabs_and_an_episode_longer_than_a_slab(
+    expected, tmp_path, monkeypatch, images, slab
+):
     import torchstore.formats.rlds as rlds
 
-    monkeypatch.setattr(rlds, "_SLAB_BYTES", 20_000)  # about 5 rows; episodes of up to 7
-    assert_matches(import_rlds(FIXTURE, tmp_path / "tiny.h5", progress=False), expected)
+    monkeypatch.setattr(rlds, "_SLAB_BYTES", slab)  # 3-5 rows; episodes of up to 7
+    out = import_rlds(FIXTURE, tmp_path / "tiny.h5", progress=False, images=images)
+    assert_matches(out, expected)
 
 
 def test_a_failure_after_slabs_were_written_leaves_nothing(copy, tmp_path, monkeypatch):
@@ -458,5 +475,9 @@ def test_a_fresh_tfds_dataset_imports_as_tfds_decodes_it(tmp_path):
     assert sorted(p.name for p in version_dir.glob("*.tfrecord-*")) == [
         f"rlds_tiny-train.tfrecord-0000{i}-of-00003" for i in range(3)
     ]
-    out = import_rlds(version_dir.parent, tmp_path / "fresh.h5", progress=False)
-    assert_matches(out, tfds_values(version_dir))
+    want = tfds_values(version_dir)
+    for images in ("keep", "decode"):
+        out = import_rlds(
+            version_dir.parent, tmp_path / f"{images}.h5", progress=False, images=images
+        )
+        assert_matches(out, want)

@@ -1,9 +1,12 @@
 """``import_rlds``: an RLDS / Open X-Embodiment dataset (TFDS folder) into a trajectory store.
 
 No TensorFlow at run time: the TFRecord shards are streamed by
-:mod:`torchstore.io.tfrecord` (both CRC32C checks on every record), each episode's
-``tf.train.Example`` is decoded by hand, JPEG images by libjpeg-turbo (simplejpeg) with
-TensorFlow's settings, so the pixels are tfds's bit for bit, PNG by Pillow.
+:mod:`torchstore.io.tfrecord` (both CRC32C checks on every record) and each episode's
+``tf.train.Example`` is decoded by hand. ``uint8`` image features keep their JPEG / PNG
+bytes as they are, in encoded columns (:mod:`torchstore.formats.rlds_images`: every
+frame's header and body checked first); with ``images="decode"``, and for depth images,
+frames are decoded to raw ``uint8`` columns, JPEG by libjpeg-turbo (simplejpeg) with
+TensorFlow's settings, PNG by Pillow. Either way reads give tfds's pixels bit for bit.
 
 One store episode per RLDS episode, in shard order, one row per step. Each leaf of the
 ``steps`` feature becomes a column named by its path below ``steps`` (``observation/image``,
@@ -20,13 +23,16 @@ in the dataset, beside ``rlds`` (the shard and record the episode came from).
 checked value by value first (:mod:`torchstore.formats.rlds_metadata`).
 
 Memory stays flat: one record is read at a time, shard after shard, and episodes decode
-straight into one of two slabs of about :data:`_SLAB_BYTES`. Frames decode on a pool of
-threads (libjpeg-turbo and Pillow release the GIL) while the main thread parses the next
-records; a full slab goes to a writing thread, which waits for its frames and commits it
-in one ``add_episodes`` call, while the next slab fills. An episode longer than a slab is
-written in slab-sized pieces (``append`` ... ``end_episode``). The store is written under a
-hidden name beside ``dest`` and renamed into place only when complete, so a failed import
-leaves nothing at ``dest``.
+straight into one of two slabs of about :data:`_SLAB_BYTES` (raw rows and kept frame
+bytes). Frames are checked or decoded on a pool of threads (libjpeg-turbo and Pillow
+release the GIL) while the main thread parses the next records; a full slab goes to a
+writing thread, which waits for its frames and commits it, in one ``add_episodes`` call
+(one ``add_episode`` per episode when frames are kept encoded), while the next slab
+fills. An episode longer than a slab is written in slab-sized pieces (``append`` ...
+``end_episode``), or, when frames are kept encoded (a column's packets go in whole
+episodes), at once in a slab grown to it. The store is written under a hidden name beside
+``dest`` and renamed into place only when complete, so a failed import leaves nothing at
+``dest``.
 """
 
 from __future__ import annotations
@@ -43,22 +49,25 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import (
+    ArgumentError,
     ColumnError,
     DatasetFormatError,
     EpisodeError,
+    FrameCodecError,
 )
 from torchstore.formats.rlds_features import (
-    ImageShapeError,
     Leaf,
     Schema,
-    decode_image,
+    decode_frame,
     decode_text,
     episode_value,
     read_schema,
     step_count,
     tensor_rows,
 )
+from torchstore.formats.rlds_images import IMAGE_MODES, KeepRaw, KeptFrames, kept_codec
 from torchstore.formats.rlds_metadata import locate, read_json, shown, split_files
+from torchstore.io.frame_codec import EncodedFrames
 from torchstore.io.tfrecord import iter_records, parse_example
 
 __all__ = ["import_rlds", "locate_rlds", "RldsSource"]
@@ -161,13 +170,24 @@ class _Episode:
 class _Episodes:
     """Decodes episodes into column rows, checking every step feature against the schema;
     frames go to the decode pool (the futures are returned, to be waited on before the
-    rows are written)."""
+    rows are written). ``keep``: whether uint8 image features may be kept encoded;
+    ``raw``: the features decoded to raw columns all the same, with why."""
 
-    def __init__(self, schema: Schema, tables: dict[str, list[str]], pool: ThreadPoolExecutor):
+    def __init__(
+        self,
+        schema: Schema,
+        tables: dict[str, list[str]],
+        pool: ThreadPoolExecutor,
+        keep: bool = True,
+        raw: dict[str, str] | None = None,
+    ):
         self.schema = schema
         self.codes = {n: {s: i for i, s in enumerate(t)} for n, t in tables.items()}
         self.pool = pool
+        self.keep = keep
+        self.decoded: dict[str, str] = dict(raw or {})  # image features kept raw, and why
         self.shapes: dict[str, tuple[int, ...]] = {}  # the image shapes the columns hold
+        self.kept: dict[str, KeptFrames] = {}  # the image features kept encoded
 
     def parse(self, where: str, features: dict) -> _Episode:
         """Check an episode's step counts and read its episode-level features."""
@@ -204,26 +224,44 @@ class _Episodes:
             node[last] = value
         return meta
 
-    def learn_shapes(self, episode: _Episode) -> None:
-        """Fix each image column's shape: the declared one, else the first frame's."""
+    def learn_columns(self, episode: _Episode) -> None:
+        """Fix each image column's shape (the declared one, else the first frame's) and
+        whether it is kept encoded (the feature's format, else the first frame's)."""
         for leaf in self.schema.steps:
             if leaf.kind != "image" or leaf.name in self.shapes:
                 continue
+            first = episode.features.get(leaf.key, [])[0]
             if None not in leaf.shape:
                 self.shapes[leaf.name] = leaf.shape
             else:
-                blob = episode.features.get(leaf.key, [])[0]
                 what = f"{episode.where}: '{leaf.key}' step 0"
-                self.shapes[leaf.name] = self._decode(leaf, blob, None, what).shape
+                self.shapes[leaf.name] = decode_frame(leaf, first, None, what).shape
+            if not self.keep or leaf.name in self.decoded:
+                continue
+            codec, why = kept_codec(leaf, first)
+            if codec is None:
+                self.decoded[leaf.name] = why
+            else:
+                self.kept[leaf.name] = KeptFrames(leaf, codec, self.shapes[leaf.name])
 
-    def decode(self, episode: _Episode, start: int, out: dict[str, np.ndarray]) -> list[Future]:
+    def decode(
+        self,
+        episode: _Episode,
+        start: int,
+        out: dict[str, np.ndarray],
+        packets: dict[str, EncodedFrames],
+    ) -> list[Future]:
         """Decode the steps ``start:start + len(rows)`` of ``episode`` into ``out`` (views
-        of a slab); returns the futures of its frames."""
+        of a slab), and the frames of the kept image columns into ``packets`` (whole
+        episodes only: ``start`` is 0); returns the futures of its frames."""
         futures: list[Future] = []
         for leaf in self.schema.steps:
             what = f"{episode.where}: '{leaf.key}'"
-            target = out[leaf.name]
             value = episode.features.get(leaf.key, [])
+            if leaf.name in self.kept:
+                futures += self._kept(self.kept[leaf.name], value, packets, what)
+                continue
+            target = out[leaf.name]
             if leaf.kind == "image":
                 futures += self._images(leaf, value, start, target, what)
             elif leaf.kind == "text":
@@ -248,41 +286,45 @@ class _Episodes:
 
         def chunk(first: int, stop: int) -> None:
             for t in range(first, stop):
-                self._decode(leaf, blobs[start + t], out[t], f"{what} step {start + t}")
+                decode_frame(leaf, blobs[start + t], out[t], f"{what} step {start + t}")
 
-        n = len(out)
+        return self._spread(len(out), chunk)
+
+    def _kept(self, kept: KeptFrames, blobs: list[bytes], packets: dict, what: str) -> list[Future]:
+        """Check an episode's frames of a kept column (headers here, bodies on the pool)
+        and put its packets into ``packets`` as they are checked."""
+        fits = [kept.fits(blob) for blob in blobs]
+        if kept.codec.kind == "jpeg" and not all(fits):  # decode it here: refused, or KeepRaw
+            t = fits.index(False)
+            kept.recoded(blobs[t], f"{what} step {t}")
+        frames = list(blobs)  # filled in on the pool (a frame re-encoded replaces its bytes)
+        keyframes = np.ones(len(frames), bool)  # every JPEG / PNG frame decodes on its own
+        packets[kept.leaf.name] = EncodedFrames(kept.codec, kept.info, frames, keyframes)
+
+        def chunk(first: int, stop: int) -> None:
+            for t in range(first, stop):
+                step = f"{what} step {t}"
+                frames[t] = kept.packet(blobs[t], step) if fits[t] else kept.recoded(blobs[t], step)
+
+        return self._spread(len(blobs), chunk)
+
+    def _spread(self, n: int, chunk) -> list[Future]:
+        """``chunk(a, b)`` over ``range(n)`` in one task per decode thread."""
         tasks = min(n, _DECODE_THREADS)
         bounds = [n * i // tasks for i in range(tasks + 1)]
         return [self.pool.submit(chunk, a, b) for a, b in zip(bounds, bounds[1:])]
 
-    @staticmethod
-    def _decode(leaf: Leaf, blob: bytes, out: np.ndarray | None, what: str) -> np.ndarray:
-        try:
-            image = decode_image(blob, leaf, out)
-        except ImageShapeError as exc:
-            raise DatasetFormatError(f"{what}: {exc}") from None
-        except Exception as exc:  # noqa: BLE001 - Pillow/libjpeg raise OSError, ValueError...
-            raise DatasetFormatError(
-                f"{what}: the {leaf.encoding or 'encoded'} image cannot be decoded "
-                f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
-            ) from None
-        declared = len(image.shape) == len(leaf.shape) and all(
-            d is None or d == s for d, s in zip(leaf.shape, image.shape)
-        )
-        if not declared:
-            shown = tuple("?" if d is None else d for d in leaf.shape)
-            raise DatasetFormatError(f"{what}: an image of shape {image.shape}, expected {shown}")
-        return image
 
-
-def _columns(schema: Schema, shapes: dict[str, tuple[int, ...]], where: str) -> list:
+def _columns(schema: Schema, episodes: _Episodes, where: str) -> list:
     from torchstore.data import ColumnSpec
 
     specs = []
     for leaf in schema.steps:
-        shape = shapes[leaf.name] if leaf.kind == "image" else leaf.shape
+        shape = episodes.shapes[leaf.name] if leaf.kind == "image" else leaf.shape
+        kept = episodes.kept.get(leaf.name)
         try:
-            specs.append(ColumnSpec(leaf.name, leaf.store_dtype, shape))
+            codec = None if kept is None else kept.codec
+            specs.append(ColumnSpec(leaf.name, leaf.store_dtype, shape, codec=codec))
         except ColumnError as exc:
             raise DatasetFormatError(
                 f"{where}: feature '{leaf.key}' cannot be a column ({exc})"
@@ -290,7 +332,7 @@ def _columns(schema: Schema, shapes: dict[str, tuple[int, ...]], where: str) -> 
     return specs
 
 
-def _store_metadata(src: RldsSource, tables: dict[str, list[str]]) -> dict:
+def _store_metadata(src: RldsSource, tables: dict[str, list[str]], episodes: _Episodes) -> dict:
     widened = {
         leaf.name: str(leaf.dtype)
         for leaf in src.schema.steps
@@ -305,20 +347,24 @@ def _store_metadata(src: RldsSource, tables: dict[str, list[str]]) -> dict:
     }
     if widened:
         meta["widened"] = widened
+    if episodes.keep and episodes.decoded:
+        meta["decoded_images"] = dict(episodes.decoded)
     return {"rlds": meta}
 
 
 @dataclass
 class _Slab:
-    """One set of row buffers and what fills it: whole episodes (``lengths``, ``meta``)
-    or one piece of a long episode (``piece``: ``"part"``, or ``"last"`` with its metadata
-    in ``meta[0]``)."""
+    """One set of row buffers and what fills it: whole episodes (``lengths``, ``meta``,
+    and the kept columns' packets of each in ``packets``) or one piece of a long episode
+    (``piece``: ``"part"``, or ``"last"`` with its metadata in ``meta[0]``)."""
 
     buffers: dict[str, np.ndarray]
     capacity: int
     used: int = 0
     lengths: list[int] = field(default_factory=list)
     meta: list[dict] = field(default_factory=list)
+    packets: list[dict[str, EncodedFrames]] = field(default_factory=list)
+    packet_bytes: int = 0  # the kept frames' bytes the slab holds
     piece: str | None = None
     frames: list[Future] = field(default_factory=list)  # decodes into the buffers
     written: Future | None = None  # the write of the buffers' last contents
@@ -326,8 +372,14 @@ class _Slab:
     def views(self, steps: int) -> dict[str, np.ndarray]:
         return {n: b[self.used : self.used + steps] for n, b in self.buffers.items()}
 
+    def resize(self, rows: int) -> None:
+        """New buffers of ``rows`` rows (the slab must be empty and its write done)."""
+        self.buffers = {n: np.empty((rows, *b.shape[1:]), b.dtype) for n, b in self.buffers.items()}
+        self.capacity = rows
+
     def reset(self) -> None:
         self.used, self.lengths, self.meta, self.piece, self.frames = 0, [], [], None, []
+        self.packets, self.packet_bytes = [], 0
 
 
 class _Slabs:
@@ -341,6 +393,7 @@ class _Slabs:
         self.io = ThreadPoolExecutor(1, thread_name_prefix="rlds-write")
         self.slabs: list[_Slab] = []
         self.rows = 0  # rows added, pieces of a long episode included
+        self.capacity = 0  # rows of a slab (one grown for a long episode shrinks back)
 
     @property
     def current(self) -> _Slab:
@@ -350,19 +403,27 @@ class _Slabs:
         """Decode an episode into the slabs (in pieces when longer than a slab)."""
         if not self.slabs:
             self._start(episode)
+        kept = self.episodes.kept
+        nbytes = sum(len(b) for n in kept for b in episode.features.get(kept[n].leaf.key, []))
         slab = self.current
-        if slab.used + episode.steps > slab.capacity:
+        full = slab.packet_bytes + nbytes > _SLAB_BYTES and slab.used
+        if slab.used + episode.steps > slab.capacity or full:
             self.flush()
             slab = self.current
+        if episode.steps > slab.capacity and kept:  # packets go whole: grow the slab to it
+            slab.resize(episode.steps)
         if episode.steps <= slab.capacity:
-            slab.frames += self.episodes.decode(episode, 0, slab.views(episode.steps))
+            packets: dict[str, EncodedFrames] = {}
+            slab.frames += self.episodes.decode(episode, 0, slab.views(episode.steps), packets)
             slab.used += episode.steps
             slab.lengths.append(episode.steps)
             slab.meta.append(episode.meta)
+            slab.packets.append(packets)
+            slab.packet_bytes += nbytes
             return
         for start in range(0, episode.steps, slab.capacity):
             steps = min(slab.capacity, episode.steps - start)
-            slab.frames += self.episodes.decode(episode, start, slab.views(steps))
+            slab.frames += self.episodes.decode(episode, start, slab.views(steps), {})
             slab.used = steps
             last = start + steps == episode.steps
             slab.piece = "last" if last else "part"
@@ -373,16 +434,20 @@ class _Slabs:
     def _start(self, episode: _Episode) -> None:
         from torchstore.data import TrajectoryStoreWriter
 
-        self.episodes.learn_shapes(episode)
-        columns = _columns(self.src.schema, self.episodes.shapes, str(self.src.root))
-        dtypes = {leaf.name: leaf.store_dtype for leaf in self.src.schema.steps}
+        self.episodes.learn_columns(episode)
+        columns = _columns(self.src.schema, self.episodes, str(self.src.root))
+        dtypes = {
+            leaf.name: leaf.store_dtype
+            for leaf in self.src.schema.steps
+            if leaf.name not in self.episodes.kept  # their packets need no buffer
+        }
         shapes = {c.name: tuple(c.shape) for c in columns}
         per_row = sum(math.prod(shapes[n]) * dtypes[n].itemsize for n in dtypes)
-        capacity = max(1, _SLAB_BYTES // max(per_row, 1))
+        self.capacity = capacity = max(1, _SLAB_BYTES // max(per_row, 1))
         for _ in range(2):
             buffers = {n: np.empty((capacity, *shapes[n]), dtypes[n]) for n in dtypes}
             self.slabs.append(_Slab(buffers, capacity))
-        metadata = _store_metadata(self.src, self.tables)
+        metadata = _store_metadata(self.src, self.tables, self.episodes)
         self.writer = TrajectoryStoreWriter(self.path, columns, metadata=metadata, overwrite=True)
 
     def flush(self) -> None:
@@ -399,6 +464,8 @@ class _Slabs:
             other.written.result()  # its rows are in the store: the buffers are free again
             other.written = None
         other.reset()
+        if other.capacity != self.capacity:  # grown for a long episode: give that back
+            other.resize(self.capacity)
 
     def _write(self, slab: _Slab, first_row: int) -> None:
         for frames in slab.frames:
@@ -407,13 +474,19 @@ class _Slabs:
         if slab.piece == "part":  # the writer may hold appended rows until the episode ends
             batch = {n: b.copy() for n, b in batch.items()}
         try:
-            if slab.piece is None:
+            if slab.piece is None and self.episodes.kept:  # packets go one episode at a time
+                at = 0
+                for length, meta, packets in zip(slab.lengths, slab.meta, slab.packets):
+                    rows = {n: b[at : at + length] for n, b in batch.items()}
+                    self.writer.add_episode({**rows, **packets}, meta)
+                    at += length
+            elif slab.piece is None:
                 self.writer.add_episodes(batch, slab.lengths, slab.meta)
             else:
                 self.writer.append(batch)
                 if slab.piece == "last":
                     self.writer.end_episode(slab.meta[0])
-        except (ColumnError, EpisodeError) as exc:
+        except (ColumnError, EpisodeError, FrameCodecError) as exc:
             raise DatasetFormatError(
                 f"{self.src.root}: the rows from row {first_row} on cannot be written ({exc})"
             ) from None
@@ -458,6 +531,7 @@ def import_rlds(
     split: str = "train",
     overwrite: bool = False,
     progress: bool = True,
+    images: str = "keep",
 ) -> Path:
     """Import one split of an RLDS dataset (a TFDS folder) into a new store at ``dest``.
 
@@ -470,6 +544,11 @@ def import_rlds(
         split: the split to import.
         overwrite: replace an existing store at ``dest``.
         progress: draw a progress bar over episodes.
+        images: ``"keep"``: ``uint8`` image features become encoded columns holding the
+            dataset's JPEG / PNG bytes as they are (every frame checked; see
+            :mod:`torchstore.formats.rlds_images` for the frames and features that are
+            re-encoded or decoded instead); ``"decode"``: every image feature is decoded
+            to a raw column (about 7x the disk for camera JPEGs, no decode at read).
 
     Returns:
         ``dest``.
@@ -479,8 +558,9 @@ def import_rlds(
             ``features.json`` or ``dataset_info.json`` (the message names the file and
             the key path), a missing shard, a truncated shard or one with fewer episodes
             than ``dataset_info.json`` lists, a CRC32C that does not match, an image that
-            cannot be decoded, a step feature of the wrong length (the message names the
-            file, the episode and the feature). Nothing is left at ``dest``.
+            cannot be decoded (kept frames too: each is decoded once to check it), a step
+            feature of the wrong length (the message names the file, the episode and the
+            feature). Nothing is left at ``dest``.
         UnsupportedError: a feature a store cannot hold (video, nested sequences, dynamic
             shapes, uint64).
 
@@ -490,32 +570,29 @@ def import_rlds(
     """
     from torchstore.io.destination import check_destination, written_beside
 
+    if images not in IMAGE_MODES:
+        raise ArgumentError(f"images must be one of {', '.join(IMAGE_MODES)}, not {images!r}")
     src = RldsSource.open(Path(source).expanduser(), split)
     dest = check_destination(Path(dest), sources=[src.root], overwrite=overwrite)
     text = [leaf for leaf in src.schema.steps if leaf.kind == "text"]
     tables = _scan_strings(src, text) if text else {}
-    bar = _bar(src.episodes, progress, f"import {src.root.parent.name or src.root.name}")
-    empty: list[str] = []
-    try:
-        with (
-            written_beside(dest, "importing") as partial,
-            ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="rlds-decode") as pool,
-        ):
-            slabs = _Slabs(partial, src, tables, _Episodes(src.schema, tables, pool), bar)
-            ok = False
-            try:
-                _import(src, slabs, empty)
-                ok = True
-            except DatasetFormatError:
-                earlier = slabs.first_error()  # an earlier episode's frame that failed
-                if earlier is not None:
-                    raise earlier from None
-                raise
-            finally:
-                slabs.close(ok)
-    finally:
-        if bar is not None:
-            bar.close()
+    raw: dict[str, str] = {}  # kept features that met a frame a JPEG cannot hold: why
+    while True:
+        bar = _bar(src.episodes, progress, f"import {src.root.parent.name or src.root.name}")
+        empty: list[str] = []
+        try:
+            with (
+                written_beside(dest, "importing") as partial,
+                ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="rlds-decode") as pool,
+            ):
+                episodes = _Episodes(src.schema, tables, pool, images == "keep", raw)
+                _import_into(src, _Slabs(partial, src, tables, episodes, bar), empty)
+            break
+        except KeepRaw as exc:  # start over, with that feature decoded (once per feature)
+            raw[exc.name] = exc.why
+        finally:
+            if bar is not None:
+                bar.close()
     if empty:
         warnings.warn(
             f"{len(empty)} episodes have no steps; a store has no row for them, skipped "
@@ -523,6 +600,21 @@ def import_rlds(
             stacklevel=2,
         )
     return dest
+
+
+def _import_into(src: RldsSource, slabs: _Slabs, empty: list[str]) -> None:
+    """Import every episode through ``slabs``; the earliest failure is the one raised."""
+    ok = False
+    try:
+        _import(src, slabs, empty)
+        ok = True
+    except DatasetFormatError:
+        earlier = slabs.first_error()  # an earlier episode's frame that failed
+        if earlier is not None:
+            raise earlier from None
+        raise
+    finally:
+        slabs.close(ok)
 
 
 def _import(src: RldsSource, slabs: _Slabs, empty: list[str]) -> None:

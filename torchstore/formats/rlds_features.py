@@ -36,6 +36,7 @@ __all__ = [
     "Schema",
     "read_schema",
     "decode_image",
+    "decode_frame",
     "image_shape",
     "ImageShapeError",
     "MAX_FRAME_PIXELS",
@@ -523,3 +524,25 @@ def _libpng_gray(rgb: np.ndarray) -> np.ndarray:
     grey = (r == g) & (g == b)
     gray[grey] = rgb[..., 0][grey]
     return gray[..., None]
+
+
+def decode_frame(leaf: Leaf, blob: bytes, out: np.ndarray | None, what: str) -> np.ndarray:
+    """:func:`decode_image`, every failure a DatasetFormatError naming ``what`` (the
+    shard, episode, key and step): a frame that cannot be decoded, or whose shape is not
+    ``out``'s (found from its header, before decoding) or the declared one."""
+    try:
+        image = decode_image(blob, leaf, out)
+    except ImageShapeError as exc:
+        raise DatasetFormatError(f"{what}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - Pillow/libjpeg raise OSError, ValueError...
+        raise DatasetFormatError(
+            f"{what}: the {leaf.encoding or 'encoded'} image cannot be decoded "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+        ) from None
+    declared = len(image.shape) == len(leaf.shape) and all(
+        d is None or d == s for d, s in zip(leaf.shape, image.shape)
+    )
+    if not declared:
+        want = tuple("?" if d is None else d for d in leaf.shape)
+        raise DatasetFormatError(f"{what}: an image of shape {image.shape}, expected {want}")
+    return image
