@@ -17,8 +17,9 @@ float32 embedding[4]. With ``--data`` it is kept there and reused.
 Timed in turn (A B C A B C ...), medians over ``--repeat`` rounds, all over the same
 shards, every library already imported (a process that has run each once):
 
-- ``import_rlds``: the whole import, two passes (the strings, then decoding) and the HDF5
-  write with its checksums, into a new store;
+- ``import_rlds``: the whole import, two passes (the strings, then the steps: every JPEG
+  checked and kept as it is) and the HDF5 write with its checksums, into a new store;
+  then, untimed, the store's size over the shards', and with ``images="decode"``;
 - tfds, per episode: ``builder_from_directory(...).as_dataset()`` with ``tfds.as_numpy``,
   every episode and every step of its ``steps`` dataset drained to numpy (images
   decoded), as RLDS readers do;
@@ -239,7 +240,7 @@ def run(version: Path, tmp: Path, a: argparse.Namespace) -> None:
     setups = [lambda: dest.unlink(missing_ok=True), None, None]
     samples = per_call_interleaved(cases, repeats=a.repeat, warmup=1, setups=setups)
     names = [
-        "import_rlds (decode + store write)",
+        "import_rlds (check frames + store write)",
         "tfds as_dataset, per episode",
         "tfds as_dataset, flat batch(256)",
     ]
@@ -261,6 +262,17 @@ def run(version: Path, tmp: Path, a: argparse.Namespace) -> None:
         f"warm, median of {a.repeat} alternating rounds (s); ratios: median (range) per round",
         ("case", "seconds", "steps/s", "tfds per-episode / this", "tfds flat / this"),
         rows,
+    )
+    # disk: the store next to the shards, frames kept as their JPEG bytes (the default)
+    # and decoded to raw columns (images="decode")
+    shards = sum(p.stat().st_size for p in version.glob("*.tfrecord-*"))
+    kept = dest.stat().st_size
+    import_rlds(version, tmp / "decoded.h5", progress=False, images="decode")
+    decoded = (tmp / "decoded.h5").stat().st_size
+    (tmp / "decoded.h5").unlink()
+    print(
+        f"disk: store / shards {kept / shards:.3f} with the JPEG bytes kept (default), "
+        f"{decoded / shards:.2f} decoded (images='decode'); shards {shards / 2**20:.1f} MiB"
     )
     cold: dict[str, list[dict]] = {"import_rlds": [], "tfds flat": []}
     for _ in range(a.repeat):
