@@ -204,7 +204,8 @@ def test_frames_of_other_kinds_in_a_png_feature_are_kept_as_lossless_pngs(tmp_pa
     grey = png(frames[4][..., 0])  # one channel in an RGB feature
     episodes = [
         [png(frames[0]), jpeg(frames[1]), png(frames[2], compress_level=9)],
-        [buffer.getvalue(), grey, png(frames[5])],
+        # a transparent colour (tRNS), which FFmpeg would read as RGBA: re-encoded
+        [buffer.getvalue(), grey, png(frames[5], transparency=tuple(map(int, frames[5][0, 0])))],
     ]
     root = write_dataset(tmp_path / "src" / "cams" / "1.0.0", episodes, (40, 56, 3), "png")
     out = import_rlds(root, tmp_path / "png.h5", progress=False)
@@ -214,6 +215,7 @@ def test_frames_of_other_kinds_in_a_png_feature_are_kept_as_lossless_pngs(tmp_pa
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(got[0], frames[0])
     np.testing.assert_array_equal(got[4], np.repeat(frames[4][..., :1], 3, axis=2))
+    np.testing.assert_array_equal(got[5], frames[5])
 
 
 def test_a_feature_of_free_shape_and_no_format_is_kept_as_its_first_frame_is(tmp_path):
