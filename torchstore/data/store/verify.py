@@ -37,6 +37,7 @@ import h5py
 import numpy as np
 import xxhash
 
+from torchstore.data.file.encoded import committed_packet_bytes
 from torchstore.errors import IntegrityError, TorchstoreError
 
 __all__ = ["Verification", "verify_store"]
@@ -270,6 +271,7 @@ def verify_store(
         rows, episodes, meta = tables.read_commit()
         report.columns, report.rows, report.episodes = len(store.columns), rows, episodes
         work = [(t, f"column '{name}'", rows) for name, t in tables.columns.items()]
+        work += _packet_work(tables, rows, report)
         work += [
             (tables.ep_index, "episode index", episodes),
             (tables.ep_meta, "episode metadata", meta),
@@ -303,6 +305,19 @@ def verify_store(
                 report.problems.append(f"{label} rows {first}..{last} fail their checksum")
         report.bytes_checked = done
     return report
+
+
+def _packet_work(tables: Any, rows: int, report: Verification) -> list:
+    """The packet bytes of each encoded column, up to where its last committed row's ends."""
+    work = []
+    for name, packets in tables.packets.items():
+        try:
+            end = committed_packet_bytes(tables.columns[name], rows)
+        except TorchstoreError as exc:
+            report.problems.append(f"column '{name}': {exc}")
+            continue
+        work.append((packets, f"column '{name}' packets", end))
+    return work
 
 
 def _check_all(fd: int, work: list, advance) -> list[list[tuple[int, int]]]:

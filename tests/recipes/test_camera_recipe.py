@@ -1,0 +1,39 @@
+"""bc_robomimic on a camera store kept as AV1, through the windowed data module: the shipped
+camera config (``datamodule=robomimic_windowed``), only the length and budget shortened."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bc_robomimic_trains_from_an_encoded_camera_store(tmp_path):
+    from tests.formats.robomimic_files import write_robomimic
+    from torchstore.data.store.recode import recode_store
+    from torchstore.data.store.store import TrajectoryStore
+    from torchstore.formats import import_robomimic
+
+    src = write_robomimic(tmp_path / "lift.hdf5", lengths=[12] * 10)
+    import_robomimic(src, tmp_path / "lift.h5", progress=False)
+    recode_store(tmp_path / "lift.h5", tmp_path / "lift_av1.h5", {"obs/agentview_image": "av1"},
+                 progress=False)  # fmt: skip
+    with TrajectoryStore(tmp_path / "lift_av1.h5") as store:
+        assert store.column("obs/agentview_image").codec.kind == "av1"
+        row_bytes = sum(c.row_nbytes for c in store.columns)
+    run = tmp_path / "run"
+    args = [
+        "datamodule=robomimic_windowed",
+        f"store.path={tmp_path / 'lift_av1.h5'}",
+        f"datamodule.resident={row_bytes * 40}B",  # a third of the store's 120 rows
+        "datamodule.resident_blocks=2",
+        "trainer.max_steps=6",
+        f"hydra.run.dir={run}",
+    ]
+    cmd = [sys.executable, str(ROOT / "recipes" / "bc_robomimic.py"), *args]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (run / "policy.safetensors").is_file() and (run / "last.ckpt").is_file()
+    assert "resident: " in (run / "config.yaml").read_text()
