@@ -213,7 +213,8 @@ class CacheNotWritableError(TorchstoreError, PermissionError):
 
 
 class RayUnavailableError(TorchstoreError, ImportError):
-    """Ray is not installed (it is the optional extra ``torchstore[ray]``)."""
+    """Ray is not installed (it comes with the optional extra ``ray``:
+    ``pip install -e ".[ray]"`` in a checkout)."""
 
 
 class ProjectError(TorchstoreError, ValueError):

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import DatasetFormatError, UnsupportedError
+from torchstore.extras import install_hint
 from torchstore.formats.rlds_metadata import JsonFile, shown
 
 __all__ = [
@@ -445,8 +446,7 @@ def _simplejpeg():
         import simplejpeg
     except ImportError as exc:
         raise ImportError(
-            "decoding RLDS JPEG images as tfds does needs simplejpeg: pip install "
-            '"torchstore[formats]"'
+            f"decoding RLDS JPEG images as tfds does needs simplejpeg: {install_hint('formats')}"
         ) from exc
     return simplejpeg
 
