@@ -246,3 +246,22 @@ def test_a_recorder_may_reuse_its_frame_buffer_as_soon_as_append_returns(tmp_pat
         w.end_episode()
     with TrajectoryStore(tmp_path / "s.h5") as store:
         assert np.array_equal(store.read_column("obs/cam", 0, 24), ep["obs/cam"])
+
+
+@pytest.mark.parametrize("kind", ["jpeg", "av1"])
+def test_runs_cut_at_keyframes_decode_the_same_on_several_threads(tmp_path, kind):
+    from torchstore.data.file.encoded import decode_packet_runs
+
+    path = tmp_path / "s.h5"
+    _write(path, kind, lengths=(70, 45), gop=8) if kind == "av1" else _write(path, kind)
+    with TrajectoryStore(path) as store:
+        n = store.num_rows
+        whole = store.read_column("obs/cam", 0, n)
+        spec = store.column("obs/cam")
+        for a, b in [(0, n), (3, n - 5), (9, 10), (60, 80)]:
+            runs = store.read_packet_runs("obs/cam", a, b)
+            pieces = [p for r in runs for p in r.split()]
+            assert sum(p.count for p in pieces) == b - a
+            out = np.zeros((b - a, H, W, 3), np.uint8)
+            decode_packet_runs(spec, runs, out, threads=3)
+            assert np.array_equal(out, whole[a:b]), (a, b)

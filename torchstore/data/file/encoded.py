@@ -24,6 +24,8 @@ windowed residency call it on their refill threads, where the decoders release t
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -242,6 +244,28 @@ class PacketRun:
     frame_base: int
     at: int
     count: int
+    #: which of ``packets`` are keyframes (a decoder may start at any of them)
+    keys: np.ndarray | None = None
+
+    def split(self) -> list[PacketRun]:
+        """This run cut at its keyframes after ``first``: runs that decode independently
+        (one per GOP), so several threads can share one long run."""
+        if self.keys is None:
+            return [self]
+        cuts = [int(k) for k in np.flatnonzero(self.keys) if k > self.first]
+        if not cuts:
+            return [self]
+        pieces, start, first = [], 0, self.first
+        for end in [*cuts, len(self.packets)]:
+            out_at = self.at + max(0, start - self.first)
+            pieces.append(
+                PacketRun(
+                    self.episode, self.extradata, self.packets[start:end], first,
+                    self.frame_base + start, out_at, end - start - first,
+                )
+            )  # fmt: skip
+            start, first = end, 0
+        return pieces
 
 
 def read_packet_runs(
@@ -308,27 +332,86 @@ def read_packet_runs(
         run_packets = [
             view[int(o) : int(o) + int(n)] for o, n in zip(rel, run[:, _NBYTES], strict=True)
         ]
+        keys = (run[:, _FLAGS] & KEYFRAME) != 0
         runs.append(
-            PacketRun(ep, extradata, run_packets, a - ep_start - key, key, a - start, z - a)
+            PacketRun(ep, extradata, run_packets, a - ep_start - key, key, a - start, z - a, keys)
         )
     return runs
 
 
 def decode_packet_runs(
-    spec: ColumnSpec, runs: Sequence[PacketRun], out: np.ndarray, decoders: dict | None = None
+    spec: ColumnSpec,
+    runs: Sequence[PacketRun],
+    out: np.ndarray,
+    decoders: dict | None = None,
+    *,
+    threads: int = 1,
 ) -> np.ndarray:
     """Decode ``runs`` (from :func:`read_packet_runs`) into ``out`` (``uint8 [n, H, W, C]``
     for the ``n`` rows read). ``decoders``: a dict that keeps one decoder per stream,
-    reused from call to call by one thread. FrameCodecError names column, episode, frame."""
-    for r in runs:
-        decoder = _decoder(spec, r.extradata, decoders)
-        try:
-            decoder.decode(r.packets, out[r.at : r.at + r.count], r.first, frame_base=r.frame_base)
-        except FrameCodecError as exc:
-            raise FrameCodecError(
-                f"column '{spec.name}' episode {r.episode}: {exc}", exc.frame
-            ) from exc
+    reused from call to call by one thread. ``threads`` > 1 cuts the runs at their
+    keyframes and decodes the pieces on that many threads at once (the decoders release
+    the GIL). FrameCodecError names column, episode, frame."""
+    pieces = [p for r in runs for p in r.split()] if threads > 1 else list(runs)
+    if threads > 1 and len(pieces) > 1:
+        pool = _decode_pool(threads)
+        jobs = [pool.submit(_decode_piece, spec, p, out, None) for p in pieces]
+        for job in jobs:  # every piece finishes before an error is raised
+            job.exception()
+        for job in jobs:
+            job.result()
+        return out
+    for piece in pieces:
+        _decode_piece(spec, piece, out, decoders)
     return out
+
+
+def _decode_piece(spec: ColumnSpec, r: PacketRun, out: np.ndarray, decoders: dict | None) -> None:
+    if decoders is None:  # a pool thread: its own decoders, kept between calls
+        decoders = _POOL_LOCAL.__dict__.setdefault("decoders", {})
+    decoder = _decoder(spec, r.extradata, decoders)
+    try:
+        decoder.decode(r.packets, out[r.at : r.at + r.count], r.first, frame_base=r.frame_base)
+    except FrameCodecError as exc:
+        raise FrameCodecError(
+            f"column '{spec.name}' episode {r.episode}: {exc}", exc.frame
+        ) from exc
+
+
+#: The threads that decode pieces of runs in parallel (one pool per process: a forked
+#: child makes its own, as the parent's threads do not exist in it).
+_POOL: tuple[int, int, ThreadPoolExecutor] | None = None
+_POOL_LOCK = threading.Lock()
+_POOL_LOCAL = threading.local()
+
+
+def _decode_pool(threads: int) -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None or _POOL[0] != os.getpid() or _POOL[1] < threads:
+            _POOL = (
+                os.getpid(),
+                threads,
+                ThreadPoolExecutor(threads, thread_name_prefix="torchstore-decode"),
+            )
+        return _POOL[2]
+
+
+def decode_threads() -> int:
+    """Threads a refill decodes on: the cores this process may use (a decode-bound window
+    keeps the training thread waiting, so it takes no core of its own: on 2 cores, 2
+    threads gave 1.7x the batches/s of 1); ``TORCHSTORE_DECODE_THREADS`` overrides."""
+    text = os.environ.get("TORCHSTORE_DECODE_THREADS")
+    if text:
+        try:
+            return max(1, int(text))
+        except ValueError:
+            pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, cores)
 
 
 def read_encoded(

@@ -215,10 +215,15 @@ class StoreReader:
         except TorchstoreError as exc:
             raise _named(exc, self.path) from exc
 
-    def decode_packet_runs(self, name: str, runs: list[PacketRun], out: np.ndarray) -> np.ndarray:
-        """Decode what :meth:`read_packet_runs` read into ``out``, on this thread."""
+    def decode_packet_runs(
+        self, name: str, runs: list[PacketRun], out: np.ndarray, *, threads: int = 1
+    ) -> np.ndarray:
+        """Decode what :meth:`read_packet_runs` read into ``out``: on this thread, or cut at
+        keyframes over ``threads`` threads."""
         try:
-            return decode_packet_runs(self.column(name), runs, out, self._decoders())
+            return decode_packet_runs(
+                self.column(name), runs, out, self._decoders(), threads=threads
+            )
         except TorchstoreError as exc:
             raise _named(exc, self.path) from exc
 

@@ -30,6 +30,8 @@ from typing import Any
 import h5py
 import numpy as np
 
+from torchstore.data.file.encoded import decode_threads
+
 __all__ = ["ChunkReader"]
 
 #: most bytes one ``preadv`` reads (the reusable buffer: small enough that the hash and
@@ -482,15 +484,17 @@ class ChunkReader:
             return
         if hasattr(self.store, "read_packet_runs") and self.store.column(name).codec is not None:
             # an encoded camera column: its packets are read under the lock, then decoded
-            # on this thread without it (the decoders release the GIL), straight into out
+            # without it (the decoders release the GIL), cut at keyframes over the decode
+            # threads, straight into out
             with self.lock:
                 runs = self.store.read_packet_runs(name, lo, hi)
             target = out[at : at + hi - lo]
+            threads = decode_threads()
             if target.flags.c_contiguous:
-                self.store.decode_packet_runs(name, runs, target)
+                self.store.decode_packet_runs(name, runs, target, threads=threads)
             else:
                 target[...] = self.store.decode_packet_runs(
-                    name, runs, np.empty(target.shape, np.uint8)
+                    name, runs, np.empty(target.shape, np.uint8), threads=threads
                 )
             self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
             return
