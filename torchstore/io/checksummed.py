@@ -33,7 +33,13 @@ import xxhash
 
 from torchstore.errors import ColumnError, IntegrityError, RowIndexError
 
-__all__ = ["ChecksummedDataset", "create_checksummed", "block_rows_for", "STAGE_BYTES"]
+__all__ = [
+    "ChecksummedDataset",
+    "create_checksummed",
+    "block_rows_for",
+    "chunk_file_offsets",
+    "STAGE_BYTES",
+]
 
 _CHUNK_BYTES = 128 * 1024
 _MAX_BLOCK_ROWS = 65536
@@ -97,6 +103,27 @@ def create_checksummed(
         dtype=np.uint64,
     )
     sums.attrs["block_rows"] = rows
+
+
+def chunk_file_offsets(data: h5py.Dataset, block_rows: int, chunks: int) -> np.ndarray:
+    """File offsets of ``data``'s chunks ``0 .. chunks - 1`` from its chunk index, -1 for a
+    chunk not stored or not stored whole (``block_rows`` rows of unfiltered bytes): what the
+    readers that ``preadv`` a table's chunks straight from the file read."""
+    offsets = np.full(chunks, -1, dtype=np.int64)
+    size = block_rows * int(np.prod(data.shape[1:], dtype=np.int64)) * data.dtype.itemsize
+    dsid = data.id
+
+    def note(info) -> None:
+        c = info.chunk_offset[0] // block_rows
+        if c < chunks and info.byte_offset is not None and info.size == size:
+            offsets[c] = info.byte_offset
+
+    if hasattr(dsid, "chunk_iter"):
+        dsid.chunk_iter(note)
+    else:  # h5py < 3.8
+        for i in range(dsid.get_num_chunks()):
+            note(dsid.get_chunk_info(i))
+    return offsets
 
 
 def _write_rows(dataset: h5py.Dataset, start: int, rows: np.ndarray) -> None:

@@ -31,6 +31,7 @@ import h5py
 import numpy as np
 
 from torchstore.data.file.encoded import decode_threads
+from torchstore.io.checksummed import chunk_file_offsets
 
 __all__ = ["ChunkReader"]
 
@@ -132,20 +133,7 @@ class _Column:
 
     def load_offsets(self, chunks: int) -> None:
         """File offsets of chunks ``0 .. chunks - 1`` (from the dataset's chunk index)."""
-        offsets = np.full(chunks, -1, dtype=np.int64)
-        dsid = self.table.data.id
-
-        def note(info: Any) -> None:
-            c = info.chunk_offset[0] // self.rows
-            if c < chunks and info.byte_offset is not None and info.size == self.chunk_nbytes:
-                offsets[c] = info.byte_offset
-
-        if hasattr(dsid, "chunk_iter"):
-            dsid.chunk_iter(note)
-        else:  # h5py < 3.8
-            for i in range(dsid.get_num_chunks()):
-                note(dsid.get_chunk_info(i))
-        self.offsets = offsets
+        self.offsets = chunk_file_offsets(self.table.data, self.rows, chunks)
 
 
 class ChunkReader:

@@ -39,6 +39,7 @@ import xxhash
 
 from torchstore.data.file.encoded import committed_packet_bytes
 from torchstore.errors import IntegrityError, TorchstoreError
+from torchstore.io.checksummed import chunk_file_offsets
 
 __all__ = ["Verification", "verify_store"]
 
@@ -152,20 +153,7 @@ def _chunk_offsets(table, blocks: int) -> Any:
     chunks = table.data.chunks
     if chunks is None or chunks[0] != table.block_rows or dsid.get_create_plist().get_nfilters():
         return None
-    offsets = np.full(blocks, -1, dtype=np.int64)
-    size = table.block_rows * table.row_nbytes
-
-    def note(info: Any) -> None:
-        c = info.chunk_offset[0] // table.block_rows
-        if c < blocks and info.byte_offset is not None and info.size == size:
-            offsets[c] = info.byte_offset
-
-    if hasattr(dsid, "chunk_iter"):
-        dsid.chunk_iter(note)
-    else:  # h5py < 3.8
-        for i in range(dsid.get_num_chunks()):
-            note(dsid.get_chunk_info(i))
-    return offsets
+    return chunk_file_offsets(table.data, table.block_rows, blocks)
 
 
 def _check_chunks(fd: int, tables: list, advance) -> list[list[tuple[int, int]]]:
