@@ -41,7 +41,7 @@ from torchrl.objectives import SoftUpdate
 from tqdm import tqdm
 
 from torchstore import PrioritizedSampler, SequenceWindowSampler
-from torchstore.training.console import bar_width
+from torchstore.io.console import bar_width
 
 EVAL_SEED_OFFSET = 10_000  # the evaluation environment's seed: cfg.seed + this
 

@@ -102,7 +102,7 @@ def test_a_terminal_that_reports_no_size_gets_plain_lines(monkeypatch):
     """``script -qc CMD /dev/null`` gives a 0x0 pseudo-terminal: tqdm draws nothing there."""
     import os
 
-    from torchstore.training.console import bar_width, terminal_columns
+    from torchstore.io.console import bar_width, terminal_columns
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

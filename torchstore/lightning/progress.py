@@ -7,7 +7,7 @@ writes the bar's content as about ten plain lines instead (``step 400/2000 (20%)
 the current stdout. A terminal that reports no size (a pseudo-terminal of 0x0, as
 ``script -qc CMD /dev/null`` opens when it has no terminal of its own) counts as no
 terminal: tqdm sizes its bar to the terminal's width and draws nothing at width 0, so
-such a run would print nothing at all while it trains (:mod:`torchstore.training.console`
+such a run would print nothing at all while it trains (:mod:`torchstore.io.console`
 sizes a tqdm bar of one's own there).
 :class:`MetricsRecorder` copies the metrics a ``LightningModule`` logs into a sink such as
 :meth:`torchstore.training.MetricsLog.log`; :class:`LastCheckpoint` keeps one Lightning
@@ -33,7 +33,7 @@ from typing import IO, Any
 
 from lightning.pytorch.callbacks import Callback
 
-from torchstore.training.console import terminal_columns
+from torchstore.io.console import terminal_columns
 from torchstore.validation import positive_int
 
 __all__ = [
