@@ -122,3 +122,37 @@ def test_a_trainer_fits_from_an_encoded_store_ten_times_the_window(camera_store)
     # the budget counts decoded bytes: the slots hold decoded frames
     assert window.packed.nbytes <= budget + 4 * window.packed.row_bytes
     assert len(window.blocks) >= 10 and window.stats["refills"] >= len(window.blocks)
+
+
+@pytest.mark.timeout(120)
+def test_a_packet_that_does_not_decode_ends_the_refill_with_its_error(tmp_path):
+    """The refill thread's decode fails: the training thread gets that error, never a hang."""
+    from torchstore.errors import FrameCodecError
+    from torchstore.io.frame_codec import EncodedFrames, FrameCodec, encode_frames
+
+    columns = [
+        ColumnSpec("cam", torch.uint8, (H, W, 3), codec=FrameCodec("av1", gop=8)),
+        ColumnSpec("action", torch.float32, (1,)),
+    ]
+    with TrajectoryStoreWriter(tmp_path / "bad.h5", columns) as w:
+        for e in range(EPISODES):
+            good = encode_frames(FrameCodec("av1", gop=8), _frames(e, STEPS))
+            packets = list(good.packets)
+            if e == EPISODES - 1:  # damaged at the source: passes its checksum, not the decoder
+                packets[10] = bytes(len(packets[10]))
+            cam = EncodedFrames(good.codec, good.info, packets, good.keyframes)
+            w.add_episode({"cam": cam, "action": np.zeros((STEPS, 1), np.float32)})
+    dm = OfflineDataModule(
+        tmp_path / "bad.h5",
+        batch_size=8,
+        resident=60,
+        resident_blocks=2,
+        device="cpu",
+        val_episodes=0,
+        steps_per_epoch=200,
+        layout="flat",
+    )
+    dm.setup("fit")
+    with pytest.raises(FrameCodecError, match=f"column 'cam' episode {EPISODES - 1}: frame"):
+        for _ in dm.train_dataloader():
+            pass
