@@ -265,3 +265,24 @@ def test_runs_cut_at_keyframes_decode_the_same_on_several_threads(tmp_path, kind
             out = np.zeros((b - a, H, W, 3), np.uint8)
             decode_packet_runs(spec, runs, out, threads=3)
             assert np.array_equal(out, whole[a:b]), (a, b)
+
+
+def test_a_fork_after_decoding_on_other_threads_does_not_hang(tmp_path):
+    """A child forked after a refill or pool thread decoded (DataLoader workers, forked
+    tests) must not free those threads' FFmpeg contexts: that waited forever."""
+    import threading
+
+    from tests.forked import run_forked
+    from torchstore.data.file.encoded import decode_packet_runs
+
+    path = tmp_path / "s.h5"
+    _write(path, "av1", lengths=(40, 40), gop=8)
+    with TrajectoryStore(path) as store:
+        reader = threading.Thread(target=store.read_column, args=("obs/cam", 0, 80))
+        reader.start()
+        reader.join()
+        out = np.empty((80, H, W, 3), np.uint8)
+        runs = store.read_packet_runs("obs/cam", 0, 80)
+        decode_packet_runs(store.column("obs/cam"), runs, out, threads=3)
+        status, text = run_forked(lambda: store.read_column("obs/cam", 5, 30), timeout=60)
+        assert status == "ok", f"{status}: {text}"

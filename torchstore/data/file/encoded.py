@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ __all__ = [
     "decode_packet_runs",
     "read_encoded",
     "committed_packet_bytes",
+    "decoder_cache",
+    "decode_threads",
 ]
 
 _OFFSET, _NBYTES, _FLAGS, _EXTRA = range(4)
@@ -368,7 +371,9 @@ def decode_packet_runs(
 
 def _decode_piece(spec: ColumnSpec, r: PacketRun, out: np.ndarray, decoders: dict | None) -> None:
     if decoders is None:  # a pool thread: its own decoders, kept between calls
-        decoders = _POOL_LOCAL.__dict__.setdefault("decoders", {})
+        decoders = getattr(_POOL_LOCAL, "decoders", None)
+        if decoders is None:
+            decoders = _POOL_LOCAL.decoders = decoder_cache()
     decoder = _decoder(spec, r.extradata, decoders)
     try:
         decoder.decode(r.packets, out[r.at : r.at + r.count], r.first, frame_base=r.frame_base)
@@ -433,6 +438,36 @@ def read_encoded(
         out = np.empty((stop - start, *spec.shape), dtype=np.uint8)
     runs = read_packet_runs(spec, index, packets, episodes, start, stop, rows, latest)
     return decode_packet_runs(spec, runs, out, decoders)
+
+
+class DecoderCache(dict):
+    """One thread's decoders, by stream (see :func:`decoder_cache`)."""
+
+
+#: Every decoder cache of this process. A forked child frees the thread-local storage of
+#: the parent's other threads, and freeing an FFmpeg context there waits forever on its
+#: slice threads, which the child does not have (a fork after a window had decoded hung in
+#: ``sws_freeContext``). So before a fork every cached decoder is moved here, where the
+#: child keeps it referenced (never freed; the parent lets go of it after the fork).
+_CACHES: weakref.WeakValueDictionary[int, DecoderCache] = weakref.WeakValueDictionary()
+_PARKED: list[FrameDecoder] = []
+
+
+def decoder_cache() -> DecoderCache:
+    """A new decoder cache for one thread, emptied before every fork (see ``_CACHES``)."""
+    cache = DecoderCache()
+    _CACHES[id(cache)] = cache
+    return cache
+
+
+def _park_decoders() -> None:
+    for cache in list(_CACHES.values()):
+        _PARKED.extend(cache.values())
+        cache.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_park_decoders, after_in_parent=_PARKED.clear)
 
 
 def _decoder(spec: ColumnSpec, extradata: bytes, cache: dict | None) -> FrameDecoder:

@@ -26,6 +26,7 @@ from torchstore.data.episodes import EpisodeIndex
 from torchstore.data.file.encoded import (
     PacketRun,
     decode_packet_runs,
+    decoder_cache,
     read_encoded,
     read_packet_runs,
 )
@@ -255,7 +256,7 @@ class StoreReader:
         if local is None:
             local = self.__dict__.setdefault("_decoder_local", threading.local())
         if not hasattr(local, "cache"):
-            local.cache = {}
+            local.cache = decoder_cache()
         return local.cache
 
     def read_slab(
