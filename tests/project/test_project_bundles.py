@@ -162,7 +162,7 @@ def _save_weights(path: Path) -> None:
 @pytest.mark.parametrize(
     ("bad_file", "words"),
     [
-        ("outputs/train/2026-01-01_00-00-00/last.ckpt", "pickle-based"),
+        ("outputs/train/2026-01-01_00-00-00/epoch=3.ckpt", "pickle-based"),
         ("outputs/train/2026-01-01_00-00-00/policy.pt", "pickle-based"),
         ("configs/data.h5", "datasets travel by name"),
     ],
@@ -173,6 +173,16 @@ def test_pickles_and_stores_are_never_bundled(tmp_path, bad_file, words):
     with pytest.raises(ProjectError, match=words):
         push_project(project, tmp_path / "loc", "p", progress=False)
     assert not (tmp_path / "loc").exists()  # nothing published
+
+
+def test_a_runs_resume_checkpoint_is_left_out_not_refused(tmp_path):
+    """Recipes keep last.ckpt to resume from; the bundle carries the run's safetensors."""
+    project = _tiny_project(tmp_path / "p")
+    (project / "outputs/train/2026-01-01_00-00-00/last.ckpt").write_bytes(b"\x80\x04K\x01.")
+    done = push_project(project, tmp_path / "loc", "p", progress=False)
+    left = dict(done.listing.left_out)
+    assert "resume checkpoint" in left["outputs/train/2026-01-01_00-00-00/last.ckpt"]
+    assert not any(rel.endswith(".ckpt") for rel, _ in done.listing.bundled)
 
 
 def test_a_broken_safetensors_file_is_refused(tmp_path):

@@ -39,6 +39,7 @@ GROUPS = ("store", "sampler", "datamodule", "model", "trainer", "hydra/job_loggi
 COMPOSITIONS = [
     ("bc", []),
     ("bc_robomimic", ["store.path=lift.h5"]),
+    ("bc_robomimic", ["store.path=lift.h5", "datamodule=robomimic_windowed"]),
     ("offline_rl", []),
     ("offline_rl", ["datamodule.sampler=prioritized"]),
     ("sac", []),

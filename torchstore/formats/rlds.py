@@ -65,7 +65,7 @@ from torchstore.formats.rlds_features import (
     step_count,
     tensor_rows,
 )
-from torchstore.formats.rlds_images import IMAGE_MODES, KeepRaw, KeptFrames, kept_codec
+from torchstore.formats.rlds_images import IMAGE_MODES, KeptFrames, _KeepRaw, kept_codec
 from torchstore.formats.rlds_metadata import locate, read_json, shown, split_files
 from torchstore.io.frame_codec import EncodedFrames
 from torchstore.io.tfrecord import iter_records, parse_example
@@ -294,7 +294,7 @@ class _Episodes:
         """Check an episode's frames of a kept column (headers here, bodies on the pool)
         and put its packets into ``packets`` as they are checked."""
         fits = [kept.fits(blob) for blob in blobs]
-        if kept.codec.kind == "jpeg" and not all(fits):  # decode it here: refused, or KeepRaw
+        if kept.codec.kind == "jpeg" and not all(fits):  # decode it here: refused, or _KeepRaw
             t = fits.index(False)
             kept.recoded(blobs[t], f"{what} step {t}")
         frames = list(blobs)  # filled in on the pool (a frame re-encoded replaces its bytes)
@@ -588,7 +588,7 @@ def import_rlds(
                 episodes = _Episodes(src.schema, tables, pool, images == "keep", raw)
                 _import_into(src, _Slabs(partial, src, tables, episodes, bar), empty)
             break
-        except KeepRaw as exc:  # start over, with that feature decoded (once per feature)
+        except _KeepRaw as exc:  # start over, with that feature decoded (once per feature)
             raw[exc.name] = exc.why
         finally:
             if bar is not None:

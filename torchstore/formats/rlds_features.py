@@ -39,7 +39,6 @@ __all__ = [
     "decode_image",
     "decode_frame",
     "image_shape",
-    "ImageShapeError",
     "MAX_FRAME_PIXELS",
     "MAX_VALUE_BYTES",
 ]
@@ -433,7 +432,7 @@ _JPEG_SPACES = {1: "GRAY", 3: "RGB"}
 MAX_FRAME_PIXELS = 89_478_485
 
 
-class ImageShapeError(ValueError):
+class _ImageShapeError(ValueError):
     """A frame whose header gives another shape than the column's (found before decoding)."""
 
     def __init__(self, shape: tuple[int, ...], expected: tuple[int, ...]):
@@ -461,7 +460,7 @@ def image_shape(blob: bytes, leaf: Leaf) -> tuple[int, ...] | None:
 
 def _check_frame(shape: tuple[int, ...], expected: tuple[int, ...] | None) -> None:
     if expected is not None and shape != expected:
-        raise ImageShapeError(shape, expected)
+        raise _ImageShapeError(shape, expected)
     if shape[0] * shape[1] > MAX_FRAME_PIXELS:
         raise ValueError(
             f"its header says {shape[1]}x{shape[0]} pixels, more than the {MAX_FRAME_PIXELS} read"
@@ -477,7 +476,7 @@ def decode_image(blob: bytes, leaf: Leaf, out: np.ndarray | None = None) -> np.n
     accurate DCT differs by up to about 15 levels); PNG and the rest through Pillow.
     ``out``: the array to decode into (and return), whose shape the frame must have;
     None: a new array is returned. The header's size is checked before any pixel is
-    decoded: :class:`ImageShapeError` when it is not ``out``'s shape, ``ValueError`` past
+    decoded: :class:`_ImageShapeError` when it is not ``out``'s shape, ``ValueError`` past
     :data:`MAX_FRAME_PIXELS`.
     """
     expected = None if out is None else out.shape
@@ -532,7 +531,7 @@ def decode_frame(leaf: Leaf, blob: bytes, out: np.ndarray | None, what: str) -> 
     ``out``'s (found from its header, before decoding) or the declared one."""
     try:
         image = decode_image(blob, leaf, out)
-    except ImageShapeError as exc:
+    except _ImageShapeError as exc:
         raise DatasetFormatError(f"{what}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - Pillow/libjpeg raise OSError, ValueError...
         raise DatasetFormatError(

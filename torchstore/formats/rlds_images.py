@@ -26,7 +26,7 @@ palette or 16-bit PNG, a PNG in a JPEG feature) is:
 - in a PNG column: kept as a PNG of those pixels, encoded here; lossless, so reads still
   give tfds's pixels;
 - in a JPEG column: no JPEG holds those pixels exactly, so the feature becomes a raw
-  column instead (:class:`KeepRaw`: the import starts over with it decoded, at most once
+  column instead (:class:`_KeepRaw`: the import starts over with it decoded, at most once
   per feature, and ``metadata["rlds"]["decoded_images"]`` says why).
 
 Features that stay raw columns from the start: ``uint16`` and ``float32`` images (an
@@ -45,13 +45,13 @@ from torchstore.formats.rlds_features import Leaf, decode_frame
 from torchstore.io.frame_codec import FrameCodec, StreamInfo, probe_image_bytes
 from torchstore.io.frame_codec_images import ImageDecoder, encode_image
 
-__all__ = ["IMAGE_MODES", "KeepRaw", "KeptFrames", "kept_codec"]
+__all__ = ["IMAGE_MODES", "KeptFrames", "kept_codec"]
 
 #: how import_rlds stores image features: their bytes as they are, or decoded to uint8
 IMAGE_MODES = ("keep", "decode")
 
 
-class KeepRaw(Exception):  # noqa: N818 - a signal to start over, never seen by callers
+class _KeepRaw(Exception):  # noqa: N818 - a signal to start over, never seen by callers
     """A frame that a JPEG column cannot hold exactly: the import starts over with the
     feature ``name`` as a raw column (``why`` is recorded in the store's metadata)."""
 
@@ -117,7 +117,7 @@ class KeptFrames:
     def recoded(self, blob: bytes, what: str) -> bytes:
         """A frame the column cannot keep as it is, decoded as tfds decodes it (refused
         as a decoding import refuses it) and kept as a PNG of those pixels; a JPEG column
-        raises :class:`KeepRaw`."""
+        raises :class:`_KeepRaw`."""
         pixels = decode_frame(self.leaf, blob, np.empty(self.shape, np.uint8), what)
         if self.codec.kind != "png":
             try:
@@ -125,5 +125,5 @@ class KeptFrames:
                 seen = f"a {head.kind.upper()} of {head.channels or 'other'} channels"
             except FrameCodecError:
                 seen = "neither a JPEG nor a PNG"
-            raise KeepRaw(self.leaf.name, f"{what} is {seen}, which a JPEG column cannot hold")
+            raise _KeepRaw(self.leaf.name, f"{what} is {seen}, which a JPEG column cannot hold")
         return encode_image(self.codec, pixels)

@@ -58,7 +58,8 @@ or null when the run folder does not say them. Unknown keys are ignored; a highe
 **Rules** (the remote-dataset rules, plus): no pickle-based file (``.pt``, ``.pth``,
 ``.bin``, ``.pkl``, ``.pickle``, ``.ckpt``) is bundled or pulled, since loading one runs code
 (in ``configs/``, ``recipes/`` or ``outputs/`` one refuses the push; elsewhere it is left
-out, and listed); policy weights are safetensors, each checked fully
+out, and listed; so is a recipe run's resume checkpoint, ``outputs/**/last.ckpt``);
+policy weights are safetensors, each checked fully
 (:func:`~torchstore.remote.weights.check_safetensors`) on push and again on pull; HDF5
 stores are refused in the bundled folders (push them as datasets); symlinks are refused;
 every path is checked to stay inside the project. The bundle is an ``assets`` entry at

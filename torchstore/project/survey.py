@@ -75,6 +75,12 @@ RULE_STORE = (
 )
 RULE_PICKLE = "pickle-based, loading it runs code: save weights with safetensors.torch.save_file"
 RULE_OTHER = "only configs/, recipes/, outputs/ and *.safetensors files are bundled"
+RULE_RESUME = (
+    "a run's resume checkpoint (a pickle): the run's policy.safetensors travels, and a run "
+    "resumes where it was written"
+)
+#: what a recipe run keeps to resume from (torchstore.lightning.progress.LastCheckpoint)
+_RESUME_CHECKPOINT = "last.ckpt"
 #: rules that, below a folder push does not bundle, give way to that folder's (RULE_OTHER)
 _INCIDENTAL = frozenset(
     {RULE_VCS, RULE_HIDDEN, RULE_HYDRA, RULE_PYCACHE, RULE_SCRATCH, RULE_SYMLINK, RULE_VENV}
@@ -152,6 +158,8 @@ class Survey:
             self.leave(rel, RULE_HIDDEN)
         elif is_scratch(rel):
             self.leave(rel, RULE_SCRATCH)
+        elif rel.startswith("outputs/") and path.name == _RESUME_CHECKPOINT:
+            self.leave(rel, RULE_RESUME)
         elif _in_bundled(rel) or rel.lower().endswith(WEIGHTS_SUFFIX):
             why = upload_refusal(path, root=root)
             own = project_refusal(rel)  # the project's own rule says more than "incomplete"
