@@ -136,6 +136,12 @@ def test_given_packets_of_another_kind_or_size_are_refused(tmp_path):
         small = encode_frames(FrameCodec("av1"), ep["obs/cam"][:, :32, :32])
         with pytest.raises(FrameCodecError, match=r"frames are \[48, 64, 3\]"):
             w.add_episode({"obs/cam": small, "action": ep["action"]})
+        hollow = encode_frames(FrameCodec("av1"), ep["obs/cam"])
+        hollow = type(hollow)(
+            hollow.codec, hollow.info, [b"", *hollow.packets[1:]], hollow.keyframes
+        )
+        with pytest.raises(FrameCodecError, match="the packet of frame 0 is empty"):
+            w.add_episode({"obs/cam": hollow, "action": ep["action"]})
         with pytest.raises(ColumnError, match="expects rows of shape"):
             w.add_episode({"obs/cam": ep["obs/cam"][:, :, :, :1], "action": ep["action"]})
         w.add_episode(_episode(2, 4))  # the writer goes on

@@ -176,6 +176,16 @@ class EncodedColumnWriter:
                 f"column '{spec.name}' frames are {list(spec.shape)}, the packets' stream is "
                 f"{list(value.info.frame_shape)}"
             )
+        if codec.is_video and value.info.pix_fmt not in (None, spec.codec.pix_fmt):
+            raise FrameCodecError(
+                f"column '{spec.name}' keeps {spec.codec.pix_fmt} video, the packets' stream is "
+                f"{value.info.pix_fmt}"
+            )
+        empty = [i for i, p in enumerate(value.packets) if not len(p)]
+        if empty:
+            raise FrameCodecError(
+                f"column '{spec.name}': the packet of frame {empty[0]} is empty", empty[0]
+            )
         keys = np.asarray(value.keyframes, dtype=bool)
         if keys.shape != (len(value.packets),) or not len(keys) or not keys[0]:
             raise FrameCodecError(
