@@ -292,3 +292,33 @@ def test_a_fork_after_decoding_on_other_threads_does_not_hang(tmp_path):
         decode_packet_runs(store.column("obs/cam"), runs, out, threads=3)
         status, text = run_forked(lambda: store.read_column("obs/cam", 5, 30), timeout=60)
         assert status == "ok", f"{status}: {text}"
+
+
+def test_an_episode_refused_for_room_commits_when_tried_again(tmp_path):
+    """end_episode refused before anything is written (no room) keeps the episode pending,
+    its frames encoded: the next end_episode commits it."""
+    import errno
+
+    from torchstore.errors import StorageFullError
+
+    ep = _episode(0, 20)
+    with TrajectoryStoreWriter(tmp_path / "s.h5", _columns("av1")) as w:
+        w.append(ep)
+        real = w._check_room
+        refusals = []
+
+        def no_room_once(nbytes):
+            if not refusals:
+                refusals.append(nbytes)
+                raise StorageFullError(errno.ENOSPC, "no room (test)", str(w.path))
+            real(nbytes)
+
+        w._check_room = no_room_once
+        with pytest.raises(StorageFullError):
+            w.end_episode()
+        assert w.pending_rows == 20
+        w.end_episode()
+    with TrajectoryStore(tmp_path / "s.h5") as store:
+        assert store.num_episodes == 1 and store.num_rows == 20
+        got = store.read_column("obs/cam", 0, 20)
+        assert np.abs(got.astype(np.int16) - ep["obs/cam"]).mean() < LOSSY_MAE["av1"]

@@ -101,6 +101,7 @@ class EncodedColumnWriter:
         self._worker: ThreadPoolExecutor | None = None
         self._jobs: list[Future] = []
         self._frames = 0  # frames handed to the encoder this episode
+        self._staged = 0  # rows of a finished episode staged for a commit not yet made
 
     def start_writing(self, rows: int) -> None:
         """Cut both datasets back to what ``rows`` committed rows hold."""
@@ -195,7 +196,12 @@ class EncodedColumnWriter:
             )
 
     def finish_episode(self, rows: int, episode: int) -> None:
-        """Stage the open episode (which must hold ``rows`` frames) for the next commit."""
+        """Stage the open episode (which must hold ``rows`` frames) for the next commit.
+
+        Called again before :meth:`committed` (the commit was refused for room, and is
+        tried again), it keeps what it staged."""
+        if self._staged == rows and self._encoder is None and self._given is None:
+            return
         if self._given is not None:
             encoded = self._given
         elif self._encoder is not None:
@@ -228,8 +234,14 @@ class EncodedColumnWriter:
         self.packets.append(np.frombuffer(blob, dtype=np.uint8))
         self.index.append(table)
         self._bytes += len(blob)
+        self._staged = rows
+
+    def committed(self) -> None:
+        """The writer committed what was staged."""
+        self._staged = 0
 
     def discard_episode(self) -> None:
+        self._staged = 0
         for job in self._jobs:  # let the thread finish what it was given, then forget it
             job.exception()
         self._jobs.clear()

@@ -473,6 +473,8 @@ class TrajectoryStoreWriter:
         self._rows, self._meta_bytes = rows, meta_end
         self._episodes += 1
         self._pending = 0
+        for enc in self._encoded.values():
+            enc.committed()
         return self._episodes - 1
 
     def add_episode(
@@ -553,6 +555,8 @@ class TrajectoryStoreWriter:
             self._file.flush()
             if self._durable:
                 fsync_file(self._file)
+        for enc in self._encoded.values():
+            enc.committed()
         first = self._episodes
         self._rows, self._meta_bytes = self._rows + n, int(meta_ends[-1])
         self._episodes += len(lengths)
