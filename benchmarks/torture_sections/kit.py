@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+import resource
 import signal
 import struct
 import sys
@@ -71,23 +72,39 @@ def expected_store(n: int) -> dict[str, np.ndarray]:
 
 
 # ----------------------------------------------------------------- forked checks
-def forked(fn: Callable[[], object], timeout: float) -> tuple[str, object]:
+def _report_child(fn: Callable[[], object], w: int, address_space: int | None) -> None:
+    """In the forked child: run ``fn``, write how it ended to ``w`` as JSON, exit."""
+    try:
+        if address_space is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+        out = ("ok", fn())
+    except TorchstoreError as exc:
+        out = ("torchstore", f"{type(exc).__name__}: {exc}")
+    except BaseException as exc:  # noqa: BLE001 - counting raw exceptions is the point
+        out = ("raw", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}")
+    data = json.dumps(out, default=str).encode()
+    with contextlib.suppress(OSError):
+        os.write(w, data[:60000])
+    os._exit(0)
+
+
+def forked(
+    fn: Callable[[], object],
+    timeout: float,
+    *,
+    address_space: int | None = None,
+    usage: dict | None = None,
+) -> tuple[str, object]:
     """Run ``fn`` in a child: ("ok", result) | ("torchstore", message) | ("raw", text) |
-    ("crash", signal name) | ("hang", None)."""
+    ("crash", signal name) | ("hang", None).
+
+    ``address_space``: the child's RLIMIT_AS in bytes (a MemoryError instead of the OOM
+    killer); ``usage``: a dict that gets the child's peak RSS in bytes as ``"maxrss"``."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        try:
-            out = ("ok", fn())
-        except TorchstoreError as exc:
-            out = ("torchstore", f"{type(exc).__name__}: {exc}")
-        except BaseException as exc:  # noqa: BLE001 - counting raw exceptions is the point
-            out = ("raw", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}")
-        data = json.dumps(out, default=str).encode()
-        with contextlib.suppress(OSError):
-            os.write(w, data[:60000])
-        os._exit(0)
+        _report_child(fn, w, address_space)
     os.close(w)
     deadline = time.monotonic() + timeout
     chunks = []
@@ -97,7 +114,7 @@ def forked(fn: Callable[[], object], timeout: float) -> tuple[str, object]:
             chunk = os.read(r, 65536)
             if chunk:
                 chunks.append(chunk)
-        done, status = os.waitpid(pid, os.WNOHANG)
+        done, status, rusage = os.wait4(pid, os.WNOHANG)
         if done:
             break
         if time.monotonic() > deadline:
@@ -106,6 +123,8 @@ def forked(fn: Callable[[], object], timeout: float) -> tuple[str, object]:
             os.close(r)
             return "hang", None
         time.sleep(0.002)
+    if usage is not None:
+        usage["maxrss"] = rusage.ru_maxrss * 1024
     os.set_blocking(r, True)
     while chunk := os.read(r, 65536):
         chunks.append(chunk)

@@ -23,15 +23,10 @@ error) / crash.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import random
-import resource
 import shutil
-import signal
 import struct
-import time
 import traceback
 import zlib
 from collections import Counter
@@ -41,6 +36,7 @@ import numpy as np
 
 from torchstore.errors import TorchstoreError
 from torchstore.io.tfrecord import iter_records, parse_example, serialize_example, write_records
+from torture_sections import kit
 from torture_sections.kit import short
 
 OUTCOMES = [
@@ -311,42 +307,24 @@ def _address_space() -> int:
 
 def _forked(source: Path, dest: Path) -> tuple[str, str]:
     """Run one import in a child: (outcome, text); hang / crash / over-memory from outside."""
-    baseline = _rss_bytes()
-    cap = _address_space() + _ADDRESS_SPACE
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-            out = _child(source, dest)
-        except BaseException as exc:  # noqa: BLE001
-            out = ("raw", repr(exc))
-        with contextlib.suppress(OSError):
-            os.write(w, json.dumps([out[0], out[1][: _MESSAGE_LIMIT + 1000]]).encode())
-        os._exit(0)
-    os.close(w)
-    deadline = time.monotonic() + _DEADLINE_S
-    while True:
-        done, status, usage = os.wait4(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            os.close(r)
-            return "hang", f"still running after {_DEADLINE_S:.0f} s"
-        time.sleep(0.005)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    if os.WIFSIGNALED(status):
-        return "crash", signal.Signals(os.WTERMSIG(status)).name
-    if not chunks:
-        return "crash", f"exit {os.waitstatus_to_exitcode(status)}"
-    outcome, text = json.loads(b"".join(chunks))
-    grown = usage.ru_maxrss * 1024 - baseline
+    baseline, usage = _rss_bytes(), {}
+
+    def report() -> tuple[str, str]:  # short enough for the pipe, long enough to judge
+        outcome, text = _child(source, dest)
+        return outcome, text[: _MESSAGE_LIMIT + 1000]
+
+    kind, value = kit.forked(
+        report,
+        _DEADLINE_S,
+        address_space=_address_space() + _ADDRESS_SPACE,
+        usage=usage,
+    )
+    if kind == "hang":
+        return "hang", f"still running after {_DEADLINE_S:.0f} s"
+    if kind != "ok":  # a crash, or an exception _child did not catch
+        return ("crash" if kind == "crash" else "raw"), str(value)
+    outcome, text = value
+    grown = usage["maxrss"] - baseline
     if outcome in GOOD and grown > _MEMORY_BUDGET:
         return "over-memory", f"peak RSS {grown / 2**20:.0f} MiB over the parent's ({text[:200]})"
     return outcome, text

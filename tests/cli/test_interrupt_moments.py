@@ -124,8 +124,9 @@ def test_ctrl_c_during_an_import_at_several_moments(tmp_path, moment):
             time.sleep(0.002)
         if moment.startswith("scan+"):
             time.sleep(int(moment[5:-2]) / 1000)
-        if proc.poll() is not None or (moment != "writing" and partial.exists()):
-            pytest.skip(f"the import got past the {moment} before the signal")
+        # a slow start may reach a later moment first: Ctrl-C must be one line there too,
+        # so the signal goes in wherever the import is; only a finished import cannot take it
+        assert proc.poll() is None, f"the import of 3000 demos finished before the {moment}"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
