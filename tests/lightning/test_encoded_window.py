@@ -30,6 +30,11 @@ def _frames(episode: int, n: int) -> np.ndarray:
     return np.stack([base, (base + 85) % 256, (255 - base)], axis=-1).astype(np.uint8)
 
 
+def _windowed(path, **kw) -> OfflineDataModule:
+    """A windowed data module of flat batches, no validation split."""
+    return OfflineDataModule(path, device="cpu", val_episodes=0, layout="flat", **kw)
+
+
 @pytest.fixture(scope="module")
 def camera_store(tmp_path_factory):
     path = tmp_path_factory.mktemp("cameras") / "cam.h5"
@@ -62,16 +67,7 @@ def decoded(camera_store):
 
 
 def test_window_batches_hold_the_decoded_frames_of_their_rows(camera_store, decoded):
-    dm = OfflineDataModule(
-        camera_store,
-        batch_size=16,
-        resident=60,
-        resident_blocks=2,
-        device="cpu",
-        val_episodes=0,
-        steps_per_epoch=40,
-        layout="flat",
-    )
+    dm = _windowed(camera_store, batch_size=16, resident=60, resident_blocks=2, steps_per_epoch=40)
     dm.setup("fit")
     seen = []
     for batch in dm.train_dataloader():
@@ -105,15 +101,7 @@ class _CameraPolicy(pl.LightningModule):
 def test_a_trainer_fits_from_an_encoded_store_ten_times_the_window(camera_store):
     row_bytes = H * W * 3 + 4 * 3 + 4 + 4 + 1
     budget = EPISODES * STEPS * row_bytes // 10
-    dm = OfflineDataModule(
-        camera_store,
-        batch_size=8,
-        resident=f"{budget}B",
-        device="cpu",
-        val_episodes=0,
-        steps_per_epoch=30,
-        layout="flat",
-    )
+    dm = _windowed(camera_store, batch_size=8, resident=f"{budget}B", steps_per_epoch=30)
     model = _CameraPolicy()
     trainer = pl.Trainer(max_epochs=2, **QUIET)
     trainer.fit(model, datamodule=dm)
@@ -142,15 +130,8 @@ def test_a_packet_that_does_not_decode_ends_the_refill_with_its_error(tmp_path):
                 packets[10] = bytes(len(packets[10]))
             cam = EncodedFrames(good.codec, good.info, packets, good.keyframes)
             w.add_episode({"cam": cam, "action": np.zeros((STEPS, 1), np.float32)})
-    dm = OfflineDataModule(
-        tmp_path / "bad.h5",
-        batch_size=8,
-        resident=60,
-        resident_blocks=2,
-        device="cpu",
-        val_episodes=0,
-        steps_per_epoch=200,
-        layout="flat",
+    dm = _windowed(
+        tmp_path / "bad.h5", batch_size=8, resident=60, resident_blocks=2, steps_per_epoch=200
     )
     dm.setup("fit")
     with pytest.raises(FrameCodecError, match=f"column 'cam' episode {EPISODES - 1}: frame"):

@@ -46,7 +46,6 @@ __all__ = [
     "PacketRun",
     "read_packet_runs",
     "decode_packet_runs",
-    "read_encoded",
     "committed_packet_bytes",
     "decoder_cache",
     "decode_threads",
@@ -302,15 +301,19 @@ def read_packet_runs(
     stop: int,
     rows: int,
     latest: Callable[[], int] | None = None,
+    *,
+    packet_bytes: int | None = None,
 ) -> list[PacketRun]:
     """The packet runs that decode rows ``[start, stop)`` of an encoded column (``rows``
     committed): per episode the range touches, one read of its packet rows from the
     episode's start and one contiguous read of the packet bytes from the keyframe at or
     before the range. The file is read here; :func:`decode_packet_runs` does not touch it,
-    so a caller sharing the file's handle holds its lock for this part only."""
+    so a caller sharing the file's handle holds its lock for this part only.
+    ``packet_bytes``: :func:`committed_packet_bytes` for ``rows``, when the caller keeps it."""
     if start == stop:
         return []
-    packet_bytes = committed_packet_bytes(index, rows, latest)
+    if packet_bytes is None:
+        packet_bytes = committed_packet_bytes(index, rows, latest)
     latest_bytes = None
     if latest is not None:  # a live writer moved the commit on: where its packets end now
 
@@ -439,27 +442,6 @@ def decode_threads() -> int:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return max(1, cores)
-
-
-def read_encoded(
-    spec: ColumnSpec,
-    index: ChecksummedDataset,
-    packets: ChecksummedDataset,
-    episodes: EpisodeIndex,
-    start: int,
-    stop: int,
-    rows: int,
-    latest: Callable[[], int] | None = None,
-    *,
-    out: np.ndarray | None = None,
-    decoders: dict | None = None,
-) -> np.ndarray:
-    """Decoded frames of rows ``[start, stop)`` of an encoded column: :func:`read_packet_runs`
-    then :func:`decode_packet_runs`, into ``out`` when given."""
-    if out is None:
-        out = np.empty((stop - start, *spec.shape), dtype=np.uint8)
-    runs = read_packet_runs(spec, index, packets, episodes, start, stop, rows, latest)
-    return decode_packet_runs(spec, runs, out, decoders)
 
 
 class DecoderCache(dict):

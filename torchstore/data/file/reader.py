@@ -25,12 +25,12 @@ from torchstore.data.columns import ColumnSpec
 from torchstore.data.episodes import EpisodeIndex
 from torchstore.data.file.encoded import (
     PacketRun,
+    committed_packet_bytes,
     decode_packet_runs,
     decoder_cache,
-    read_encoded,
     read_packet_runs,
 )
-from torchstore.data.file.layout import KEYFRAME, StoreDatasets, read_manifest
+from torchstore.data.file.layout import StoreDatasets, read_manifest
 from torchstore.data.file.manifest import Manifest
 from torchstore.errors import (
     ColumnError,
@@ -63,6 +63,9 @@ class StoreReader:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self._decoder_local = threading.local()  # each thread's decoders (encoded columns)
+        #: encoded column -> (committed rows, where their packets end), for the snapshot
+        self._packet_ends: dict[str, tuple[int, int]] = {}
         self._file = open_for_read(self.path)
         try:
             self._manifest = read_manifest(self._file, str(self.path))
@@ -193,13 +196,10 @@ class StoreReader:
                 f"column '{spec.name}' rows {start}..{stop} are outside the committed range "
                 f"0..{self._rows}"
             )
-        try:
-            return read_encoded(
-                spec, *self._packet_tables(spec), self._episodes, start, stop, self._rows,
-                self._latest(0), out=out, decoders=self._decoders(),
-            )  # fmt: skip
-        except TorchstoreError as exc:
-            raise _named(exc, self.path) from exc
+        runs = self.read_packet_runs(spec.name, start, stop)
+        if out is None:
+            out = np.empty((stop - start, *spec.shape), dtype=np.uint8)
+        return self.decode_packet_runs(spec.name, runs, out)
 
     def read_packet_runs(self, name: str, start: int, stop: int) -> list[PacketRun]:
         """The packets (verified) that decode rows ``[start, stop)`` of an encoded column;
@@ -209,9 +209,13 @@ class StoreReader:
         if spec.codec is None:
             raise ColumnError(f"column '{spec.name}' of {self.path} is not encoded")
         try:
+            index, packets = self._packet_tables(spec)
+            ends = self._packet_ends
+            if ends.get(spec.name, (-1, 0))[0] != self._rows:  # once per snapshot
+                ends[spec.name] = (self._rows, committed_packet_bytes(index, self._rows))
             return read_packet_runs(
-                spec, *self._packet_tables(spec), self._episodes, start, stop, self._rows,
-                self._latest(0),
+                spec, index, packets, self._episodes, start, stop, self._rows, self._latest(0),
+                packet_bytes=ends[spec.name][1],
             )  # fmt: skip
         except TorchstoreError as exc:
             raise _named(exc, self.path) from exc
@@ -236,25 +240,20 @@ class StoreReader:
             raise ColumnError(f"column '{spec.name}' of {self.path} is not encoded")
         start, stop = self._episodes.range(index)
         index %= self._episodes_n
-        (run,) = self.read_packet_runs(spec.name, start, stop)
-        table = self._ds.columns[spec.name].read(start, stop, self._rows, self._latest(0))
+        (run,) = self.read_packet_runs(spec.name, start, stop)  # one run: from frame 0
         height, width, channels = spec.shape
         info = StreamInfo(
             width, height, channels, pix_fmt=spec.codec.pix_fmt if spec.codec.is_video else None,
             extradata=run.extradata,
         )  # fmt: skip
-        return EncodedFrames(
-            spec.codec, info, [bytes(p) for p in run.packets], (table[:, 2] & KEYFRAME) != 0
-        )
+        return EncodedFrames(spec.codec, info, [bytes(p) for p in run.packets], run.keys)
 
     def _packet_tables(self, spec: ColumnSpec) -> tuple:
         return self._ds.columns[spec.name], self._ds.packets[spec.name]
 
     def _decoders(self) -> dict:
         """This thread's decoders of this store's encoded columns (kept between reads)."""
-        local = self.__dict__.get("_decoder_local")
-        if local is None:
-            local = self.__dict__.setdefault("_decoder_local", threading.local())
+        local = self._decoder_local
         if not hasattr(local, "cache"):
             local.cache = decoder_cache()
         return local.cache
