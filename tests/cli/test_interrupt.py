@@ -131,11 +131,19 @@ def test_ctrl_c_during_import_lafan_then_the_printed_resume_command_finishes_it(
         np.testing.assert_array_equal(got[c], want[c])
 
 
-def _has_open_csv(pid: int) -> bool:
+def has_open(pid: int, ending: str) -> bool:
+    """Whether process ``pid`` has a file whose path ends with ``ending`` open (/proc)."""
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
         return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(ending):
+                return True
+        except OSError:
+            continue
+    return False
     for fd in fds:
         try:
             if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(".csv"):
@@ -153,7 +161,7 @@ def test_ctrl_c_before_anything_is_written_says_so(tmp_path):
     # Signal while the validation pass has a CSV open and before any store file exists:
     # watched through /proc, so the moment does not depend on how fast the machine is.
     deadline = time.monotonic() + 120
-    while not _has_open_csv(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+    while not has_open(proc.pid, ".csv") and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     if proc.poll() is not None or (dest.parent.exists() and any(dest.parent.iterdir())):
         proc.kill()

@@ -15,6 +15,8 @@ import h5py
 import numpy as np
 import pytest
 
+from tests.cli.test_interrupt import has_open
+
 ENV = {**os.environ, "TORCHSTORE_DISABLE_PROGRESS": "1"}
 
 
@@ -87,21 +89,6 @@ sys.exit(cli.main(["info", sys.argv[1]]))
     _assert_one_line(done.returncode, done.stderr)
 
 
-def _opened(pid: int, name: str) -> bool:
-    """Whether process ``pid`` has a file called ``name`` open (through /proc)."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(name):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="watches the import through /proc")
 @pytest.mark.parametrize("moment", ["scan", "scan+20ms", "scan+100ms", "writing"])
 def test_ctrl_c_during_an_import_at_several_moments(tmp_path, moment):
@@ -119,7 +106,7 @@ def test_ctrl_c_during_an_import_at_several_moments(tmp_path, moment):
     try:
         deadline = time.monotonic() + 120
         while proc.poll() is None and time.monotonic() < deadline:
-            if partial.exists() if moment == "writing" else _opened(proc.pid, src.name):
+            if partial.exists() if moment == "writing" else has_open(proc.pid, src.name):
                 break
             time.sleep(0.002)
         if moment.startswith("scan+"):

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+
 import h5py
 import numpy as np
 import pytest
 import torch
 
-from tests.formats.robomimic_files import describe, write_isaaclab, write_libero, write_robomimic
+from tests.formats.robomimic_files import (
+    describe,
+    write_isaaclab,
+    write_libero,
+    write_mimicgen,
+    write_robomimic,
+)
 from torchstore import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 from torchstore.errors import DatasetFormatError, DestinationError, DestinationExistsError
 from torchstore.formats import export_robomimic, import_robomimic
@@ -58,7 +66,17 @@ def test_every_key_is_imported_exactly_in_robomimic_demo_order(robomimic_file, t
     assert batch["next", "obs", "object"].shape[1:] == (10,)
 
 
-@pytest.mark.parametrize("writer", [write_robomimic, write_libero, write_isaaclab])
+@pytest.mark.parametrize(
+    "writer",
+    [
+        write_robomimic,
+        write_libero,
+        write_isaaclab,
+        write_mimicgen,
+        functools.partial(write_mimicgen, labels_per_step=False),  # labels as metadata
+    ],
+    ids=["robomimic", "libero", "isaaclab", "mimicgen", "mimicgen-ragged-labels"],
+)
 def test_file_to_store_to_file_is_byte_equal_per_dataset(writer, tmp_path):
     src = writer(tmp_path / "src.hdf5")
     store = import_robomimic(src, tmp_path / "s.h5", progress=False)

@@ -142,17 +142,6 @@ def test_demos_are_read_in_bounded_slabs_and_imported_exactly(tmp_path, monkeypa
 
 
 # ---------------------------------------------------------------- MimicGen
-@pytest.mark.parametrize("labels_per_step", [True, False])
-def test_mimicgen_file_to_store_to_file_is_exact(labels_per_step, tmp_path):
-    src = write_mimicgen(tmp_path / "src.hdf5", labels_per_step=labels_per_step)
-    store = import_robomimic(src, tmp_path / "s.h5", progress=False)
-    out = export_robomimic(store, tmp_path / "out.hdf5", progress=False)
-    want, got = describe(src), describe(out)
-    assert sorted(got) == sorted(want)
-    for name in want:
-        assert got[name] == want[name], name
-
-
 def test_mimicgen_source_demos_are_episode_metadata_exactly(tmp_path):
     src = write_mimicgen(tmp_path / "src.hdf5")  # demo_1 has 2 steps and 2 subtasks
     store = TrajectoryStore(import_robomimic(src, tmp_path / "s.h5", progress=False))
