@@ -10,19 +10,22 @@ process resumes it.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import resource
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-import torchstore.io.hdf5 as hdf5
 from tests.data.test_crash_safety import COLUMNS, _check, episode_rows
 from tests.forked import run_forked
 from torchstore.data import TrajectoryStoreWriter
 from torchstore.errors import StorageFullError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _store(path: str, episodes: int) -> None:
@@ -110,51 +113,73 @@ def test_a_refused_write_leaves_a_store_that_readers_open_before_any_resume(tmp_
     assert status == "ok", f"{status}: {text}"
 
 
+# The writer the disk stops, in an interpreter of its own: it exits the way a program does
+# (HDF5 closes every file still open at exit), and only after the next writer is done. A
+# fresh interpreter, not a fork of the test worker: a fork would also close at exit whatever
+# HDF5 objects earlier tests in that worker left open.
+STOPPED_WRITER = """
+import json, os, resource, signal, sys
+from tests.data.test_crash_safety import episode_rows
+from torchstore.data import TrajectoryStoreWriter
+from torchstore.errors import StorageFullError
+
+path, closed_w, resumed_r = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+TrajectoryStoreWriter._check_room = lambda self, nbytes: None  # the space went meanwhile
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+w = TrajectoryStoreWriter.resume(path)
+limit = os.path.getsize(path) + 70_000
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+try:
+    for i in range(2, 10_000):
+        w.add_episode(episode_rows(i), metadata={"i": i})
+except StorageFullError:
+    pass
+w.close()
+resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
+os.write(closed_w, json.dumps(w.num_episodes).encode())
+os.read(resumed_r, 1)
+"""
+
+
 def test_a_writer_stopped_by_a_full_disk_never_writes_over_the_next_writer(tmp_path):
     """After the refusal the failed writer's process lives on. Another process resumes the
-    store once there is room and commits; when the first process then lets go of HDF5 (as
-    it does at exit: every file still open is closed), nothing of its stale state may reach
-    the file."""
+    store once there is room and commits; when the first process then exits (HDF5 closes
+    every file still open), nothing of its stale state may reach the file."""
     path = str(tmp_path / "s.h5")
     _store(path, 2)
     closed_r, closed_w = os.pipe()
     resumed_r, resumed_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the writer the disk stops; it exits only after the next one is done
-        code = 1
-        try:
-            TrajectoryStoreWriter._check_room = lambda self, nbytes: None
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-            w = TrajectoryStoreWriter.resume(path)
-            limit = os.path.getsize(path) + 70_000
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-            try:
-                for i in range(2, 10_000):
+    stopped = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_WRITER, path, str(closed_w), str(resumed_r)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        pass_fds=(closed_w, resumed_r),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(closed_w)
+    os.close(resumed_r)
+    try:
+        said = os.read(closed_r, 100)
+        assert said, f"the stopped writer exited early: {stopped.communicate(timeout=60)[1]}"
+        committed = json.loads(said)
+
+        def go_on() -> None:
+            with TrajectoryStoreWriter.resume(path) as w:
+                assert w.num_episodes == committed
+                for i in range(committed, committed + 2):
                     w.add_episode(episode_rows(i), metadata={"i": i})
-            except StorageFullError:
-                pass
-            w.close()
-            resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY,) * 2)
-            os.write(closed_w, json.dumps(w.num_episodes).encode())
-            os.read(resumed_r, 1)
-            del w
-            gc.collect()
-            hdf5._lib().H5close()  # what HDF5 does at a normal exit: close what is open
-            code = 0
-        finally:
-            os._exit(code)
-    committed = json.loads(os.read(closed_r, 100))
 
-    def go_on() -> None:
-        with TrajectoryStoreWriter.resume(path) as w:
-            assert w.num_episodes == committed
-            for i in range(committed, committed + 2):
-                w.add_episode(episode_rows(i), metadata={"i": i})
-
-    status, text = run_forked(go_on, timeout=120)
-    os.write(resumed_w, b"x")
-    _, wait = os.waitpid(pid, 0)
+        status, text = run_forked(go_on, timeout=120)
+        os.write(resumed_w, b"x")
+        _, err = stopped.communicate(timeout=120)
+    finally:
+        if stopped.poll() is None:
+            stopped.kill()
+            stopped.wait()
+        os.close(closed_r)
+        os.close(resumed_w)
     assert status == "ok", f"{status}: {text}"
-    assert os.WIFEXITED(wait) and os.WEXITSTATUS(wait) == 0, wait
+    assert stopped.returncode == 0, err
     status, text = run_forked(_check, path, committed + 2)
     assert status == "ok", f"{status}: {text}"
