@@ -327,6 +327,7 @@ def import_robomimic(
                     env_id=_env_id(f),
                     metadata=_metadata(f, layout, label),
                     overwrite=True,
+                    expected_rows=sum(layout.lengths),
                 ) as writer,
             ):
                 _write_rows(f, label, layout, writer, max(row_bytes, 1), bar)

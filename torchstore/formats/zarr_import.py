@@ -375,7 +375,7 @@ def import_zarr(
                 written_beside(dest, "importing") as partial,
                 TrajectoryStoreWriter(
                     partial, columns, recorded["env_id"], recorded["seed"], metadata,
-                    overwrite=True,
+                    overwrite=True, expected_rows=total,
                 ) as writer,
             ):  # fmt: skip
                 _write_slabs(writer, readers, plan, bar)

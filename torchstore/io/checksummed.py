@@ -44,6 +44,8 @@ __all__ = [
 _CHUNK_BYTES = 128 * 1024
 _MAX_BLOCK_ROWS = 65536
 _SUM_CHUNK_BLOCKS = 512
+_MIN_SUM_CHUNK_BLOCKS = 128  # 4 KiB of hashes
+_PAGE = 4096
 #: Rows are staged in memory and written once a column holds this many bytes.
 STAGE_BYTES = _STAGE_BYTES = 4 * 1024 * 1024
 #: How many times a block that fails while the commit record moves is read again, and
@@ -69,11 +71,14 @@ def create_checksummed(
     sums_group: h5py.Group,
     *,
     chunk_bytes: int = _CHUNK_BYTES,
+    expected_rows: int | None = None,
 ) -> None:
     """Create an empty growable dataset ``group[name]`` and its hash table ``sums_group[name]``.
 
     Every flush rewrites the partly filled last chunk, so tables that grow by a row or
     two per commit want small chunks (``chunk_bytes``); bulk columns want ~128 KiB.
+    HDF5 allocates a chunk whole, so a table that will hold ``expected_rows`` rows in
+    fewer bytes than that gets chunks of its size (whole 4 KiB pages) instead.
     """
     dtype = np.dtype(dtype)
     row_nbytes = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
@@ -87,7 +92,14 @@ def create_checksummed(
             f"column '{name}' rows are {row_nbytes:,} bytes each; a store keeps rows under "
             "4 GiB (HDF5's limit on a chunk): split the column"
         )
+    sum_blocks = _SUM_CHUNK_BLOCKS
+    if expected_rows is not None:
+        needed = max(1, expected_rows) * max(1, row_nbytes)
+        chunk_bytes = min(chunk_bytes, -(-needed // _PAGE) * _PAGE)
     rows = block_rows_for(row_nbytes, chunk_bytes)
+    if expected_rows is not None:
+        blocks = -(-max(1, expected_rows) // rows)
+        sum_blocks = min(_SUM_CHUNK_BLOCKS, max(_MIN_SUM_CHUNK_BLOCKS, blocks))
     group.create_dataset(
         name,
         shape=(0, *row_shape),
@@ -99,7 +111,7 @@ def create_checksummed(
         name,
         shape=(0, 2, 2),
         maxshape=(None, 2, 2),
-        chunks=(_SUM_CHUNK_BLOCKS, 2, 2),
+        chunks=(sum_blocks, 2, 2),
         dtype=np.uint64,
     )
     sums.attrs["block_rows"] = rows

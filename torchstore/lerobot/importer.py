@@ -240,12 +240,19 @@ def import_lerobot(
         specs_of = dict(zip(names, specs, strict=True))
         reencoded: dict[str, list[int]] = {}
         frames = 0
-        bar = _bar(sum(e.length for e in chosen), progress, f"import {root.name}")
+        total_rows = sum(e.length for e in chosen)
+        bar = _bar(total_rows, progress, f"import {root.name}")
         try:
             with (
                 written_beside(dest, "importing") as partial,
                 TrajectoryStoreWriter(
-                    partial, specs, env_id=env_id, seed=seed, metadata=metadata, overwrite=True
+                    partial,
+                    specs,
+                    env_id=env_id,
+                    seed=seed,
+                    metadata=metadata,
+                    overwrite=True,
+                    expected_rows=total_rows,
                 ) as writer,
             ):
                 # the store is renamed into place only when complete, so a commit per episode

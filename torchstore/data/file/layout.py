@@ -70,8 +70,11 @@ EP_META = "meta"
 _EPISODE_TABLES = ((EP_INDEX, np.int64, (3,), 8192), (EP_META, np.uint8, (), 16384))
 
 
-def build_store_file(f: h5py.File, manifest: Manifest) -> None:
-    """Create every dataset and attribute of an empty store (SWMR allows no new objects later)."""
+def build_store_file(f: h5py.File, manifest: Manifest, expected_rows: int | None = None) -> None:
+    """Create every dataset and attribute of an empty store (SWMR allows no new objects later).
+
+    ``expected_rows``, when the writer knows it, sizes the row tables' chunks for a small
+    store (see :func:`~torchstore.io.checksummed.create_checksummed`)."""
     # Fixed-length bytes, not a variable-length string: those live in the global heap,
     # which HDF5 neither checksums nor reads safely when damaged (a flipped heap byte can
     # hang the read); a fixed-length attribute lives in the checksummed object header.
@@ -88,6 +91,7 @@ def build_store_file(f: h5py.File, manifest: Manifest) -> None:
                 np.dtype(np.int64),
                 (len(PACKET_FIELDS),),
                 sums.require_group(COLUMNS),
+                expected_rows=expected_rows,
             )
             create_checksummed(
                 f.require_group(PACKETS),
@@ -104,6 +108,7 @@ def build_store_file(f: h5py.File, manifest: Manifest) -> None:
             numpy_dtype(spec.storage_dtype),
             spec.shape,
             sums.require_group(COLUMNS),
+            expected_rows=expected_rows,
         )
     for name, dtype, shape, chunk_bytes in _EPISODE_TABLES:
         create_checksummed(

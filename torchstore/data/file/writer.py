@@ -165,15 +165,19 @@ class TrajectoryStoreWriter:
             if the writer is killed or its ``with`` block raises, the old store stays.
             A file that is not a torchstore store, or a store another live process is
             writing, is never replaced.
+        durable: ``fsync`` at every commit, so committed episodes survive power loss too
+            (SIGKILL safety needs no fsync).
+        created: the creation time the manifest records (ISO 8601); None records now.
+        expected_rows: how many rows the store will hold, where that is known up front (an
+            import). A table's chunks are then no bigger than its rows: HDF5 allocates a
+            chunk whole, and at the default 128 KiB per column a small store carries up
+            to a megabyte of empty chunks. The store may still grow past it.
 
     One writer per store: a writer holds an OS lock on the hidden ``.NAME.lock`` next to
     the file for its lifetime, and a second writer (new, ``resume`` or ``overwrite``) of the
     same file is refused with :class:`~torchstore.errors.StoreLockedError` naming the
     holder. The kernel drops the lock when its process dies, so a killed writer's store
     can be resumed at once.
-        durable: ``fsync`` at every commit, so committed episodes survive power loss too
-            (SIGKILL safety needs no fsync).
-        created: the creation time the manifest records (ISO 8601); None records now.
 
     Examples:
         >>> with TrajectoryStoreWriter("demo.h5", [ColumnSpec("obs", "float32", (3,))]) as w:
@@ -191,8 +195,15 @@ class TrajectoryStoreWriter:
         overwrite: bool = False,
         durable: bool = False,
         created: str | None = None,
+        expected_rows: int | None = None,
     ):
         path = Path(path)
+        if expected_rows is not None and (
+            isinstance(expected_rows, bool)
+            or not isinstance(expected_rows, int)
+            or expected_rows < 0
+        ):
+            raise ValueError(f"expected_rows must be a whole number >= 0, got {expected_rows!r}")
         manifest = Manifest.new(
             columns, env_id=env_id, seed=seed, metadata=metadata, created=created
         )
@@ -211,12 +222,14 @@ class TrajectoryStoreWriter:
             if path.exists():
                 # Write the new store aside; the old one stays whole until close() renames.
                 aside = partial
-                create_in_place(aside, lambda f: build_store_file(f, manifest))
+                create_in_place(aside, lambda f: build_store_file(f, manifest, expected_rows))
                 file = open_for_append(aside, lock=lock)
             else:
                 # Renamed into place already open for SWMR writing: a reader that opens
                 # it at any moment neither sees a half-made file nor locks this writer out.
-                file = create_for_append(path, lambda f: build_store_file(f, manifest))
+                file = create_for_append(
+                    path, lambda f: build_store_file(f, manifest, expected_rows)
+                )
         except BaseException as exc:
             if aside is not None:
                 aside.unlink(missing_ok=True)

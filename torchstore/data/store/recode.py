@@ -80,6 +80,7 @@ def recode_store(
                 metadata=m.metadata,
                 overwrite=overwrite,
                 created=m.created or None,
+                expected_rows=store.num_rows,
             ) as writer:
                 for i in range(store.num_episodes):
                     rows = store.episode(i, raw=True)
