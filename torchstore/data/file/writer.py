@@ -12,6 +12,7 @@ import contextlib
 import errno
 import glob
 import json
+import operator
 import os
 import resource
 from collections.abc import Mapping, Sequence
@@ -198,12 +199,16 @@ class TrajectoryStoreWriter:
         expected_rows: int | None = None,
     ):
         path = Path(path)
-        if expected_rows is not None and (
-            isinstance(expected_rows, bool)
-            or not isinstance(expected_rows, int)
-            or expected_rows < 0
-        ):
-            raise ValueError(f"expected_rows must be a whole number >= 0, got {expected_rows!r}")
+        if expected_rows is not None:
+            try:
+                rows_hint = -1 if isinstance(expected_rows, bool) else operator.index(expected_rows)
+            except TypeError:
+                rows_hint = -1
+            if rows_hint < 0:
+                raise ValueError(
+                    f"expected_rows must be a whole number >= 0, got {expected_rows!r}"
+                )
+            expected_rows = rows_hint
         manifest = Manifest.new(
             columns, env_id=env_id, seed=seed, metadata=metadata, created=created
         )
