@@ -8,21 +8,19 @@ lerobot interpreter row 4 says it was skipped and how to make one.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
+
+from tests.file_module import load_module
 
 CAMERAS = Path(__file__).resolve().parents[2] / "benchmarks" / "cameras.py"
 
 
 @pytest.fixture(scope="module")
 def cameras():
-    spec = importlib.util.spec_from_file_location("cameras_benchmark", CAMERAS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(CAMERAS, "cameras_benchmark")
 
 
 def test_a_quick_run_prints_every_row_and_its_target(cameras, tmp_path, capsys):

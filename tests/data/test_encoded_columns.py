@@ -12,11 +12,11 @@ import signal
 import sys
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 import torch
 
+from tests.damage import flip_chunk_byte
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 from torchstore.errors import ColumnError, FrameCodecError, IntegrityError
 from torchstore.io.frame_codec import FrameCodec, encode_frames
@@ -196,23 +196,12 @@ def test_a_writer_killed_mid_episode_loses_only_that_episode(tmp_path):
     assert len(episodes) == 2
 
 
-def _flip_packet_byte(path, at: int) -> None:
-    with h5py.File(path, "r") as f:
-        offset = f["packets/obs/cam"].id.get_chunk_info(0).byte_offset
-    assert offset is not None
-    with open(path, "r+b") as fh:
-        fh.seek(offset + at)
-        byte = fh.read(1)
-        fh.seek(offset + at)
-        fh.write(bytes([byte[0] ^ 0x10]))
-
-
 def test_a_flipped_packet_byte_is_caught_by_the_checksum_before_the_decoder(tmp_path):
     from torchstore.data.store.verify import verify_store
 
     path = tmp_path / "s.h5"
     _write(path, "av1", lengths=(30,))
-    _flip_packet_byte(path, 200)
+    flip_chunk_byte(path, "packets/obs/cam", 0, 200)
     with TrajectoryStore(path) as store:
         with pytest.raises(IntegrityError, match="packets"):
             store.read_column("obs/cam", 10, 20)

@@ -13,7 +13,6 @@ torchrl cases then use the build ``benchmarks/_torchrl_tree.py`` caches, or are 
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -24,6 +23,7 @@ from tensordict import TensorDict
 from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import prioritized as trl_prioritized
 
+from tests.file_module import load_module
 from torchstore.data.replay.ring import StoreReplay
 from torchstore.samplers import PrioritizedSampler
 
@@ -42,9 +42,7 @@ def torchrl_trees(monkeypatch):
     built = base / "torchstore-benchmarks" / f"torchrl-csrc-torch{tag}" / "_torchrl.so"
     if not built.is_file():
         pytest.skip("torchrl's C++ segment trees do not load with this torch and none are built")
-    spec = importlib.util.spec_from_file_location("_torchrl", built)
-    ext = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ext)
+    ext = load_module(built, "_torchrl")
     for name in TREES:
         monkeypatch.setattr(trl_prioritized, name, getattr(ext, name))
 

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.file_module import load_module
 
 TORTURE = Path(__file__).resolve().parents[2] / "benchmarks" / "torture.py"
 
 
 @pytest.fixture(scope="module")
 def torture():
-    spec = importlib.util.spec_from_file_location("torture", TORTURE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module(TORTURE, "torture")
 
 
 def test_a_short_torture_run_is_all_on_target(torture, tmp_path, capsys):

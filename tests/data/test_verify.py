@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from tests.damage import flip_chunk_byte
 from torchstore.cli import main
-from torchstore.data import TrajectoryStore
 from torchstore.data.store.verify import verify_store
 from torchstore.demo import write_demo_store
 
@@ -22,16 +22,7 @@ def store(tmp_path):
 
 def _flip_chunk(path, column: str, chunk: int) -> int:
     """Flip one byte inside chunk ``chunk`` of ``column``; returns the rows per chunk."""
-    with TrajectoryStore(path) as s:
-        ds = s._ds.columns[column].data
-        offset = ds.id.get_chunk_info(chunk).byte_offset
-        rows = ds.chunks[0]
-    with open(path, "r+b") as f:
-        f.seek(offset + 7)
-        b = f.read(1)[0]
-        f.seek(offset + 7)
-        f.write(bytes([b ^ 0x01]))
-    return rows
+    return flip_chunk_byte(path, f"columns/{column}", chunk, 7, mask=0x01)
 
 
 def test_a_healthy_store_verifies_with_progress(store):

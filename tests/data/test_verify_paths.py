@@ -9,6 +9,7 @@ import os
 import numpy as np
 import pytest
 
+from tests.damage import flip_chunk_byte
 from torchstore.data import TrajectoryStore
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.file.writer import TrajectoryStoreWriter
@@ -34,13 +35,7 @@ def store(tmp_path):
 
 
 def _flip(path, column: str, chunk: int, at: int = 3) -> None:
-    with TrajectoryStore(path) as s:
-        offset = s._ds.columns[column].data.id.get_chunk_info(chunk).byte_offset
-    with open(path, "r+b") as f:
-        f.seek(offset + at)
-        b = f.read(1)[0]
-        f.seek(offset + at)
-        f.write(bytes([b ^ 0x40]))
+    flip_chunk_byte(path, f"columns/{column}", chunk, at, mask=0x40)
 
 
 def _both(path, monkeypatch) -> tuple[verify.Verification, verify.Verification]:

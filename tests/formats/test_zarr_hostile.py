@@ -10,8 +10,6 @@ nothing at ``dest``.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ import pytest
 import zarr
 from zarr.storage import LocalStore
 
+from tests.formats.refused_import import refused_import
 from torchstore import TrajectoryStore
 from torchstore.cli import main
 from torchstore.errors import DatasetFormatError
@@ -135,14 +134,4 @@ def test_only_stored_chunks_are_read_for_their_headers(tmp_path, monkeypatch):
 def test_the_cli_prints_one_line_and_exits_1(tmp_path):
     for name, kwargs in (("zero", HOSTILE["zero-chunk"][0]), ("grid", HOSTILE["huge-row"][0])):
         src = _declared(tmp_path / f"{name}.zarr", **kwargs)
-        dest = tmp_path / f"{name}.h5"
-        result = subprocess.run(
-            [sys.executable, "-m", "torchstore.cli", "import", str(src), str(dest)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert result.returncode == 1, result.stderr
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and "data/x" in lines[0] and "Traceback" not in result.stderr
-        assert not dest.exists()
+        assert "data/x" in refused_import(src, tmp_path / f"{name}.h5")

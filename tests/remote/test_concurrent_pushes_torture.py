@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from pathlib import Path
+
+from tests.file_module import load_module
 
 SECTION = Path(__file__).parents[2] / "benchmarks" / "torture_sections" / "concurrent_pushes.py"
 
 
 def test_the_concurrent_pushes_section_counts_every_trial_as_consistent(tmp_path):
-    spec = importlib.util.spec_from_file_location("concurrent_pushes", SECTION)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(SECTION, "concurrent_pushes")
     assert module.OUTCOMES[0] in module.GOOD and module.GOOD <= set(module.OUTCOMES)
     trials = 2 * len(module.RACES)  # every race, on a folder and over HTTP
     counts, notes = module.run_section(tmp_path, trials, random.Random(5))

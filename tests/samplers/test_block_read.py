@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.damage import flip_chunk_byte
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.file.writer import TrajectoryStoreWriter
 from torchstore.data.residency import block_read as block_read_module
@@ -124,13 +125,7 @@ def test_a_window_reads_its_blocks_from_the_chunks_and_gathers_the_store_rows(st
 def _flip_a_byte(path, bad, column: str, *, chunk: int, at: int):
     """A copy of the store at ``bad`` with byte ``at`` of ``column``'s chunk ``chunk`` flipped."""
     shutil.copyfile(path, bad)
-    with TrajectoryStore(bad) as store:
-        offset = store._ds.columns[column].data.id.get_chunk_info(chunk).byte_offset
-    with open(bad, "r+b") as f:
-        f.seek(offset + at)
-        byte = f.read(1)[0]
-        f.seek(offset + at)
-        f.write(bytes([byte ^ 0x10]))
+    flip_chunk_byte(bad, f"columns/{column}", chunk, at)
     return bad
 
 

@@ -70,15 +70,29 @@ def _row_bytes(shape: Sequence[int], dtype: np.dtype) -> int:
     return math.prod(int(s) for s in shape) * np.dtype(dtype).itemsize
 
 
+def _refuse_over(
+    where: str,
+    what: str,
+    shape: Sequence[int],
+    dtype: np.dtype,
+    most: int,
+    limit: str,
+    decoded: str = "",
+) -> None:
+    """Refuse an array of ``shape`` and ``dtype`` (each ``what``) over ``most`` bytes, the
+    limit named ``limit``."""
+    size = _row_bytes(shape, dtype)
+    if size > most:
+        raise DatasetFormatError(
+            f"{where}: each {what} is {np.dtype(dtype)} {tuple(int(s) for s in shape)}, "
+            f"{sized(size)}{decoded}; a {what} may hold at most {sized(most)} "
+            f"(torchstore.formats.limits.{limit})"
+        )
+
+
 def check_row(where: str, shape: Sequence[int], dtype: np.dtype) -> None:
     """Refuse a key whose rows of ``shape`` and ``dtype`` exceed :data:`MAX_ROW_BYTES`."""
-    size = _row_bytes(shape, dtype)
-    if size > MAX_ROW_BYTES:
-        raise DatasetFormatError(
-            f"{where}: each row is {np.dtype(dtype)} {tuple(int(s) for s in shape)}, "
-            f"{sized(size)}; a row may hold at most {sized(MAX_ROW_BYTES)} "
-            "(torchstore.formats.limits.MAX_ROW_BYTES)"
-        )
+    _refuse_over(where, "row", shape, dtype, MAX_ROW_BYTES, "MAX_ROW_BYTES")
 
 
 def check_step(where: str, keys: dict[str, int]) -> None:
@@ -95,13 +109,7 @@ def check_step(where: str, keys: dict[str, int]) -> None:
 
 def check_chunk(where: str, chunk: Sequence[int], dtype: np.dtype) -> None:
     """Refuse chunks of shape ``chunk`` and ``dtype`` over :data:`MAX_CHUNK_BYTES`."""
-    size = _row_bytes(chunk, dtype)
-    if size > MAX_CHUNK_BYTES:
-        raise DatasetFormatError(
-            f"{where}: each chunk is {np.dtype(dtype)} {tuple(int(c) for c in chunk)}, "
-            f"{sized(size)} decoded; a chunk may hold at most {sized(MAX_CHUNK_BYTES)} "
-            "(torchstore.formats.limits.MAX_CHUNK_BYTES)"
-        )
+    _refuse_over(where, "chunk", chunk, dtype, MAX_CHUNK_BYTES, "MAX_CHUNK_BYTES", " decoded")
 
 
 def check_unstored(where: str, declared: int, stored: int, chunk_bytes: int) -> None:
