@@ -62,7 +62,7 @@ from _camera_frames import camera_frames  # noqa: E402
 from _timing import per_call_interleaved, print_table, ratio_spread  # noqa: E402
 
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter  # noqa: E402
-from torchstore.io.frame_codec import FrameCodec, write_mp4  # noqa: E402
+from torchstore.io.frames.codec import FrameCodec, write_mp4  # noqa: E402
 from torchstore.lerobot import LeRobotWriter  # noqa: E402
 from torchstore.lightning import OfflineDataModule  # noqa: E402
 

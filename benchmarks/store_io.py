@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import median_per_call_interleaved, median_time, print_table  # noqa: E402
 
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter  # noqa: E402
-from torchstore.io.checksummed import block_rows_for  # noqa: E402
+from torchstore.io.hdf5.checksummed import block_rows_for  # noqa: E402
 
 ONE_COLUMN = (ColumnSpec("x", torch.float32, (26,)),)
 FIVE_COLUMNS = (

@@ -6,7 +6,7 @@ import torch
 from hypothesis import settings
 
 from torchstore.data import ColumnSpec, Quantize
-from torchstore.io.scheduling import restore_scheduling, thread_scheduling
+from torchstore.io.frames.scheduling import restore_scheduling, thread_scheduling
 
 # Property tests check invariants, not speed: on shared cores, with one test worker per
 # core, one example can outlast Hypothesis's default 200 ms deadline.

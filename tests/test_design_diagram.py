@@ -93,3 +93,41 @@ def test_every_name_on_the_batch_path_exists():
         module = importlib.import_module("torchstore." + ".".join(parts[:2]))
         if len(parts) == 3:
             assert hasattr(module, parts[2]), f"torchstore.{dotted} does not exist"
+
+
+IO_MEDIA = ["hdf5", "frames", "remote", "records"]
+
+
+def test_each_io_medium_is_a_room_that_imports_no_other_medium():
+    io_top = {path.stem for path in (ROOT / "torchstore" / "io").glob("*.py")} - {"__init__"}
+    rooms = {path.name for path in (ROOT / "torchstore" / "io").iterdir() if path.is_dir()}
+    assert rooms - {"__pycache__"} == set(IO_MEDIA)
+    for medium in IO_MEDIA:
+        package = f"torchstore.io.{medium}"
+        doc = importlib.import_module(package).__doc__ or ""
+        assert "must not know" in doc, f"{package} does not say what it must not know"
+        for name in _imported(package):
+            if not name.startswith("torchstore.io") or name.startswith(package):
+                continue
+            assert name.split(".")[2] in io_top, f"{package} imports {name}, another medium's"
+
+
+def test_old_io_module_paths_still_import_with_a_deprecation_warning():
+    import subprocess
+    import sys
+
+    # a fresh interpreter: an alias is registered in sys.modules at its first import
+    code = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from torchstore.io.frame_codec import FrameCodec\n"
+        "    import torchstore.io.hdf5 as hdf5\n"
+        "from torchstore.io.frames.codec import FrameCodec as New\n"
+        "assert FrameCodec is New\n"
+        "assert hdf5.open_for_read and hdf5.MANIFEST_ATTR\n"
+        "print([str(w.message) for w in caught if w.category is DeprecationWarning])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "torchstore.io.frame_codec moved to torchstore.io.frames.codec" in out.stdout

@@ -14,14 +14,14 @@ import torchstore.errors as errors
 from torchstore.errors import NoSuchEntryError, TorchstoreError
 
 OLD_HOMES = {
-    "torchstore.io.transfer": [
+    "torchstore.io.remote.transfer": [
         "TransferError",
         "RemoteNotFoundError",
         "NoSuchLocationError",
         "NoSuchEntryError",
         "DeadlineError",
     ],
-    "torchstore.io.http": ["RemoteChangedError"],
+    "torchstore.io.remote.http": ["RemoteChangedError"],
     "torchstore.remote.upload": ["IncompleteFileError", "UnknownEntryError"],
     "torchstore.remote.backend": ["EntryExistsError", "EntryKindError"],
     "torchstore.remote.location": ["OfflineError"],

@@ -105,9 +105,9 @@ def test_messages_build_their_extra_hint_with_the_helper():
 
 #: (module, function, the module it imports, the distribution that provides it)
 REQUIREMENTS = [
-    ("torchstore.io.video_container", "require_av", "av", "av"),
-    ("torchstore.io.hub", "require_huggingface_hub", "huggingface_hub", "huggingface-hub"),
-    ("torchstore.io.parquet", "require_pyarrow", "pyarrow", "pyarrow"),
+    ("torchstore.io.frames.video_container", "require_av", "av", "av"),
+    ("torchstore.io.remote.hub", "require_huggingface_hub", "huggingface_hub", "huggingface-hub"),
+    ("torchstore.io.records.parquet", "require_pyarrow", "pyarrow", "pyarrow"),
     ("torchstore.formats.zarr_source", "require_zarr", "zarr", "zarr"),
     ("torchstore.minari.importer", "require_minari", "minari", "minari"),
     ("torchstore.remote.weights", "_require_safetensors", "safetensors", "safetensors"),

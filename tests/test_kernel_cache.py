@@ -24,8 +24,8 @@ KERNEL_MODULES = [
     "torchstore.samplers.kernels",
     "torchstore.data.rows.rowcopy",
     "torchstore.data.rows.rowgather",
-    "torchstore.io.xxh3_rows",
-    "torchstore.io._varints",
+    "torchstore.io.hdf5.xxh3_rows",
+    "torchstore.io.records._varints",
     "torchstore.data.residency.direct_read",
 ]
 
@@ -48,7 +48,7 @@ def test_every_kernel_is_compiled_with_an_on_disk_cache(name):
 _RUN = """
 import numpy as np
 import numba
-from torchstore.io._varints import decode_varints
+from torchstore.io.records._varints import decode_varints
 out = np.empty(2, dtype=np.int64)
 assert decode_varints(np.array([5, 0x80, 0x01], dtype=np.uint8), out) == 2
 assert out.tolist() == [5, 128]

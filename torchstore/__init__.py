@@ -104,7 +104,8 @@ _EXPORTS = {
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-# modules the docs named at their old places before data/ and samplers/ got rooms of their own
+# modules the docs named at their old places before data/, samplers/ and io/ got rooms of
+# their own
 alias_moved_modules(
     {
         "torchstore.data.writer": "torchstore.data.file.writer",
@@ -114,6 +115,28 @@ alias_moved_modules(
         "torchstore.data.verify": "torchstore.data.store.verify",
         "torchstore.data.buffer_checkpoint": "torchstore.data.replay.buffer_dump",
         "torchstore.samplers.window_storage": "torchstore.window.window_storage",
+        # io/ grouped by medium (hdf5/, frames/, remote/, records/)
+        "torchstore.io.checksummed": "torchstore.io.hdf5.checksummed",
+        "torchstore.io.xxh3_rows": "torchstore.io.hdf5.xxh3_rows",
+        "torchstore.io.writer_lock": "torchstore.io.hdf5.writer_lock",
+        "torchstore.io.reproducible": "torchstore.io.hdf5.reproducible",
+        "torchstore.io.video": "torchstore.io.frames.video",
+        "torchstore.io.video_encode": "torchstore.io.frames.video_encode",
+        "torchstore.io.video_container": "torchstore.io.frames.video_container",
+        "torchstore.io.background_encoder": "torchstore.io.frames.background_encoder",
+        "torchstore.io.frame_codec": "torchstore.io.frames.codec",
+        "torchstore.io.frame_codec_images": "torchstore.io.frames.codec_images",
+        "torchstore.io.frame_codec_mp4": "torchstore.io.frames.codec_mp4",
+        "torchstore.io.frame_codec_types": "torchstore.io.frames.codec_types",
+        "torchstore.io.frame_codec_video": "torchstore.io.frames.codec_video",
+        "torchstore.io.scheduling": "torchstore.io.frames.scheduling",
+        "torchstore.io.http": "torchstore.io.remote.http",
+        "torchstore.io.hub": "torchstore.io.remote.hub",
+        "torchstore.io.transfer": "torchstore.io.remote.transfer",
+        "torchstore.io.folder": "torchstore.io.remote.folder",
+        "torchstore.io.checksum": "torchstore.io.remote.checksum",
+        "torchstore.io.tfrecord": "torchstore.io.records.tfrecord",
+        "torchstore.io.parquet": "torchstore.io.records.parquet",
     }
 )
 

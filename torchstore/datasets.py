@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchstore.errors import AmbiguousDatasetError, IntegrityError, TorchstoreError
 from torchstore.io.paths import check_name
-from torchstore.io.transfer import NoSuchEntryError, TransferError
+from torchstore.io.remote.transfer import NoSuchEntryError, TransferError
 from torchstore.remote.cache import _Cache, _offline, default_cache_dir, pull_entry, split_revision
 from torchstore.remote.index import RemoteEntry
 from torchstore.remote.location import is_offline, parse_location

@@ -38,8 +38,8 @@ GOOD = {"intact"}
 KILL_KINDS = ("random", "inside resume", "inside commit", "inside close", "inside recovery")
 #: Traps inside the recovery of a killed writer's file (before or after each step).
 _TRAPS_RECOVERY = [
-    ("torchstore.io.hdf5", None, "_raise_stored_eoa_to_eof"),
-    ("torchstore.io.hdf5", None, "_recover_after_kill"),
+    ("torchstore.io.hdf5.files", None, "_raise_stored_eoa_to_eof"),
+    ("torchstore.io.hdf5.files", None, "_recover_after_kill"),
 ]
 _PHASE = -4  # the child is entering the phase it is to be killed in
 _PHASE_DONE = -5
@@ -64,7 +64,7 @@ def _child(path: Path, fd: int, plan: tuple) -> None:
     kind, trap, episodes = plan
 
     def body() -> None:
-        import torchstore.io.hdf5 as hdf5
+        import torchstore.io.hdf5.files as hdf5
 
         if kind == "inside recovery" and trap is None:
             _phase_marker(fd, hdf5, "_recover_after_kill")

@@ -35,7 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from torchstore.errors import TorchstoreError
-from torchstore.io.tfrecord import iter_records, parse_example, serialize_example, write_records
+from torchstore.io.records.tfrecord import (
+    iter_records,
+    parse_example,
+    serialize_example,
+    write_records,
+)
 from torture_sections import kit
 from torture_sections.kit import short
 
@@ -87,7 +92,7 @@ def _mutate_framing(version: Path, rng: random.Random) -> str:
         at = rng.choice(offsets)
         length = rng.choice((2**31, 2**31 - 1, 2**40, len(data), 2**64 - 1, 0))
         header = struct.pack("<Q", length)
-        from torchstore.io.tfrecord import masked_crc32c
+        from torchstore.io.records.tfrecord import masked_crc32c
 
         data[at : at + 12] = header + struct.pack("<I", masked_crc32c(header))
         how = f"length {length}"
@@ -198,7 +203,7 @@ def _mutate_example(version: Path, rng: random.Random) -> str:
 
 def _with_long_varint(data: bytes, features: dict) -> bytes:
     """Re-encode the Example with one int feature as 10-byte varints past 64 bits."""
-    from torchstore.io.tfrecord import _tagged
+    from torchstore.io.records.tfrecord import _tagged
 
     ints = [k for k, v in features.items() if isinstance(v, np.ndarray) and v.dtype.kind == "i"]
     if not ints:
@@ -214,7 +219,7 @@ def _with_long_varint(data: bytes, features: dict) -> bytes:
 
 def parse_body(example: bytes) -> bytes:
     """The ``Features`` payload of a serialized Example (its one field 1)."""
-    from torchstore.io.tfrecord import _fields
+    from torchstore.io.records.tfrecord import _fields
 
     for number, _, a, b in _fields(example, 0, len(example)):
         if number == 1:

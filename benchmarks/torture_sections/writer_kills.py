@@ -22,15 +22,15 @@ from torture_sections.kit import (
 )
 
 _TRAPS_COMMIT = [
-    ("torchstore.io.checksummed", "ChecksummedDataset", "seal"),
+    ("torchstore.io.hdf5.checksummed", "ChecksummedDataset", "seal"),
     ("h5py", "File", "flush"),
     ("torchstore.data.file.layout", "StoreDatasets", "write_commit"),
-    ("torchstore.io.checksummed", "ChecksummedDataset", "write_staged"),
+    ("torchstore.io.hdf5.checksummed", "ChecksummedDataset", "write_staged"),
 ]
 _TRAPS_RESUME = [
-    ("torchstore.io.hdf5", None, "_recover_after_kill"),
-    ("torchstore.io.hdf5", None, "_open_swmr_writer"),
-    ("torchstore.io.checksummed", "ChecksummedDataset", "start_writing"),
+    ("torchstore.io.hdf5.files", None, "_recover_after_kill"),
+    ("torchstore.io.hdf5.files", None, "_open_swmr_writer"),
+    ("torchstore.io.hdf5.checksummed", "ChecksummedDataset", "start_writing"),
     ("h5py", "File", "flush"),
 ]
 

@@ -27,7 +27,7 @@ from torchstore.errors import (
     StoreFormatError,
     StoreLockedError,
 )
-from torchstore.io.writer_lock import WriterLock
+from torchstore.io.hdf5.writer_lock import WriterLock
 from torchstore.samplers import PrioritizedSampler
 
 ROWS = 64

@@ -194,7 +194,7 @@ def _crashed_store(tmp_path) -> tuple[str, int]:
 def _resume_dying_at(path: str, step: str) -> None:
     """Resume ``path`` in this (forked) process and SIGKILL it at ``step`` of the resume."""
     import torchstore.data.file.writer as writer_module
-    import torchstore.io.hdf5 as hdf5
+    import torchstore.io.hdf5.files as hdf5
 
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -310,7 +310,7 @@ def _superblock_extension_continuation(data: bytes) -> int:
 
 
 def _set_superblock(path: str, *, flags: int, eoa: int) -> None:
-    from torchstore.io.reproducible import lookup3
+    from torchstore.io.hdf5.reproducible import lookup3
 
     with open(path, "r+b") as f:
         head = bytearray(f.read(48))

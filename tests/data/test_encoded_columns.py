@@ -19,7 +19,7 @@ import torch
 from tests.damage import flip_chunk_byte
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 from torchstore.errors import ColumnError, FrameCodecError, IntegrityError
-from torchstore.io.frame_codec import FrameCodec, encode_frames
+from torchstore.io.frames.codec import FrameCodec, encode_frames
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks._camera_frames import camera_frames  # noqa: E402

@@ -17,7 +17,7 @@ import struct
 import h5py
 import pytest
 
-import torchstore.io.hdf5 as hdf5
+import torchstore.io.hdf5.files as hdf5
 from tests.data.test_crash_safety import (
     COLUMNS,
     _check,

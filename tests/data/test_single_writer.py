@@ -26,8 +26,8 @@ from torchstore.errors import (
     DestinationExistsError,
     StoreLockedError,
 )
-from torchstore.io.hdf5 import open_for_append
-from torchstore.io.writer_lock import live_writer, lock_path
+from torchstore.io.hdf5.files import open_for_append
+from torchstore.io.hdf5.writer_lock import live_writer, lock_path
 
 COLS = [ColumnSpec("x", torch.float32, (4,))]
 EPISODES = 40

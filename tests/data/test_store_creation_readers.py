@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import torchstore.data.file.writer as writer_module
-import torchstore.io.hdf5 as hdf5
+import torchstore.io.hdf5.files as hdf5
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 
 COLUMNS = [ColumnSpec("obs", torch.float32, (3,))]

@@ -30,8 +30,8 @@ from torchstore.errors import (
     RowIndexError,
     StoreFormatError,
 )
-from torchstore.io.hdf5 import create_atomically, open_for_append
-from torchstore.io.writer_lock import WriterLock
+from torchstore.io.hdf5.files import create_atomically, open_for_append
+from torchstore.io.hdf5.writer_lock import WriterLock
 
 COLUMNS = [
     ColumnSpec("obs", torch.float32, (3,)),

@@ -19,7 +19,12 @@ import pytest
 from torchstore import TrajectoryStore
 from torchstore.errors import DatasetFormatError, DestinationExistsError, UnsupportedError
 from torchstore.formats import import_rlds
-from torchstore.io.tfrecord import iter_records, parse_example, serialize_example, write_records
+from torchstore.io.records.tfrecord import (
+    iter_records,
+    parse_example,
+    serialize_example,
+    write_records,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "rlds_tiny"
 VERSION = FIXTURE / "1.0.0"
@@ -380,7 +385,7 @@ def test_a_failed_import_keeps_the_store_it_would_replace(copy, tmp_path):
 
 
 def _field(number: int, wire: int, payload: bytes) -> bytes:
-    from torchstore.io.tfrecord import _encode_varint
+    from torchstore.io.records.tfrecord import _encode_varint
 
     if wire == 2:
         payload = _encode_varint(len(payload)) + payload

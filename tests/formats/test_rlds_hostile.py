@@ -20,7 +20,12 @@ from tests.formats.refused_import import refused_import
 from tests.formats.test_rlds import SHARDS, VERSION, _example, _fails, _field, _rewrite
 from torchstore.errors import DatasetFormatError, UnsupportedError
 from torchstore.formats import import_rlds
-from torchstore.io.tfrecord import iter_records, masked_crc32c, parse_example, serialize_example
+from torchstore.io.records.tfrecord import (
+    iter_records,
+    masked_crc32c,
+    parse_example,
+    serialize_example,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from torture_sections.rlds_files import _jpeg_bomb, _png_bomb  # noqa: E402

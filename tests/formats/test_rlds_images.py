@@ -20,7 +20,7 @@ import pytest
 from torchstore import TrajectoryStore
 from torchstore.errors import ArgumentError, DatasetFormatError
 from torchstore.formats import import_rlds
-from torchstore.io.tfrecord import serialize_example, write_records
+from torchstore.io.records.tfrecord import serialize_example, write_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from _camera_frames import camera_frames  # noqa: E402

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from torchstore.errors import VideoError
-from torchstore.io.background_encoder import BackgroundVideoEncoder
-from torchstore.io.video import VideoFrameReader, encode_video, probe_video
+from torchstore.io.frames.background_encoder import BackgroundVideoEncoder
+from torchstore.io.frames.video import VideoFrameReader, encode_video, probe_video
 
 
 def frames(n: int) -> np.ndarray:

@@ -7,7 +7,13 @@ import hashlib
 import pytest
 
 from torchstore.errors import IntegrityError
-from torchstore.io.checksum import git_blob_sha1_file, is_sha1, is_sha256, sha256_file, verify_file
+from torchstore.io.remote.checksum import (
+    git_blob_sha1_file,
+    is_sha1,
+    is_sha256,
+    sha256_file,
+    verify_file,
+)
 
 
 def test_digests_match_known_values(tmp_path):

@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from torchstore.errors import IntegrityError
-from torchstore.io.folder import FsspecClient, LocalFolderClient, folder_client
-from torchstore.io.http import RemoteChangedError
-from torchstore.io.transfer import RemoteNotFoundError, TransferError
+from torchstore.io.remote.folder import FsspecClient, LocalFolderClient, folder_client
+from torchstore.io.remote.http import RemoteChangedError
+from torchstore.io.remote.transfer import RemoteNotFoundError, TransferError
 
 
 @pytest.fixture(params=["local", "memory"])

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from _camera_frames import camera_frames  # noqa: E402
 
 from torchstore.errors import ArgumentError, FrameCodecError, VideoError  # noqa: E402
-from torchstore.io.frame_codec import (  # noqa: E402
+from torchstore.io.frames.codec import (  # noqa: E402
     FrameCodec,
     FrameDecoder,
     FrameEncoder,
@@ -28,7 +28,7 @@ from torchstore.io.frame_codec import (  # noqa: E402
     probe_image_bytes,
     write_mp4,
 )
-from torchstore.io.video import EncoderSettings, concat_videos, encode_video  # noqa: E402
+from torchstore.io.frames.video import EncoderSettings, concat_videos, encode_video  # noqa: E402
 
 FPS = 30
 H, W = 48, 64

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from torchstore.errors import IntegrityError
-from torchstore.io.http import HttpClient, RemoteChangedError
-from torchstore.io.transfer import RemoteNotFoundError, TransferError
+from torchstore.io.remote.http import HttpClient, RemoteChangedError
+from torchstore.io.remote.transfer import RemoteNotFoundError, TransferError
 
 SIZE = 300_000
 
@@ -202,7 +202,7 @@ def test_a_zero_byte_file_downloads_to_an_empty_file(file_server, tmp_path):
 def test_the_deadline_stops_a_dripping_body_and_keeps_what_arrived(file_server, blob, tmp_path):
     import time
 
-    from torchstore.io.transfer import DeadlineError
+    from torchstore.io.remote.transfer import DeadlineError
 
     file_server.drip_s["ds/blob.bin"] = 0.02  # each byte well inside the 5 s read timeout
     client = HttpClient(file_server.url, timeout=5.0, retries=3)

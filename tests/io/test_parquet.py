@@ -1,4 +1,4 @@
-"""torchstore.io.parquet: complete-file checks and guarded reads, with format-neutral errors."""
+"""torchstore.io.records.parquet: complete-file checks and guarded reads, format-neutral errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from torchstore.errors import LeRobotFormatError, ParquetFormatError, TorchstoreError
-from torchstore.io.parquet import check_footer, read_table, write_table_atomically
+from torchstore.io.records.parquet import check_footer, read_table, write_table_atomically
 
 
 def _table():

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.forked import run_forked
-from torchstore.io.scheduling import restore_scheduling, thread_scheduling
+from torchstore.io.frames.scheduling import restore_scheduling, thread_scheduling
 
 linux_only = pytest.mark.skipif(
     not os.path.isdir("/proc/self/task"), reason="thread scheduling is read from /proc"
@@ -47,7 +47,7 @@ def _raw_svtav1_open() -> None:
 
 
 def _encode_an_episode(folder: str) -> None:
-    from torchstore.io.video import EpisodeVideoEncoder
+    from torchstore.io.frames.video import EpisodeVideoEncoder
 
     assert not _realtime_threads()
     with EpisodeVideoEncoder(os.path.join(folder, "a.mp4"), fps=10, width=64, height=48) as enc:

@@ -11,7 +11,7 @@ import torch
 av = pytest.importorskip("av")
 
 from torchstore.errors import VideoError  # noqa: E402
-from torchstore.io.video import (  # noqa: E402
+from torchstore.io.frames.video import (  # noqa: E402
     EncoderSettings,
     EpisodeVideoEncoder,
     VideoFrameReader,

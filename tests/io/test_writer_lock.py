@@ -14,7 +14,7 @@ import time
 import pytest
 
 from torchstore.errors import DestinationError, StoreLockedError, TorchstoreError
-from torchstore.io.writer_lock import WriterLock, live_writer, lock_path
+from torchstore.io.hdf5.writer_lock import WriterLock, live_writer, lock_path
 
 
 def _hold_in_child(path, *, release_after: float | None = None) -> tuple[int, int]:
@@ -79,7 +79,7 @@ def test_other_processes_see_the_holder_and_are_refused(tmp_path):
         assert live_writer(path)["pid"] == pid
         code = (
             "import sys\n"
-            "from torchstore.io.writer_lock import WriterLock, live_writer\n"
+            "from torchstore.io.hdf5.writer_lock import WriterLock, live_writer\n"
             "from torchstore.errors import StoreLockedError\n"
             f"print(live_writer({str(path)!r})['pid'])\n"
             "try:\n"

@@ -9,7 +9,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torchstore.io.xxh3_rows import LONG_MIN, verify_rows, xxh3_64
+from torchstore.io.hdf5.xxh3_rows import LONG_MIN, verify_rows, xxh3_64
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,7 +13,7 @@ import pytest
 
 from torchstore.data import TrajectoryStore
 from torchstore.errors import LeRobotFormatError
-from torchstore.io.video import concat_videos
+from torchstore.io.frames.video import concat_videos
 from torchstore.lerobot import LeRobotWriter, export_lerobot, import_lerobot
 from torchstore.lerobot.layout import VIDEO_PATH
 

@@ -34,7 +34,7 @@ from torchstore.errors import (  # noqa: E402
     UnsafePathError,
     VideoError,
 )
-from torchstore.io.video import encode_video  # noqa: E402
+from torchstore.io.frames.video import encode_video  # noqa: E402
 from torchstore.lerobot import LeRobotWriter, import_lerobot  # noqa: E402
 
 FPS = 10
@@ -48,7 +48,7 @@ FEATURES = {
 NUMERIC = ("observation.state", "action")
 LENGTHS = (5, 8, 6)
 
-# torchstore/io/video.py: decoded frames are within MAE <= 3 and PSNR >= 32 dB of the input
+# torchstore/io/frames/video.py: decoded frames are within MAE <= 3 and PSNR >= 32 dB of the input
 MAX_MAE = 3.0
 MIN_PSNR = 32.0
 

@@ -22,7 +22,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 
 from torchstore.errors import LeRobotFormatError  # noqa: E402
 from torchstore.io.paths import resolve_inside  # noqa: E402
-from torchstore.io.transfer import RemoteNotFoundError, TransferError  # noqa: E402
+from torchstore.io.remote.transfer import RemoteNotFoundError, TransferError  # noqa: E402
 from torchstore.lerobot.hub import (  # noqa: E402
     dataset_card,
     download_lerobot,

@@ -15,7 +15,7 @@ import pytest
 from torchstore.cli import main
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 from torchstore.errors import ArgumentError, VideoError
-from torchstore.io.frame_codec import FrameCodec, packets_from_mp4, write_mp4
+from torchstore.io.frames.codec import FrameCodec, packets_from_mp4, write_mp4
 from torchstore.lerobot import LeRobotSource, LeRobotWriter, export_lerobot, import_lerobot
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -129,7 +129,7 @@ def test_imported_frames_are_what_pyav_decodes_from_the_mp4(av1_dataset, tmp_pat
 def _one_frame_store(store, path: Path) -> int:
     """Bytes of a store with ``store``'s columns and chunks holding one frame: what its
     layout allocates however little it holds (every table's first chunk)."""
-    from torchstore.io.frame_codec import EncodedFrames
+    from torchstore.io.frames.codec import EncodedFrames
 
     first = store.encoded_episode(CAM, 0)
     one = EncodedFrames(first.codec, first.info, first.packets[:1], first.keyframes[:1])
@@ -344,7 +344,7 @@ def test_an_episode_that_does_not_start_on_a_keyframe_is_re_encoded(av1_dataset,
     encoded into the column with its codec, and the import says so."""
     import shutil
 
-    from torchstore.io.video import EncoderSettings, encode_video
+    from torchstore.io.frames.video import EncoderSettings, encode_video
 
     root = tmp_path / "ds"
     shutil.copytree(av1_dataset, root)

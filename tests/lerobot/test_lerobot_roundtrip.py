@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
-from torchstore.io.video import EncoderSettings
+from torchstore.io.frames.video import EncoderSettings
 from torchstore.lerobot import LeRobotSource, LeRobotWriter, export_lerobot, import_lerobot
 from torchstore.lerobot.stats import STAT_NAMES
 
@@ -34,7 +34,7 @@ FEATURES = {
 }
 LENGTHS = (10, 15, 8)
 # AV1 at LeRobot's defaults on the smooth test scene: mean abs error about 1 level in 255
-# (torchstore/io/video.py states and tests the codec bound).
+# (torchstore/io/frames/video.py states and tests the codec bound).
 VIDEO_MAE = 3.0
 
 

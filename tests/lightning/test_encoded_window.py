@@ -116,7 +116,7 @@ def test_a_trainer_fits_from_an_encoded_store_ten_times_the_window(camera_store)
 def test_a_packet_that_does_not_decode_ends_the_refill_with_its_error(tmp_path):
     """The refill thread's decode fails: the training thread gets that error, never a hang."""
     from torchstore.errors import FrameCodecError
-    from torchstore.io.frame_codec import EncodedFrames, FrameCodec, encode_frames
+    from torchstore.io.frames.codec import EncodedFrames, FrameCodec, encode_frames
 
     columns = [
         ColumnSpec("cam", torch.uint8, (H, W, 3), codec=FrameCodec("av1", gop=8)),

@@ -20,8 +20,8 @@ from torchstore.errors import (
     RemoteChangedError,
     TorchstoreError,
 )
-from torchstore.io.folder import LocalFolderClient
-from torchstore.io.http import HttpClient
+from torchstore.io.remote.folder import LocalFolderClient
+from torchstore.io.remote.http import HttpClient
 from torchstore.remote import RemoteCatalog, backend, pull
 from torchstore.remote.index import (
     RemoteEntry,

@@ -228,7 +228,7 @@ def test_a_push_racing_a_prune_never_loses_the_bytes_its_index_lists(
     tmp_path, monkeypatch, content
 ):
     """A push that reads the pruned index before prune deletes must not upload where it deletes."""
-    from torchstore.io.folder import LocalFolderClient
+    from torchstore.io.remote.folder import LocalFolderClient
 
     loc = tmp_path / "loc"
     local = make_dataset(tmp_path / "local")
@@ -264,7 +264,7 @@ def test_a_push_racing_a_prune_never_loses_the_bytes_its_index_lists(
 
 def test_sync_retried_after_an_identical_sync_reports_file_paths(tmp_path, monkeypatch):
     """Bytes sent before losing the index race to the same content count as that file's upload."""
-    from torchstore.io.folder import LocalFolderClient
+    from torchstore.io.remote.folder import LocalFolderClient
 
     loc = tmp_path / "loc"
     rec = tmp_path / "rec"

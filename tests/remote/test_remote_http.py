@@ -194,7 +194,7 @@ def test_slow_server_fails_clearly(file_server, pushed, tmp_path):
 
 
 def test_concurrent_pusher_is_merged_not_overwritten(file_server, tmp_path, monkeypatch):
-    from torchstore.io.http import HttpClient
+    from torchstore.io.remote.http import HttpClient
 
     local = make_dataset(tmp_path / "local")
     real = HttpClient.write_bytes

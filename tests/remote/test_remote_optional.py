@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from torchstore.io.hub import HubClient, require_huggingface_hub
+from torchstore.io.remote.hub import HubClient, require_huggingface_hub
 from torchstore.remote import TransferError, fetch_policy_weights, pull, push
 
 

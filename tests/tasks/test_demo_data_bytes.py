@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 
 from torchstore.cli import main
-from torchstore.io.reproducible import reproducible_copy
+from torchstore.io.hdf5.reproducible import reproducible_copy
 
 SHIPPED = Path(__file__).resolve().parents[2] / "data" / "reach_demo.h5"
 

@@ -190,7 +190,7 @@ def test_shipped_demo_file_matches_what_demo_data_regenerates(tmp_path):
 
 def test_the_reproducible_demo_store_is_an_ordinary_store(tmp_path):
     from torchstore.data.file.writer import TrajectoryStoreWriter
-    from torchstore.io.reproducible import lookup3
+    from torchstore.io.hdf5.reproducible import lookup3
 
     # lookup3 known answers (Bob Jenkins' lookup3.c driver), the checksum HDF5 metadata uses
     assert lookup3(b"") == 0xDEADBEEF

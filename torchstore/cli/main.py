@@ -98,7 +98,7 @@ def _encode(args: argparse.Namespace) -> None:
     from torchstore.data.store.recode import camera_columns, recode_store
     from torchstore.data.store.store import TrajectoryStore
     from torchstore.errors import ColumnError
-    from torchstore.io.frame_codec import FrameCodec
+    from torchstore.io.frames.codec import FrameCodec
 
     settings = {k: getattr(args, k) for k in ("crf", "gop", "quality") if getattr(args, k)}
     codec = FrameCodec(args.codec, **settings)

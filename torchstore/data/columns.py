@@ -3,7 +3,7 @@
 A store declares its columns instead of inheriting a fixed five. Names may be nested with
 ``/`` (``next/obs``), which becomes the nested TensorDict key ``("next", "obs")``. A
 camera column (``uint8 [H, W, C]``) may keep its frames encoded on disk (PNG, JPEG, AV1 or
-H.264, see :class:`~torchstore.io.frame_codec_types.FrameCodec`); it reads back as the same
+H.264, see :class:`~torchstore.io.frames.codec_types.FrameCodec`); it reads back as the same
 ``uint8`` frames.
 """
 
@@ -20,7 +20,7 @@ import torch
 
 from torchstore.data.quantize import Quantize
 from torchstore.errors import ColumnError, FrameCodecError
-from torchstore.io.frame_codec_types import FrameCodec
+from torchstore.io.frames.codec_types import FrameCodec
 
 __all__ = [
     "ColumnSpec",
@@ -114,7 +114,7 @@ class ColumnSpec:
         shape: per-row shape, ``()`` for a scalar per row.
         quantize: store as uint8 through this affine map (floating columns only).
         codec: keep the frames of a ``uint8 [H, W, C]`` column encoded on disk (a
-            :class:`~torchstore.io.frame_codec_types.FrameCodec`, its kind name such as
+            :class:`~torchstore.io.frames.codec_types.FrameCodec`, its kind name such as
             ``"av1"``, or its dict); readers get ``uint8`` frames back. PNG is exact, JPEG and
             video are lossy. ``"raw"`` (or None) keeps the bytes as they are.
 

@@ -1,7 +1,7 @@
 """``import_rlds``: an RLDS / Open X-Embodiment dataset (TFDS folder) into a trajectory store.
 
 No TensorFlow at run time: the TFRecord shards are streamed by
-:mod:`torchstore.io.tfrecord` (both CRC32C checks on every record) and each episode's
+:mod:`torchstore.io.records.tfrecord` (both CRC32C checks on every record) and each episode's
 ``tf.train.Example`` is decoded by hand. ``uint8`` image features keep their JPEG / PNG
 bytes as they are, in encoded columns (:mod:`torchstore.formats.rlds_images`: every
 frame's header and body checked first); with ``images="decode"``, and for depth images,
@@ -67,8 +67,8 @@ from torchstore.formats.rlds_features import (
 )
 from torchstore.formats.rlds_images import IMAGE_MODES, KeptFrames, _KeepRaw, kept_codec
 from torchstore.formats.rlds_metadata import locate, read_json, shown, split_files
-from torchstore.io.frame_codec import EncodedFrames
-from torchstore.io.tfrecord import iter_records, parse_example
+from torchstore.io.frames.codec import EncodedFrames
+from torchstore.io.records.tfrecord import iter_records, parse_example
 
 __all__ = ["import_rlds", "locate_rlds", "RldsSource"]
 

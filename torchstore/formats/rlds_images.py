@@ -6,7 +6,7 @@ image feature becomes a column with ``codec=jpeg`` or ``png`` (its ``encoding_fo
 ``features.json``, else its first frame's format) holding those bytes unchanged, so the
 store takes about the space of the shards instead of the decoded frames (7.5x the shards
 for 224x224 camera JPEGs at quality 90). Reads decode JPEG with TensorFlow's settings and
-PNG losslessly (:mod:`torchstore.io.frame_codec_images`): the pixels tfds decodes.
+PNG losslessly (:mod:`torchstore.io.frames.codec_images`): the pixels tfds decodes.
 
 Each frame is checked before it is kept:
 
@@ -42,8 +42,8 @@ import numpy as np
 
 from torchstore.errors import FrameCodecError
 from torchstore.formats.rlds_features import Leaf, decode_frame
-from torchstore.io.frame_codec import FrameCodec, StreamInfo, probe_image_bytes
-from torchstore.io.frame_codec_images import ImageDecoder, encode_image
+from torchstore.io.frames.codec import FrameCodec, StreamInfo, probe_image_bytes
+from torchstore.io.frames.codec_images import ImageDecoder, encode_image
 
 __all__ = ["IMAGE_MODES", "KeptFrames", "kept_codec"]
 

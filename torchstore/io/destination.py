@@ -15,8 +15,8 @@ from pathlib import Path
 import h5py
 
 from torchstore.errors import DestinationError, DestinationExistsError, StoreLockedError
-from torchstore.io.hdf5 import MANIFEST_ATTR, open_for_read
-from torchstore.io.writer_lock import WriterLock, describe_holder, live_writer, locked_message
+from torchstore.io.hdf5.files import MANIFEST_ATTR, open_for_read
+from torchstore.io.hdf5.writer_lock import WriterLock, describe_holder, live_writer, locked_message
 
 __all__ = ["check_destination", "is_store_file", "written_beside"]
 

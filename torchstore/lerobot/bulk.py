@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from torchstore.io.parquet import write_table_atomically
+from torchstore.io.records.parquet import write_table_atomically
 from torchstore.lerobot.episodes_table import EpisodeRow, episodes_table
 from torchstore.lerobot.info import write_json_atomically
 from torchstore.lerobot.layout import STATS, data_path, episodes_path, next_file, video_path
@@ -26,7 +26,7 @@ class BulkMixin:
 
     def _buffer_episode(self, index: int, n: int, frame_tasks: list[str], table, stats) -> None:
         """The episode's rows go to the open data file, the rest waits for close()."""
-        from torchstore.io.video import probe_video
+        from torchstore.io.frames.video import probe_video
 
         scratch: dict[str, Path] = {}
         try:
@@ -101,7 +101,7 @@ class BulkMixin:
     def _join_videos(self, key: str, rows: list[EpisodeRow], scratch: list[dict[str, Path]]):
         """Camera ``key``'s scratch MP4s concatenated into files below the size cap; each
         row learns where its episode lies."""
-        from torchstore.io.video import concat_videos
+        from torchstore.io.frames.video import concat_videos
         from torchstore.lerobot.compaction import pack_by_size
 
         cam = self._cameras[key]

@@ -3,9 +3,9 @@ episode on a worker thread, staging its MP4 at save, and the encoder settings.
 
 Each video feature has a current MP4 (``videos/<key>/chunk-XXX/file-YYY.mp4``) and, while
 an episode is recorded, a scratch MP4 under the writer's scratch folder that a
-:class:`~torchstore.io.background_encoder.BackgroundVideoEncoder` fills, or that the
+:class:`~torchstore.io.frames.background_encoder.BackgroundVideoEncoder` fills, or that the
 episode's packets, already encoded, are muxed into as they are (an export of a store that
-keeps them, :func:`~torchstore.io.frame_codec.write_mp4`). At save the
+keeps them, :func:`~torchstore.io.frames.codec.write_mp4`). At save the
 scratch file is appended to (or becomes) the camera's next file under a temporary name;
 the writer renames it into place with the rest of the episode.
 """
@@ -27,9 +27,9 @@ __all__ = ["CameraFile", "CamerasMixin", "PacketsWritten", "encoder_settings"]
 
 
 def encoder_settings(video_encoder: Any = None):
-    """An :class:`~torchstore.io.video.EncoderSettings` from what a caller passed: one
+    """An :class:`~torchstore.io.frames.video.EncoderSettings` from what a caller passed: one
     itself, a short name (``"av1"``, ``"h264"``), or None for LeRobot's defaults (AV1)."""
-    from torchstore.io.video import EncoderSettings
+    from torchstore.io.frames.video import EncoderSettings
 
     if video_encoder is None:
         return EncoderSettings()
@@ -73,7 +73,7 @@ class CamerasMixin:
     """The writer's camera steps; it keeps ``self._cameras`` ``{key: CameraFile}``."""
 
     def _encode(self, name: str, frames: np.ndarray) -> None:
-        from torchstore.io.background_encoder import BackgroundVideoEncoder
+        from torchstore.io.frames.background_encoder import BackgroundVideoEncoder
 
         cam = self._cameras[name]
         if cam.encoder is None:
@@ -90,7 +90,7 @@ class CamerasMixin:
     def _copy_packets(self, name: str, encoded) -> None:
         """Camera ``name``'s episode from packets already encoded (an EncodedFrames):
         muxed into its scratch MP4 as they are, no re-encode."""
-        from torchstore.io.frame_codec import write_mp4
+        from torchstore.io.frames.codec import write_mp4
 
         cam = self._cameras[name]
         scratch = self.root / SCRATCH_DIR / name
@@ -118,7 +118,7 @@ class CamerasMixin:
     ) -> dict[str, tuple[Path, Path, tuple[int, int], float, float]]:
         """Each camera's episode as its next MP4 under a temporary name (added to ``staged``):
         ``{key: (tmp, target, (chunk, file), from_timestamp, to_timestamp)}``."""
-        from torchstore.io.video import append_video, probe_video
+        from torchstore.io.frames.video import append_video, probe_video
 
         videos = {}
         for key, cam in self._cameras.items():

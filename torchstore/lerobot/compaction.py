@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.io.durable import fsync_folder
-from torchstore.io.parquet import require_pyarrow, write_table_atomically, write_tables
+from torchstore.io.records.parquet import require_pyarrow, write_table_atomically, write_tables
 from torchstore.lerobot.episodes_table import concat_episode_tables
 from torchstore.lerobot.layout import SCRATCH_DIR, data_path, episodes_path, video_path, writer_lock
 from torchstore.lerobot.parquet_files import read_table
@@ -89,7 +89,7 @@ def pack_by_size(
 
 def video_stream_key(path: Path) -> tuple:
     """What MP4s joined by stream copy must share: codec, size, pix_fmt, rate, headers."""
-    from torchstore.io.video_container import _append_facts, _open_input
+    from torchstore.io.frames.video_container import _append_facts, _open_input
 
     container, stream = _open_input(Path(path))
     try:
@@ -190,7 +190,7 @@ def _merge_videos(
 ) -> dict[str, list]:
     """Stage camera ``key``'s merged MP4s; returns the episodes' new ``videos/<key>/*``
     columns."""
-    from torchstore.io.video import concat_videos
+    from torchstore.io.frames.video import concat_videos
 
     spans: dict[int, tuple[tuple[int, int], float, float]] = {}
     for group in pack_by_size(

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from torchstore.io.parquet import require_pyarrow
+from torchstore.io.records.parquet import require_pyarrow
 from torchstore.lerobot.stats import STAT_NAMES
 
 __all__ = ["EpisodeRow", "concat_episode_tables", "episodes_table"]

@@ -153,7 +153,7 @@ def export_lerobot(
         cameras: ``"video"`` (MP4, AV1 unless ``video_encoder`` says otherwise) or ``"image"``
             (PNG in Parquet) for every camera (``uint8 [H, W, 3]`` columns, and cameras
             imported from LeRobot); default: imported cameras as they were, others video.
-        video_encoder: an :class:`~torchstore.io.video.EncoderSettings`, ``"av1"`` or
+        video_encoder: an :class:`~torchstore.io.frames.video.EncoderSettings`, ``"av1"`` or
             ``"h264"``; default: a camera stored as AV1 / H.264 packets keeps them, the
             others are encoded with AV1 (LeRobot's settings).
         caps: ``chunks_size``, ``data_files_size_in_mb``, ``video_files_size_in_mb``.

@@ -25,7 +25,7 @@ import torch
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError, LeRobotFormatError
-from torchstore.io.parquet import require_pyarrow
+from torchstore.io.records.parquet import require_pyarrow
 
 __all__ = [
     "Feature",

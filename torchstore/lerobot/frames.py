@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from torchstore.errors import LeRobotFormatError
-from torchstore.io.parquet import require_pyarrow
+from torchstore.io.records.parquet import require_pyarrow
 from torchstore.lerobot.features import DEFAULT_FEATURES, Feature, hf_features_metadata
 
 __all__ = ["features_from_user", "camera_frames", "numeric_values", "data_table"]

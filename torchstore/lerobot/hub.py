@@ -10,7 +10,8 @@ holding the folder's writer lock (shared), so a recorder finishing an episode ne
 half of its files into a commit, and checks every Parquet footer before anything is sent.
 :func:`download_lerobot` resolves the tag the way lerobot does and fills huggingface_hub's
 cache; offline (``HF_HUB_OFFLINE``) it answers from that cache alone. Hub errors become
-:class:`~torchstore.io.transfer.TransferError` / ``RemoteNotFoundError`` with tokens redacted.
+:class:`~torchstore.io.remote.transfer.TransferError` / ``RemoteNotFoundError`` with tokens
+redacted.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from torchstore.errors import LeRobotFormatError
-from torchstore.io.hub import HubClient, hub_constants, hub_errors, require_huggingface_hub
-from torchstore.io.transfer import RemoteNotFoundError, TransferError, env_flag, progress_bar
+from torchstore.io.remote.hub import HubClient, hub_constants, hub_errors, require_huggingface_hub
+from torchstore.io.remote.transfer import RemoteNotFoundError, TransferError, env_flag, progress_bar
 from torchstore.lerobot.layout import CODEBASE_VERSION, INFO, is_scratch, writer_lock
 from torchstore.lerobot.parquet_files import check_footer
 

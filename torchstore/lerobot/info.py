@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from torchstore.errors import LeRobotFormatError
-from torchstore.io.parquet import replace_atomically
+from torchstore.io.records.parquet import replace_atomically
 from torchstore.lerobot.features import DEFAULT_FEATURES, Feature, features_to_json, parse_features
 from torchstore.lerobot.layout import (
     CODEBASE_VERSION,
@@ -137,8 +137,8 @@ def write_json_atomically(path: str | os.PathLike, data: Any, *, durable: bool =
 def video_feature_info(probed: Any, *, encoder: Any = None) -> dict[str, Any]:
     """A video feature's ``features[key]["info"]`` in info.json, as LeRobot writes it (spec
     section 3), from the stream facts of its first file (a
-    :class:`~torchstore.io.video.VideoInfo`) and, when given, the
-    :class:`~torchstore.io.video.EncoderSettings` that encoded it."""
+    :class:`~torchstore.io.frames.video.VideoInfo`) and, when given, the
+    :class:`~torchstore.io.frames.video.EncoderSettings` that encoded it."""
     info: dict[str, Any] = {
         "video.height": probed.height,
         "video.width": probed.width,

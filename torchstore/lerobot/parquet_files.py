@@ -1,7 +1,7 @@
-"""The Parquet files of a LeRobot dataset: :mod:`torchstore.io.parquet` reads whose errors
+"""The Parquet files of a LeRobot dataset: :mod:`torchstore.io.records.parquet` reads whose errors
 say the dataset is broken.
 
-:mod:`torchstore.io.parquet` knows Parquet only and raises
+:mod:`torchstore.io.records.parquet` knows Parquet only and raises
 :class:`~torchstore.errors.ParquetFormatError`; a data file, an episodes table or
 ``meta/tasks.parquet`` that is missing, not Parquet or unfinished breaks the dataset, so
 here the same message comes as a :class:`~torchstore.errors.LeRobotFormatError` (both are
@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from torchstore.errors import LeRobotFormatError, ParquetFormatError
-from torchstore.io import parquet
+from torchstore.io.records import parquet
 
 __all__ = ["check_footer", "read_table", "as_lerobot_errors"]
 
@@ -30,7 +30,7 @@ def as_lerobot_errors() -> Iterator[None]:
 
 
 def check_footer(path: str | os.PathLike, *, what: str | None = None) -> None:
-    """:func:`torchstore.io.parquet.check_footer`, raising LeRobotFormatError."""
+    """:func:`torchstore.io.records.parquet.check_footer`, raising LeRobotFormatError."""
     with as_lerobot_errors():
         parquet.check_footer(path, what=what)
 
@@ -38,6 +38,6 @@ def check_footer(path: str | os.PathLike, *, what: str | None = None) -> None:
 def read_table(
     path: str | os.PathLike, *, columns: Sequence[str] | None = None, what: str | None = None
 ):
-    """:func:`torchstore.io.parquet.read_table`, raising LeRobotFormatError."""
+    """:func:`torchstore.io.records.parquet.read_table`, raising LeRobotFormatError."""
     with as_lerobot_errors():
         return parquet.read_table(path, columns=columns, what=what)

@@ -157,7 +157,7 @@ class ResumeMixin:
         killed before its first save wrote them)."""
         if not episodes:
             return
-        from torchstore.io.video import probe_video
+        from torchstore.io.frames.video import probe_video
 
         for name, feature in list(self.features.items()):
             first = self.root / video_path(name, 0, 0)

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import FrameCodecError, LeRobotFormatError, UnsafePathError, VideoError
-from torchstore.io.parquet import require_pyarrow
 from torchstore.io.paths import check_relpath, resolve_inside
+from torchstore.io.records.parquet import require_pyarrow
 from torchstore.lerobot.features import Feature, cell_text, decode_image
 from torchstore.lerobot.info import codebase_major_minor, info_features, read_info, read_json
 from torchstore.lerobot.layout import (
@@ -544,7 +544,7 @@ class LeRobotSource:
     def _video_frames(
         self, entry: EpisodeEntry, feature: Feature, tolerance_s: float | None
     ) -> np.ndarray:
-        from torchstore.io.video import VideoFrameReader
+        from torchstore.io.frames.video import VideoFrameReader
         from torchstore.lerobot.depth import depth_coding, is_depth
 
         rel, from_ts = entry.videos[feature.name]
@@ -581,13 +581,13 @@ class LeRobotSource:
         tolerance_s: float | None = None,
     ):
         """One episode's frames of a video feature as the MP4's packets, bytes untouched (an
-        :class:`~torchstore.io.frame_codec.EncodedFrames`), located as :meth:`read_episode`
+        :class:`~torchstore.io.frames.codec.EncodedFrames`), located as :meth:`read_episode`
         locates frames: the episode table's ``from_timestamp`` (within ``tolerance_s``,
         default a quarter of a frame period) then exactly the episode's row count of frames.
         ``codec``: the FrameCodec the packets are declared with (default: the stream's).
         A file that is missing, too short, or holds frames of another size is an error
         naming the episode and the camera."""
-        from torchstore.io.frame_codec import packets_from_mp4
+        from torchstore.io.frames.codec import packets_from_mp4
 
         rel, from_ts = entry.videos[feature.name]
         path = self._path(rel)

@@ -5,7 +5,7 @@ An import keeps each video feature as an encoded column (a
 the packets of its span of the camera's MP4, byte for byte: no decode at import, no quality
 lost, and the store about the size of the dataset instead of hundreds of times larger
 (raw ``uint8 [H, W, 3]``). The column's codec is the one the feature's ``info`` records
-(:meth:`~torchstore.io.frame_codec.FrameCodec.from_lerobot_info`), else the stream's.
+(:meth:`~torchstore.io.frames.codec.FrameCodec.from_lerobot_info`), else the stream's.
 
 A stream that cannot be kept as packets is decoded to raw frames as before, and why is
 said (a warning, and the import summary): HEVC or another codec than AV1 / H.264, a pixel
@@ -82,7 +82,7 @@ def plan_video_columns(
 
 def _stream_codec(src, feature, first, tolerance_s: float | None):
     """The codec ``feature``'s packets are kept with, checked on episode ``first``."""
-    from torchstore.io.frame_codec import FrameCodec
+    from torchstore.io.frames.codec import FrameCodec
 
     info = feature.info or {}
     codec = FrameCodec.from_lerobot_info(info) if info.get("video.codec") else None

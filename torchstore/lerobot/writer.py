@@ -33,7 +33,7 @@ import numpy as np
 
 from torchstore.errors import DestinationExistsError, EpisodeError, LeRobotFormatError
 from torchstore.io.durable import fsync_folder
-from torchstore.io.parquet import require_pyarrow, write_table_atomically, write_tables
+from torchstore.io.records.parquet import require_pyarrow, write_table_atomically, write_tables
 from torchstore.lerobot.bulk import BulkMixin
 from torchstore.lerobot.cameras import CameraFile, CamerasMixin, encoder_settings
 from torchstore.lerobot.compaction import SavedEpisode, compact_session
@@ -87,7 +87,7 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
             LeRobot's ``create``; dtypes are numpy names, ``"image"``, ``"video"`` or
             ``"string"``. The five default features are added automatically.
         robot_type: free text, e.g. ``"so101_follower"``.
-        video_encoder: a :class:`~torchstore.io.video.EncoderSettings`, or its short name
+        video_encoder: a :class:`~torchstore.io.frames.video.EncoderSettings`, or its short name
             ``"av1"`` / ``"h264"``; AV1 (libsvtav1, yuv420p, g=2, crf=30) by default,
             ``EncoderSettings.h264()`` (``"h264"``) for H.264.
         chunks_size / data_files_size_in_mb / video_files_size_in_mb: file roll-over caps
@@ -380,7 +380,7 @@ class LeRobotWriter(CamerasMixin, ResumeMixin, BulkMixin):
 
     def _checked_packets(self, packets: Mapping[str, Any], n: int) -> dict[str, Any]:
         """Encoded episodes given for video features, checked against them."""
-        from torchstore.io.frame_codec import EncodedFrames
+        from torchstore.io.frames.codec import EncodedFrames
 
         for name, encoded in packets.items():
             feature = self.features.get(name)

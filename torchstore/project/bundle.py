@@ -87,9 +87,9 @@ from torchstore.errors import (
     ProjectError,
     StoreFormatError,
 )
-from torchstore.io.checksum import sha256_file
 from torchstore.io.paths import check_name, check_relpath, make_dirs_inside, resolve_inside
-from torchstore.io.transfer import progress_bar
+from torchstore.io.remote.checksum import sha256_file
+from torchstore.io.remote.transfer import progress_bar
 from torchstore.project.survey import (
     DATASETS_DIR,
     MANIFEST_NAME,

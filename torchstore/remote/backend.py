@@ -49,11 +49,11 @@ from torchstore.errors import (
     StoreFormatError,
     TorchstoreError,
 )
-from torchstore.io.folder import FsspecClient, LocalFolderClient, folder_client
-from torchstore.io.http import HttpClient, RemoteChangedError
-from torchstore.io.hub import HubClient
 from torchstore.io.paths import make_dirs_inside
-from torchstore.io.transfer import (
+from torchstore.io.remote.folder import FsspecClient, LocalFolderClient, folder_client
+from torchstore.io.remote.http import HttpClient, RemoteChangedError
+from torchstore.io.remote.hub import HubClient
+from torchstore.io.remote.transfer import (
     FileClient,
     NoSuchEntryError,
     NoSuchLocationError,

@@ -19,7 +19,7 @@ earlier pull placed that the entry no longer lists are deleted.
 
 Offline (``offline=True``, or ``HF_HUB_OFFLINE``/``TORCHSTORE_OFFLINE`` set): no network;
 for a network location the answer comes from the record and the files in the cache, or a
-clear :class:`~torchstore.io.transfer.TransferError` says what is missing. Local folders
+clear :class:`~torchstore.io.remote.transfer.TransferError` says what is missing. Local folders
 are not network: they are pulled from as usual.
 
 A read-only cache works: an entry that is in it complete and verified is answered
@@ -43,9 +43,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from torchstore.errors import CacheNotWritableError, IntegrityError
-from torchstore.io.checksum import verify_file
 from torchstore.io.paths import check_name, make_dirs_inside, resolve_inside
-from torchstore.io.transfer import DeadlineError, TransferError, progress_bar
+from torchstore.io.remote.checksum import verify_file
+from torchstore.io.remote.transfer import DeadlineError, TransferError, progress_bar
 from torchstore.remote.backend import open_backend
 from torchstore.remote.index import RemoteEntry, RemoteFile
 from torchstore.remote.location import Location, is_offline, parse_location

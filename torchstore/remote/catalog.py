@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from torchstore.io.transfer import NoSuchEntryError
+from torchstore.io.remote.transfer import NoSuchEntryError
 from torchstore.remote.backend import Backend, open_backend
 from torchstore.remote.index import RemoteEntry
 from torchstore.remote.location import Location, check_online, parse_location
@@ -28,7 +28,7 @@ class RemoteCatalog:
         NoSuchLocationError: nothing was ever published there (a mistyped location).
         OfflineError: offline mode and a network location.
 
-    ``catalog[name]`` raises :class:`~torchstore.io.transfer.NoSuchEntryError`, which is
+    ``catalog[name]`` raises :class:`~torchstore.io.remote.transfer.NoSuchEntryError`, which is
     also a ``KeyError``.
 
     Examples:

@@ -69,8 +69,8 @@ from enum import StrEnum
 from typing import Any
 
 from torchstore.errors import StoreFormatError
-from torchstore.io.checksum import is_sha1, is_sha256
 from torchstore.io.paths import check_name, check_relpath
+from torchstore.io.remote.checksum import is_sha1, is_sha256
 from torchstore.validation import positive_int
 
 __all__ = [

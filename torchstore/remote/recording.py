@@ -16,7 +16,7 @@ Each run:
    last, or one Hub commit). Remote files missing locally are kept.
 
 Once the writer closes the store, its real file is safe and replaces the snapshot. A store
-whose writer died (it left its writer lock unheld, see ``torchstore.io.writer_lock``) is
+whose writer died (it left its writer lock unheld, see ``torchstore.io.hdf5.writer_lock``) is
 snapshotted the same way, and ``SyncResult.notes`` says so and how to finish it.
 
 Sync only ever adds to an entry of kind ``recording``: onto another kind it is refused
@@ -34,9 +34,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchstore.io.checksum import sha256_file
 from torchstore.io.paths import check_name
-from torchstore.io.transfer import progress_bar
+from torchstore.io.remote.checksum import sha256_file
+from torchstore.io.remote.transfer import progress_bar
 from torchstore.remote.backend import EntryKindError, open_backend
 from torchstore.remote.index import RemoteEntry, RemoteFile
 from torchstore.remote.location import parse_location

@@ -24,7 +24,7 @@ the order it is checked:
    and clears them on close, and it does *not* keep a file lock), or, for older
    superblocks, if a shared ``flock`` can be taken (a non-SWMR writer holds an exclusive
    one). A store whose writer was killed keeps its flags set and stays unsafe until a
-   writer resumes and closes it; the writer lock (``torchstore.io.writer_lock``) tells
+   writer resumes and closes it; the writer lock (``torchstore.io.hdf5.writer_lock``) tells
    the two apart: a live writer holds it, a dead one left its sidecar behind unheld
    (:data:`DEAD_WRITER_STORE`). ``sync_recording`` uploads either as a snapshot of its
    committed episodes instead (see ``torchstore.remote.recording``).
@@ -199,7 +199,7 @@ def _hdf5(path: Path, size: int) -> str | None:
     if head[8] >= 2:
         if not head[11] & 0b101:
             return None
-        from torchstore.io.writer_lock import live_writer, lock_path
+        from torchstore.io.hdf5.writer_lock import live_writer, lock_path
 
         # a locking writer leaves its sidecar behind only when it dies; without a sidecar
         # the writer did not lock (an older or foreign one) and may well be alive

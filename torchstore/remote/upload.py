@@ -22,9 +22,9 @@ import os
 from pathlib import Path
 
 from torchstore.errors import IncompleteFileError, StoreFormatError, UnknownEntryError
-from torchstore.io.checksum import sha256_file
 from torchstore.io.paths import check_name
-from torchstore.io.transfer import progress_bar
+from torchstore.io.remote.checksum import sha256_file
+from torchstore.io.remote.transfer import progress_bar
 from torchstore.remote.backend import Pruned, Published, open_backend
 from torchstore.remote.index import (
     BLOBS,

@@ -298,7 +298,7 @@ def write_demo_data(
     Deterministic in ``seed``, to the byte: episode ``i`` starts from
     ``reset(seed=seed * 1_000_003 + i)``, the expert's noise is seeded with ``seed``, the
     manifest records no creation time and the file is a
-    :func:`~torchstore.io.reproducible.reproducible_copy` (no HDF5 timestamps, no stale
+    :func:`~torchstore.io.hdf5.reproducible.reproducible_copy` (no HDF5 timestamps, no stale
     bytes), so regenerating ``data/reach_demo.h5`` leaves it unchanged. The manifest metadata
     describes the task (``task_config`` rebuilds it), the expert, and the expert's success
     rate on these episodes; each episode's metadata holds its reset seed and whether it
@@ -357,7 +357,7 @@ def _write_reproducibly(
     path: Path, columns: list, seed: int, metadata: dict, recorded: list[tuple[dict, dict]]
 ) -> None:
     """Write a complete store next to ``path`` with no timestamps, then rename it over ``path``."""
-    from torchstore.io.reproducible import reproducible_copy
+    from torchstore.io.hdf5.reproducible import reproducible_copy
 
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     copy = path.with_name(f".{path.name}.{os.getpid()}.copy")

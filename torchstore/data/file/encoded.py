@@ -38,8 +38,8 @@ from torchstore.data.columns import ColumnSpec
 from torchstore.data.episodes import EpisodeIndex
 from torchstore.data.file.layout import KEYFRAME
 from torchstore.errors import FrameCodecError, IntegrityError
-from torchstore.io.checksummed import ChecksummedDataset
-from torchstore.io.frame_codec import EncodedFrames, FrameDecoder, FrameEncoder, StreamInfo
+from torchstore.io.frames.codec import EncodedFrames, FrameDecoder, FrameEncoder, StreamInfo
+from torchstore.io.hdf5.checksummed import ChecksummedDataset
 
 __all__ = [
     "EncodedColumnWriter",
@@ -81,7 +81,7 @@ class EncodedColumnWriter:
 
     Frames arrive by :meth:`append` (``uint8 [n, H, W, C]``, one encoder per episode so
     every episode starts on a keyframe) or as a whole episode of packets that are already
-    encoded (:class:`~torchstore.io.frame_codec.EncodedFrames`, kept byte for byte).
+    encoded (:class:`~torchstore.io.frames.codec.EncodedFrames`, kept byte for byte).
     Frames are copied and encoded on a thread of the column's own, in the order they came,
     so ``append`` returns while the codec works: a recorder's env steps on, and the
     columns of several cameras encode at once. :meth:`finish_episode` waits for that

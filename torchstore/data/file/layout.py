@@ -37,8 +37,8 @@ import xxhash
 from torchstore.data.columns import numpy_dtype
 from torchstore.data.file.manifest import UNCHECKED_FORMAT_VERSION, Manifest
 from torchstore.errors import IntegrityError, StoreFormatError
-from torchstore.io.checksummed import ChecksummedDataset, create_checksummed
-from torchstore.io.hdf5 import MANIFEST_ATTR
+from torchstore.io.hdf5.checksummed import ChecksummedDataset, create_checksummed
+from torchstore.io.hdf5.files import MANIFEST_ATTR
 
 __all__ = [
     "MANIFEST_ATTR",
@@ -74,7 +74,7 @@ def build_store_file(f: h5py.File, manifest: Manifest, expected_rows: int | None
     """Create every dataset and attribute of an empty store (SWMR allows no new objects later).
 
     ``expected_rows``, when the writer knows it, sizes the row tables' chunks for a small
-    store (see :func:`~torchstore.io.checksummed.create_checksummed`)."""
+    store (see :func:`~torchstore.io.hdf5.checksummed.create_checksummed`)."""
     # Fixed-length bytes, not a variable-length string: those live in the global heap,
     # which HDF5 neither checksums nor reads safely when damaged (a flipped heap byte can
     # hang the read); a fixed-length attribute lives in the checksummed object header.

@@ -40,8 +40,8 @@ from torchstore.errors import (
     StoreFormatError,
     TorchstoreError,
 )
-from torchstore.io.frame_codec import EncodedFrames, StreamInfo
-from torchstore.io.hdf5 import open_for_read
+from torchstore.io.frames.codec import EncodedFrames, StreamInfo
+from torchstore.io.hdf5.files import open_for_read
 from torchstore.validation import positive_int
 
 __all__ = ["StoreReader"]

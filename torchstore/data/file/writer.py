@@ -37,11 +37,11 @@ from torchstore.errors import (
     StoreFormatError,
     TorchstoreError,
 )
-from torchstore.io.checksummed import STAGE_BYTES
 from torchstore.io.destination import check_destination
 from torchstore.io.durable import fsync_folder
-from torchstore.io.frame_codec import EncodedFrames
-from torchstore.io.hdf5 import (
+from torchstore.io.frames.codec import EncodedFrames
+from torchstore.io.hdf5.checksummed import STAGE_BYTES
+from torchstore.io.hdf5.files import (
     abandon,
     create_for_append,
     create_in_place,
@@ -49,7 +49,7 @@ from torchstore.io.hdf5 import (
     open_for_append,
     require_hdf5,
 )
-from torchstore.io.writer_lock import WriterLock
+from torchstore.io.hdf5.writer_lock import WriterLock
 
 __all__ = ["TrajectoryStoreWriter", "flatten_rows", "lossless_cast"]
 

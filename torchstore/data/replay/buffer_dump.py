@@ -12,7 +12,7 @@ last), fsyncs every file and folder, and only then puts the folder in place: wit
 old folder aside and the new one in, with a marker file (``.NAME.swap``) written first so
 that the next dump or load finishes the move. A kill at any moment leaves the previous
 checkpoint or the new one, whole. One dump at a time per folder is enforced with the
-writer lock of :mod:`torchstore.io.writer_lock` (``.NAME.lock``, released by the kernel when
+writer lock of :mod:`torchstore.io.hdf5.writer_lock` (``.NAME.lock``, released by the kernel when
 its holder dies), so what a dump finds beside the folder while holding the lock was left by
 a dead one, and is removed.
 
@@ -45,7 +45,7 @@ from torchstore.errors import (
     StoreLockedError,
 )
 from torchstore.io.durable import fsync_folder
-from torchstore.io.writer_lock import WriterLock, live_writer, locked_message
+from torchstore.io.hdf5.writer_lock import WriterLock, live_writer, locked_message
 
 __all__ = ["MANIFEST", "dump_buffer", "load_buffer"]
 

@@ -4,7 +4,7 @@ h5py holds the GIL for the whole of a read, so a refill read by h5py on a backgr
 stops the thread that samples for as long as it lasts (a 100 MB block: tens of
 milliseconds of no batches). A store's columns are unfiltered chunked datasets whose chunks
 keep their place in the file once allocated, and each chunk is one checksum block
-(:mod:`torchstore.io.checksummed`). So :class:`ChunkReader` reads a block of rows with
+(:mod:`torchstore.io.hdf5.checksummed`). So :class:`ChunkReader` reads a block of rows with
 ``os.preadv`` at the chunks' file offsets (looked up once from the chunk index, runs of
 chunks adjacent in the file read in one call) into a small reusable buffer, verifies every
 chunk against its xxh3 hash, and copies the rows into their destination (for a window: the
@@ -31,7 +31,7 @@ import h5py
 import numpy as np
 
 from torchstore.data.file.encoded import decode_threads
-from torchstore.io.checksummed import chunk_file_offsets
+from torchstore.io.hdf5.checksummed import chunk_file_offsets
 
 __all__ = ["ChunkReader"]
 

@@ -1,6 +1,6 @@
 """A span of a column's chunks read straight into row memory and verified, in one compiled
 call that holds no GIL (numba; libc's ``preadv`` and the xxh3 check of
-:mod:`torchstore.io.xxh3_rows`).
+:mod:`torchstore.io.hdf5.xxh3_rows`).
 
 :class:`~torchstore.data.residency.block_read.ChunkReader` reads rows of 2 KiB or more (pixels)
 with one iovec a row straight into a window's slot. Through ``os.preadv`` that takes a
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import types
 
-from torchstore.io.xxh3_rows import verify_rows
+from torchstore.io.hdf5.xxh3_rows import verify_rows
 from torchstore.kernel_cache import cached_njit
 
 __all__ = ["read_rows"]
@@ -71,7 +71,7 @@ def read_rows(
             (int64; the gaps between chunks are not read).
         rows: int64 addresses of the rows in file order; chunk ``i`` is the next
             ``counts[i]`` of them, ``row_bytes`` bytes each.
-        sums, ok: as :func:`torchstore.io.xxh3_rows.verify_rows` takes them (``ok[i]``:
+        sums, ok: as :func:`torchstore.io.hdf5.xxh3_rows.verify_rows` takes them (``ok[i]``:
             chunk ``i`` matched).
 
     Returns:

@@ -38,8 +38,8 @@ from torchstore.data.episodes import EpisodeIndex
 from torchstore.data.file.manifest import Manifest
 from torchstore.data.store.store import TrajectoryStore
 from torchstore.errors import ColumnError, RowIndexError, StoreFormatError
-from torchstore.io.hdf5 import SWMR_WRITE_FLAG, superblock_flags
-from torchstore.io.writer_lock import live_writer
+from torchstore.io.hdf5.files import SWMR_WRITE_FLAG, superblock_flags
+from torchstore.io.hdf5.writer_lock import live_writer
 
 __all__ = ["StoreSet", "SHARD_SUFFIXES", "find_shards", "open_store"]
 

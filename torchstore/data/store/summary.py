@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from torchstore.data.columns import describe_codec
-from torchstore.io.frame_codec_types import FrameCodec
+from torchstore.io.frames.codec_types import FrameCodec
 
 if TYPE_CHECKING:
     from torchstore.data.store.store import TrajectoryStore

@@ -39,7 +39,7 @@ import xxhash
 
 from torchstore.data.file.encoded import committed_packet_bytes
 from torchstore.errors import IntegrityError, TorchstoreError
-from torchstore.io.checksummed import chunk_file_offsets
+from torchstore.io.hdf5.checksummed import chunk_file_offsets
 
 __all__ = ["Verification", "verify_store"]
 

@@ -4,8 +4,8 @@ Everything here works on packets and stream facts, never on pixels, so it needs 
 :func:`probe_video` states a file's stream facts and refuses a file cut short;
 :func:`append_video` / :func:`concat_videos` join episode files by stream copy (no
 re-encode), shifting each one to start right after the previous one's last frame. The
-codec sides build on it: :mod:`torchstore.io.video_encode` writes the episode files and
-:mod:`torchstore.io.video` reads frames back (and re-exports every public name here).
+codec sides build on it: :mod:`torchstore.io.frames.video_encode` writes the episode files and
+:mod:`torchstore.io.frames.video` reads frames back (and re-exports every public name here).
 """
 
 from __future__ import annotations

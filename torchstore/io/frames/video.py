@@ -6,11 +6,11 @@ stores where the episode lies inside the file (``from_timestamp`` / ``to_timesta
 seconds). The three steps, with PyAV, in three modules whose public names are all
 importable from here:
 
-* :class:`EpisodeVideoEncoder` / :func:`encode_video` (:mod:`torchstore.io.video_encode`)
+* :class:`EpisodeVideoEncoder` / :func:`encode_video` (:mod:`torchstore.io.frames.video_encode`)
   stream uint8 RGB frames into a new MP4 with LeRobot's defaults (AV1 via libsvtav1,
   yuv420p, GOP 2, crf 30, preset 12); frame ``i`` gets the presentation time ``i / fps``
   exactly (the MP4 muxer picks the time base, e.g. 1/10240 at 10 fps and 1/15360 at 30 fps).
-* :func:`append_video` (:mod:`torchstore.io.video_container`, with :func:`probe_video` and
+* :func:`append_video` (:mod:`torchstore.io.frames.video_container`, with :func:`probe_video` and
   :func:`concat_videos`) copies the packets of the current file and of one episode into a
   new file, shifting the episode to start right after the current file's last frame.
 * :class:`VideoFrameReader` (this module) reads frames by time, frame-accurately, moving
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import VideoError
-from torchstore.io.video_container import (
+from torchstore.io.frames.video_container import (
     VideoInfo,
     _av_errors,
     _check_fps,
@@ -52,7 +52,7 @@ from torchstore.io.video_container import (
     probe_video,
     require_av,
 )
-from torchstore.io.video_encode import (
+from torchstore.io.frames.video_encode import (
     ENCODER_NAMES,
     EncoderSettings,
     EpisodeVideoEncoder,

@@ -3,8 +3,8 @@
 :class:`EpisodeVideoEncoder` / :func:`encode_video` stream uint8 RGB frames into a new MP4
 with LeRobot's defaults (:class:`EncoderSettings`: AV1 via libsvtav1, yuv420p, GOP 2, crf
 30, preset 12); frame ``i`` gets the presentation time ``i / fps`` exactly. Opening,
-probing and joining the files is :mod:`torchstore.io.video_container`'s; reading frames
-back is :mod:`torchstore.io.video`'s, which re-exports every public name here.
+probing and joining the files is :mod:`torchstore.io.frames.video_container`'s; reading frames
+back is :mod:`torchstore.io.frames.video`'s, which re-exports every public name here.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import VideoError
-from torchstore.io.scheduling import restore_scheduling, thread_scheduling
-from torchstore.io.video_container import (
+from torchstore.io.frames.scheduling import restore_scheduling, thread_scheduling
+from torchstore.io.frames.video_container import (
     _MUX_OPTIONS,
     VideoInfo,
     _av_errors,

@@ -1,4 +1,4 @@
-"""Compiled decoding of packed protobuf varints (for :mod:`torchstore.io.tfrecord`)."""
+"""Compiled decoding of packed protobuf varints (for :mod:`torchstore.io.records.tfrecord`)."""
 
 from __future__ import annotations
 

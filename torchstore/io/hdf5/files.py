@@ -23,8 +23,8 @@ from pathlib import Path
 import h5py
 
 from torchstore.errors import StorageFullError, StoreFormatError, StoreLockedError
-from torchstore.io.reproducible import lookup3
-from torchstore.io.writer_lock import WriterLock
+from torchstore.io.hdf5.reproducible import lookup3
+from torchstore.io.hdf5.writer_lock import WriterLock
 
 __all__ = [
     "create_atomically",

@@ -4,7 +4,7 @@
 PNG, JPEG, or AV1 / H.264 video) and with which settings; :class:`StreamInfo` holds what a
 decoder needs besides the packets (size, channels, pixel format, the codec's
 ``extradata``); :class:`EncodedFrames` is one episode's packets with their keyframe flags.
-Encoding and decoding are :mod:`torchstore.io.frame_codec`'s.
+Encoding and decoding are :mod:`torchstore.io.frames.codec`'s.
 
 Why AV1 keeps a keyframe every 32 frames by default (LeRobot keeps one every 2): the store
 decodes whole runs of a column (a residency block, thousands of rows) in one pass, never one

@@ -22,7 +22,7 @@ from typing import Any
 
 from torchstore.extras import install_hint
 from torchstore.io.paths import check_relpath, resolve_inside
-from torchstore.io.transfer import Progress, RemoteNotFoundError, TransferError, redact
+from torchstore.io.remote.transfer import Progress, RemoteNotFoundError, TransferError, redact
 
 __all__ = [
     "HubClient",

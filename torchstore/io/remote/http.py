@@ -35,7 +35,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 from torchstore.errors import IntegrityError, RemoteChangedError
 from torchstore.io.paths import check_relpath
-from torchstore.io.transfer import (
+from torchstore.io.remote.transfer import (
     DeadlineError,
     Progress,
     RemoteNotFoundError,

@@ -7,20 +7,20 @@ back into frames, with no container in between:
 - :class:`FrameCodec` (how: raw, PNG, JPEG, AV1, H.264 and their settings),
   :class:`StreamInfo` (what a decoder needs besides the packets) and
   :class:`EncodedFrames` (an episode's packets and keyframe flags), from
-  :mod:`torchstore.io.frame_codec_types`, where the default settings are justified;
+  :mod:`torchstore.io.frames.codec_types`, where the default settings are justified;
 - :class:`FrameEncoder` (an episode, frame by frame or in chunks, as recorders write) and
   :func:`encode_frames` (a whole episode at once);
 - :class:`FrameDecoder` (reused run after run by a refill thread) and
   :func:`decode_frames`: a run of packets starting at a keyframe, into a caller's buffer,
   dropping the ``first`` frames before the wanted ones;
-- :func:`packets_from_mp4` / :func:`write_mp4` (:mod:`torchstore.io.frame_codec_mp4`):
+- :func:`packets_from_mp4` / :func:`write_mp4` (:mod:`torchstore.io.frames.codec_mp4`):
   an episode's packets out of a LeRobot MP4 and back in, bytes untouched;
 - :func:`probe_image_bytes` / :func:`check_image_bytes`
-  (:mod:`torchstore.io.frame_codec_images`): keep RLDS JPEG / PNG bytes as they are.
+  (:mod:`torchstore.io.frames.codec_images`): keep RLDS JPEG / PNG bytes as they are.
 
-Video kinds are in :mod:`torchstore.io.frame_codec_video` (why packet ``i`` is frame
+Video kinds are in :mod:`torchstore.io.frames.codec_video` (why packet ``i`` is frame
 ``i``, threads, the GIL, determinism), per-frame kinds in
-:mod:`torchstore.io.frame_codec_images`. Every failure is a
+:mod:`torchstore.io.frames.codec_images`. Every failure is a
 :class:`~torchstore.errors.FrameCodecError` (a ``VideoError``) whose message names the
 frame (``exc.frame``); the caller adds the column and episode.
 
@@ -40,22 +40,22 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import ArgumentError, FrameCodecError
-from torchstore.io.frame_codec_images import (
+from torchstore.io.frames.codec_images import (
     ImageDecoder,
     ImageHeader,
     check_image_bytes,
     encode_image,
     probe_image_bytes,
 )
-from torchstore.io.frame_codec_mp4 import packets_from_mp4, write_mp4
-from torchstore.io.frame_codec_types import (
+from torchstore.io.frames.codec_mp4 import packets_from_mp4, write_mp4
+from torchstore.io.frames.codec_types import (
     FRAME_CODEC_KINDS,
     VIDEO_KINDS,
     EncodedFrames,
     FrameCodec,
     StreamInfo,
 )
-from torchstore.io.frame_codec_video import VideoPacketDecoder, VideoPacketEncoder
+from torchstore.io.frames.codec_video import VideoPacketDecoder, VideoPacketEncoder
 
 __all__ = [
     "FRAME_CODEC_KINDS",
@@ -208,7 +208,7 @@ class FrameDecoder:
     """Decodes runs of a column's packets, reusing one decoder (one per thread).
 
     ``threads``: decoder threads for video (1 by default; 0 lets FFmpeg pick), see
-    :mod:`torchstore.io.frame_codec_video`. Per-frame kinds ignore it.
+    :mod:`torchstore.io.frames.codec_video`. Per-frame kinds ignore it.
     """
 
     def __init__(self, codec: FrameCodec, info: StreamInfo, *, threads: int = 1) -> None:

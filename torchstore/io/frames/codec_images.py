@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from torchstore.errors import FrameCodecError
-from torchstore.io.frame_codec_types import FrameCodec, StreamInfo
-from torchstore.io.video_container import _av_errors, _reason, require_av
+from torchstore.io.frames.codec_types import FrameCodec, StreamInfo
+from torchstore.io.frames.video_container import _av_errors, _reason, require_av
 
 __all__ = ["ImageHeader", "probe_image_bytes", "check_image_bytes", "encode_image", "ImageDecoder"]
 

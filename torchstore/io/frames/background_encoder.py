@@ -3,7 +3,7 @@
 A robot recorder calls ``add`` at the control rate (30 Hz and up) for every camera; encoding
 a 640x480 AV1 frame inline takes about 30 ms on one core, a whole control period. Here
 ``add`` copies the frame into a bounded queue and returns; one thread per camera feeds
-:class:`~torchstore.io.video.EpisodeVideoEncoder` (PyAV releases the GIL while encoding).
+:class:`~torchstore.io.frames.video.EpisodeVideoEncoder` (PyAV releases the GIL while encoding).
 The queue bound makes a recorder that outpaces the encoder wait instead of growing memory
 without limit; ``close`` drains the queue and reports any encoder error.
 """
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from torchstore.errors import VideoError
-from torchstore.io.video import EncoderSettings, EpisodeVideoEncoder
+from torchstore.io.frames.video import EncoderSettings, EpisodeVideoEncoder
 
 __all__ = ["BackgroundVideoEncoder"]
 

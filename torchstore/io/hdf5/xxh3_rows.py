@@ -242,7 +242,7 @@ def verify_rows(rows, row_bytes, counts, sums, ok):  # pragma: no cover - compil
         row_bytes: bytes a row.
         counts: rows of each block.
         sums: uint64 ``[blocks, 2, 2]``: each block's two ``(rows covered, hash)`` slots
-            (:mod:`torchstore.io.checksummed`); the slot covering ``counts[i]`` rows is
+            (:mod:`torchstore.io.hdf5.checksummed`); the slot covering ``counts[i]`` rows is
             the one checked.
         ok: bool ``[blocks]``, set to whether block ``i`` matched. A block with no slot for
             its row count, or shorter than :data:`LONG_MIN` bytes, is not verified here

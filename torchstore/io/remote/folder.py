@@ -25,9 +25,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from torchstore.errors import IntegrityError
-from torchstore.io.http import RemoteChangedError
 from torchstore.io.paths import check_relpath, resolve_inside
-from torchstore.io.transfer import Progress, RemoteNotFoundError, TransferError
+from torchstore.io.remote.http import RemoteChangedError
+from torchstore.io.remote.transfer import Progress, RemoteNotFoundError, TransferError
 
 __all__ = ["LocalFolderClient", "FsspecClient", "folder_client"]
 

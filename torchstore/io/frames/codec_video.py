@@ -10,13 +10,13 @@ demuxer, no seeking. Rules the layer keeps so that packet ``i`` is frame ``i``:
   starts at one decodes to the same pixels as decoding from the episode's start;
 - AV1 packets lose their leading temporal delimiter OBU (2 bytes), as the MP4 muxer does:
   at LeRobot's settings they are then byte for byte the packets of the MP4 that
-  :class:`~torchstore.io.video_encode.EpisodeVideoEncoder` (torchstore's LeRobot writer)
+  :class:`~torchstore.io.frames.video_encode.EpisodeVideoEncoder` (torchstore's LeRobot writer)
   makes of the same frames. lerobot's own MP4s hold other bytes (another SVT-AV1 build,
   SVT's default threads), which decode the same way through :func:`packets_from_mp4`.
 
 Encoding is deterministic for a given input, build and settings: SVT-AV1 runs with
 ``lp=1`` (one thread of work; several threads deadlocked in multi-process recording, see
-:class:`~torchstore.io.video_encode.EncoderSettings`) and libx264 with one thread (its
+:class:`~torchstore.io.frames.video_encode.EncoderSettings`) and libx264 with one thread (its
 output depends on its thread count, which would otherwise follow the machine's cores).
 
 Decoding: libdav1d for AV1 (what PyAV picks for an AV1 stream), FFmpeg's h264 decoder,
@@ -40,9 +40,9 @@ from fractions import Fraction
 import numpy as np
 
 from torchstore.errors import FrameCodecError
-from torchstore.io.frame_codec_types import FrameCodec, StreamInfo
-from torchstore.io.scheduling import restore_scheduling, thread_scheduling
-from torchstore.io.video_container import _av_errors, _reason, require_av
+from torchstore.io.frames.codec_types import FrameCodec, StreamInfo
+from torchstore.io.frames.scheduling import restore_scheduling, thread_scheduling
+from torchstore.io.frames.video_container import _av_errors, _reason, require_av
 
 __all__ = ["VideoPacketEncoder", "VideoPacketDecoder", "ENCODERS", "DECODERS"]
 

@@ -27,7 +27,7 @@ rather than protobuf's (``Example``/``Features``/``Feature`` descriptors built i
 backend, then ``np.array(feature.float_list.value)``): packed floats become an
 ``np.frombuffer`` view of the record, byte strings are cut in one tight loop, flags are one
 byte per value, and long runs of wider varints go to a small compiled loop
-(:mod:`torchstore.io._varints`). Measured (medians, 2 noisy CPU cores, Python 3.11): a
+(:mod:`torchstore.io.records._varints`). Measured (medians, 2 noisy CPU cores, Python 3.11): a
 100-step RLDS-like episode of 1.2 MB (two cameras, state, action, 512-float embedding,
 flags, text) 148 us here against 201 us with protobuf; 1.6M int64 values below 256 7.6 ms
 against 12.3 ms; 1.6M values up to 2**40 16.6 ms against 15.4 ms. It also skips the
@@ -284,7 +284,7 @@ def _packed_varints(raw: np.ndarray) -> np.ndarray:
             value &= _U64  # bits past 64 in a 10-byte varint are dropped, as protobuf does
             values.append(value - (1 << 64) if value >= 1 << 63 else value)
         return np.asarray(values, np.int64)
-    from torchstore.io._varints import decode_varints
+    from torchstore.io.records._varints import decode_varints
 
     out = np.empty(raw.size, np.int64)
     count = decode_varints(raw, out)

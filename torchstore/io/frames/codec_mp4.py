@@ -2,7 +2,7 @@
 
 :func:`packets_from_mp4` demuxes one episode's span of a camera's MP4 (LeRobot v3 files
 hold many episodes back to back, located by ``from_timestamp`` / ``to_timestamp``) into an
-:class:`~torchstore.io.frame_codec_types.EncodedFrames`: every packet's bytes exactly as
+:class:`~torchstore.io.frames.codec_types.EncodedFrames`: every packet's bytes exactly as
 stored, its keyframe flag, and the stream's ``extradata`` (AV1's ``av1C`` box, H.264's
 ``avcC``), which a bare decoder accepts as they are. Decoding them gives the frames PyAV
 decodes from the file (same decoder, same bytes).
@@ -28,14 +28,14 @@ from pathlib import Path
 import numpy as np
 
 from torchstore.errors import FrameCodecError
-from torchstore.io.frame_codec_types import (
+from torchstore.io.frames.codec_types import (
     PIX_FMTS,
     VIDEO_KINDS,
     EncodedFrames,
     FrameCodec,
     StreamInfo,
 )
-from torchstore.io.video_container import (
+from torchstore.io.frames.video_container import (
     _MUX_OPTIONS,
     _av_errors,
     _check_fps,
