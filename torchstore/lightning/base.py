@@ -120,6 +120,17 @@ def _check_device(device: Any) -> None:
         raise ValueError(f"device ({device!r}) must be 'auto' or a torch device ({exc})") from None
 
 
+def shared_options(values: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of :class:`StoreDataModule` picked out of ``values``, a
+    subclass constructor's ``locals()``: each DataModule names them in its own signature
+    (documented there, checked against the Hydra configs) and forwards them in one line,
+    ``super().__init__(store, **shared_options(locals()))``."""
+    import inspect
+
+    parameters = inspect.signature(StoreDataModule.__init__).parameters.values()
+    return {p.name: values[p.name] for p in parameters if p.kind is p.KEYWORD_ONLY}
+
+
 class StoreDataModule(pl.LightningDataModule, abc.ABC):
     """Base of the DataModules over a trajectory store (see the module docstring).
 

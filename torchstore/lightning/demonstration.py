@@ -54,7 +54,14 @@ from tensordict import TensorDict
 from torchstore.data.columns import column_key, set_nested
 from torchstore.data.rows.packed import PackedColumns
 from torchstore.data.store.store import TrajectoryStore
-from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
+from torchstore.lightning.base import (
+    Output,
+    SamplerKind,
+    StoreDataModule,
+    check_int,
+    choice,
+    shared_options,
+)
 from torchstore.lightning.normalizer import Normalization, Normalizer, load_or_compute_stats
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.windows import RowSet, context_windows
@@ -159,23 +166,7 @@ class DemonstrationDataModule(StoreDataModule):
         self.normalization = choice(Normalization, normalization, "normalization")
         self.stats_cache = bool(stats_cache)
         self._normalizer: Normalizer | None = None
-        super().__init__(
-            store,
-            batch_size=batch_size,
-            steps_per_epoch=steps_per_epoch,
-            device=device,
-            val_episodes=val_episodes,
-            seed=seed,
-            shard_episodes=shard_episodes,
-            output=output,
-            sampler=sampler,
-            prioritized_alpha=prioritized_alpha,
-            prioritized_beta=prioritized_beta,
-            ere=ere,
-            resident=resident,
-            resident_blocks=resident_blocks,
-            resident_reuse=resident_reuse,
-        )
+        super().__init__(store, **shared_options(locals()))
 
     def _required_columns(self) -> list[str]:
         return self.obs_keys + self.action_keys

@@ -53,7 +53,14 @@ from tensordict import TensorDict
 from torchstore.data.columns import column_key, set_nested
 from torchstore.data.rows.packed import tensordict_of
 from torchstore.data.store.store import TrajectoryStore
-from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
+from torchstore.lightning.base import (
+    Output,
+    SamplerKind,
+    StoreDataModule,
+    check_int,
+    choice,
+    shared_options,
+)
 from torchstore.samplers.draws import uniform_gathered, uniform_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.windows import choose_windows, window_counts
@@ -177,23 +184,7 @@ class OfflineDataModule(StoreDataModule):
         self.columns = (
             None if columns is None else [c if isinstance(c, str) else "/".join(c) for c in columns]
         )
-        super().__init__(
-            store,
-            batch_size=batch_size,
-            steps_per_epoch=steps_per_epoch,
-            device=device,
-            val_episodes=val_episodes,
-            seed=seed,
-            shard_episodes=shard_episodes,
-            output=output,
-            sampler=sampler,
-            prioritized_alpha=prioritized_alpha,
-            prioritized_beta=prioritized_beta,
-            ere=ere,
-            resident=resident,
-            resident_blocks=resident_blocks,
-            resident_reuse=resident_reuse,
-        )
+        super().__init__(store, **shared_options(locals()))
 
     # ------------------------------------------------------------ boundary
     def _required_columns(self) -> list[str]:
