@@ -1,14 +1,26 @@
 """Progress bars: one rule for every bar torchstore draws.
 
 On a terminal a bar redraws up to 10 times a second, as tqdm does by default. Written to
-anything else (a log file, a pipe, CI output) the same bar redraws at most every
-:data:`LOG_INTERVAL_S` seconds, so an hour-long transfer leaves a few hundred short
-updates instead of hundreds of KB of ``\\r``-joined redraws. tqdm is optional: without
-it there is no bar and the work is the same.
+anything else (a log file, a pipe, CI output) a bar prints whole lines instead: one when
+it starts, one at most every :data:`LOG_INTERVAL_S` seconds while it runs, and one when it
+closes, each ended by a newline and none with a ``\\r`` or a drawn bar. tqdm's own
+redraws there left ``import:   0%|  | 0/2000\\r`` glued to the next line a command printed,
+since a closing bar with ``leave=False`` rubs itself out with ``\\r`` and spaces, which a
+log keeps. tqdm is optional: without it there is no bar and the work is the same.
+
+Examples:
+    >>> import io
+    >>> stream = io.StringIO()
+    >>> bar = progress_bar(total=4, desc="import", unit="row", file=stream, leave=False)
+    >>> bar.update(4)
+    >>> bar.close()
+    >>> [line.split(" [")[0] for line in stream.getvalue().splitlines()]
+    ['import:   0% 0/4', 'import: 100% 4/4']
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -16,8 +28,12 @@ from torchstore.io.flags import env_flag
 
 __all__ = ["progress_bar", "bar_options", "LOG_INTERVAL_S"]
 
-#: Seconds between redraws when the bar's stream is not a terminal.
+#: Seconds between lines when the bar's stream is not a terminal.
 LOG_INTERVAL_S = 30.0
+
+#: a line's layout off a terminal when the total is known: no drawn bar, since a log keeps
+#: no redraws to animate it
+LINE_FORMAT = "{percentage:3.0f}% {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -39,8 +55,10 @@ def bar_options(**kwargs: Any) -> dict[str, Any]:
 def progress_bar(*, enabled: bool = True, **kwargs: Any) -> Any | None:
     """A ``tqdm.auto.tqdm(**kwargs)`` following the redraw rule, or None.
 
-    None when ``enabled`` is false, ``TORCHSTORE_DISABLE_PROGRESS`` is set, or tqdm is
-    not installed; callers skip their updates.
+    Off a terminal (and outside a notebook, whose bar is a widget) the bar prints whole
+    lines (see the module's docstring). None when ``enabled`` is false,
+    ``TORCHSTORE_DISABLE_PROGRESS`` is set, or tqdm is not installed; callers skip their
+    updates.
     """
     if not enabled or env_flag("TORCHSTORE_DISABLE_PROGRESS"):
         return None
@@ -48,4 +66,55 @@ def progress_bar(*, enabled: bool = True, **kwargs: Any) -> Any | None:
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    return tqdm(**bar_options(**kwargs))
+    options = bar_options(**kwargs)
+    if _is_terminal(options.get("file") or sys.stderr) or _is_notebook(tqdm):
+        return tqdm(**options)
+    return _line_bar_class()(**options)
+
+
+def _is_notebook(bar_class: type) -> bool:
+    return any("notebook" in cls.__module__ for cls in bar_class.__mro__)
+
+
+@functools.cache
+def _line_bar_class() -> type:
+    """The tqdm subclass that prints whole lines (built on first use: tqdm is optional)."""
+    from tqdm.std import tqdm
+
+    class LineBar(tqdm):
+        """A tqdm bar for a log or a pipe: each display is one ``\\n``-ended line, a line
+        is printed only when the count moved, and closing prints the last count (with the
+        run's overall rate) whatever ``leave`` says, rubbing nothing out."""
+
+        _printed: float | None = None
+
+        def __str__(self) -> str:
+            meter = self.format_dict
+            if meter["bar_format"] is None and meter["total"]:
+                head = "{desc}: " if meter["prefix"] else ""
+                meter = {**meter, "bar_format": head + LINE_FORMAT}
+            return self.format_meter(**meter)
+
+        def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+            if msg == "" or self.n == self._printed:  # a clear, or nothing new to say
+                return False
+            self.fp.write((str(self) if msg is None else msg) + "\n")
+            getattr(self.fp, "flush", lambda: None)()
+            self._printed = self.n
+            return True
+
+        def clear(self, nolock: bool = False) -> None:
+            """Nothing to rub out: every line printed is whole."""
+
+        def moveto(self, n: int) -> None:
+            """No cursor to move in a log: nested bars print their lines in turn."""
+
+        def close(self) -> None:
+            if not self.disable and hasattr(self, "last_print_t"):
+                with self._lock:
+                    self._ema_dt = lambda: None  # the last line shows the overall rate
+                    self.display()
+            self.leave = False
+            super().close()
+
+    return LineBar
