@@ -33,7 +33,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from torchstore.data.columns import column_key
-from torchstore.training import masked_mse
+from torchstore.training import describe_validation, masked_mse
 
 
 def camera_encoder(channels: int, features: int) -> nn.Module:
@@ -168,7 +168,7 @@ def main(cfg: DictConfig) -> float:
         run.log.info(
             f"{store.num_episodes} demonstrations ({len(dm.split.train)} train, "
             f"{len(dm.split.val)} validation), {trainer.global_step} gradient steps, "
-            f"validation loss {float(val) if val is not None else float('nan'):.4f}"
+            f"{describe_validation(val)}"
         )
     return float(val) if val is not None else float("nan")
 

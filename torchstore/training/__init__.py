@@ -3,7 +3,7 @@
 - :class:`RunFolder`: a run's folder (``config.yaml``, ``metrics.csv``, ``loss.png``,
   ``policy.safetensors``), written and read back;
 - :class:`MetricsLog` / :func:`read_metrics`: a metrics CSV that survives a killed
-  process, and its curves;
+  process, and its curves; :func:`describe_validation`: a summary line's validation loss;
 - :func:`save_policy_file` / :func:`read_policy_file`: a policy's tensors with the
   normaliser it was trained behind, as safetensors;
 - :func:`masked_mse`: the chunk loss over ``DemonstrationDataModule``'s padded chunks.
@@ -22,7 +22,7 @@ from torchstore._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from torchstore.training.losses import masked_mse
-    from torchstore.training.metrics import MetricsLog, read_metrics
+    from torchstore.training.metrics import MetricsLog, describe_validation, read_metrics
     from torchstore.training.policy_file import PolicyFile, read_policy_file, save_policy_file
     from torchstore.training.run_folder import RunFolder
 
@@ -30,6 +30,7 @@ _EXPORTS = {
     "masked_mse": "torchstore.training.losses",
     "MetricsLog": "torchstore.training.metrics",
     "read_metrics": "torchstore.training.metrics",
+    "describe_validation": "torchstore.training.metrics",
     "PolicyFile": "torchstore.training.policy_file",
     "read_policy_file": "torchstore.training.policy_file",
     "save_policy_file": "torchstore.training.policy_file",
@@ -42,6 +43,7 @@ __all__ = [
     "RunFolder",
     "MetricsLog",
     "read_metrics",
+    "describe_validation",
     "PolicyFile",
     "read_policy_file",
     "save_policy_file",

@@ -14,6 +14,11 @@ Examples:
     >>> log.close()  # the CSV whole, and loss.png  # doctest: +SKIP
     >>> read_metrics("outputs/run/metrics.csv")  # doctest: +SKIP
     [{'step': 1, 'time_s': 0.0, 'train/loss': 0.5}]
+
+A run's summary line names its validation loss with :func:`describe_validation`:
+
+    >>> describe_validation(2e-7), describe_validation(0.031249), describe_validation(None)
+    ('validation loss 2e-07', 'validation loss 0.03125', 'no validation ran')
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import torch
 
 from torchstore.errors import StoreFormatError
 
-__all__ = ["METRICS_FILE", "PLOT_FILE", "MetricsLog", "read_metrics"]
+__all__ = ["METRICS_FILE", "PLOT_FILE", "MetricsLog", "describe_validation", "read_metrics"]
 
 METRICS_FILE = "metrics.csv"
 PLOT_FILE = "loss.png"
@@ -168,3 +173,16 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, float]]:
                 raise StoreFormatError(f"{path} line {line}: {exc}") from exc
             rows.append(row)
     return rows
+
+
+def describe_validation(loss: float | torch.Tensor | None) -> str:
+    """``"validation loss 2e-07"``: a run's last validation loss to four significant digits,
+    or ``"no validation ran"`` when ``loss`` is None (a run shorter than its
+    ``val_check_interval``, or with no validation episodes).
+
+    Significant digits, not decimals: a converged behaviour-cloning loss of 2e-7 printed
+    as ``0.0000`` with ``:.4f``. A loss that is NaN is a diverged run and prints ``nan``.
+    """
+    if loss is None:
+        return "no validation ran"
+    return f"validation loss {float(loss):.4g}"
