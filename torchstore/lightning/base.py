@@ -120,17 +120,6 @@ def _check_device(device: Any) -> None:
         raise ValueError(f"device ({device!r}) must be 'auto' or a torch device ({exc})") from None
 
 
-def shared_options(values: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of :class:`StoreDataModule` picked out of ``values``, a
-    subclass constructor's ``locals()``: each DataModule names them in its own signature
-    (documented there, checked against the Hydra configs) and forwards them in one line,
-    ``super().__init__(store, **shared_options(locals()))``."""
-    import inspect
-
-    parameters = inspect.signature(StoreDataModule.__init__).parameters.values()
-    return {p.name: values[p.name] for p in parameters if p.kind is p.KEYWORD_ONLY}
-
-
 class StoreDataModule(pl.LightningDataModule, abc.ABC):
     """Base of the DataModules over a trajectory store (see the module docstring).
 
@@ -209,6 +198,17 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         self._ready = False
         self._pending_state: dict[str, Any] | None = None
         self.rank, self.world_size = 0, 1
+
+    @staticmethod
+    def _shared_options(values: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of this constructor picked out of ``values``, a subclass
+        constructor's ``locals()``: each DataModule names them in its own signature
+        (documented there, checked against the Hydra configs) and forwards them in one
+        line, ``super().__init__(store, **self._shared_options(locals()))``."""
+        import inspect
+
+        parameters = inspect.signature(StoreDataModule.__init__).parameters.values()
+        return {p.name: values[p.name] for p in parameters if p.kind is p.KEYWORD_ONLY}
 
     def _set_residency(
         self,

@@ -54,14 +54,7 @@ from tensordict import TensorDict
 from torchstore.data.columns import column_key, set_nested
 from torchstore.data.rows.packed import PackedColumns
 from torchstore.data.store.store import TrajectoryStore
-from torchstore.lightning.base import (
-    Output,
-    SamplerKind,
-    StoreDataModule,
-    check_int,
-    choice,
-    shared_options,
-)
+from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
 from torchstore.lightning.normalizer import Normalization, Normalizer, load_or_compute_stats
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.windows import RowSet, context_windows
@@ -166,7 +159,7 @@ class DemonstrationDataModule(StoreDataModule):
         self.normalization = choice(Normalization, normalization, "normalization")
         self.stats_cache = bool(stats_cache)
         self._normalizer: Normalizer | None = None
-        super().__init__(store, **shared_options(locals()))
+        super().__init__(store, **self._shared_options(locals()))
 
     def _required_columns(self) -> list[str]:
         return self.obs_keys + self.action_keys

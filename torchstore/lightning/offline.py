@@ -53,14 +53,7 @@ from tensordict import TensorDict
 from torchstore.data.columns import column_key, set_nested
 from torchstore.data.rows.packed import tensordict_of
 from torchstore.data.store.store import TrajectoryStore
-from torchstore.lightning.base import (
-    Output,
-    SamplerKind,
-    StoreDataModule,
-    check_int,
-    choice,
-    shared_options,
-)
+from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
 from torchstore.samplers.draws import uniform_gathered, uniform_rows
 from torchstore.samplers.ere import ERE
 from torchstore.samplers.windows import choose_windows, window_counts
@@ -184,7 +177,7 @@ class OfflineDataModule(StoreDataModule):
         self.columns = (
             None if columns is None else [c if isinstance(c, str) else "/".join(c) for c in columns]
         )
-        super().__init__(store, **shared_options(locals()))
+        super().__init__(store, **self._shared_options(locals()))
 
     # ------------------------------------------------------------ boundary
     def _required_columns(self) -> list[str]:
