@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         ColumnStats,
         Normalization,
         Normalizer,
+        stats_cache_dir,
         stats_path,
     )
     from torchstore.lightning.offline import (
@@ -47,6 +48,7 @@ _EXPORTS = {
     "ColumnStats": "torchstore.lightning.normalizer",
     "Normalization": "torchstore.lightning.normalizer",
     "Normalizer": "torchstore.lightning.normalizer",
+    "stats_cache_dir": "torchstore.lightning.normalizer",
     "stats_path": "torchstore.lightning.normalizer",
     "TORCHRL_KEYS": "torchstore.lightning.offline",
     "Layout": "torchstore.lightning.offline",
@@ -70,6 +72,7 @@ __all__ = [
     "Output",
     "SamplerKind",
     "TORCHRL_KEYS",
+    "stats_cache_dir",
     "stats_path",
     "MetricsRecorder",
     "ProgressLines",

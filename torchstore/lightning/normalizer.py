@@ -1,4 +1,4 @@
-"""Per-column normalisation statistics, cached next to the store, and the :class:`Normalizer`.
+"""Per-column normalisation statistics, cached per store, and the :class:`Normalizer`.
 
 Statistics (``mean``, ``std``, ``min``, ``max`` and ``count`` per element of a column) are
 computed once over **all committed rows** of the store, from the rows already resident on
@@ -6,17 +6,27 @@ the device, in float64 (chunked, merged with Chan's parallel update). They do no
 on the validation split, the rank or the seed, so every rank and every split of one store
 gets the same numbers (as LeRobot's dataset statistics).
 
-Cache. A store's manifest is static once written, so the statistics live in a sidecar JSON
-file next to it, ``<store>.stats.json`` (:func:`stats_path`). The file records a
-fingerprint of the store (committed rows and episodes, the manifest's creation time, the
+Cache. The statistics of a store are kept in a cache folder, never beside the data: a
+dataset folder may be read-only, or shared by people and machines that should not write
+into it. The file is ``<cache>/<store name>-<hash of the store's resolved path>.json``
+(:func:`stats_path`) under :func:`stats_cache_dir` (``$TORCHSTORE_CACHE/stats``, else
+``$XDG_CACHE_HOME/torchstore/stats``, else ``~/.cache/torchstore/stats``). It records the
+store's content identity (committed rows and episodes, the manifest's creation time, the
 file's size and modification time) and, per column, its spec; an entry is used only when
-both match, so a rewritten or grown store is never served stale numbers. It is written
-atomically (a temporary file, then a rename); when the folder is not writable the
-statistics are simply kept in memory.
+both match, so a rewritten, grown or replaced store is recomputed, never served stale
+numbers. It is written atomically (a temporary file, then a rename); when the cache folder
+cannot be written the statistics are simply kept in memory, and training goes on.
+
+A ``<store>.stats.json`` beside a store, which earlier versions wrote there, is neither
+read nor written: it only ever held numbers computed from the store, so recomputing them
+once costs one pass over the rows and nothing else, and reading files from a data folder
+that anyone may write would let a stale or foreign file steer training. Delete them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -40,10 +50,10 @@ __all__ = [
     "Normalizer",
     "column_stats",
     "load_or_compute_stats",
+    "stats_cache_dir",
     "stats_path",
 ]
 
-STATS_SUFFIX = ".stats.json"
 _FORMAT = "torchstore-stats"
 _CHUNK_ROWS = 1 << 20
 
@@ -88,9 +98,22 @@ class ColumnStats:
         )
 
 
+def stats_cache_dir() -> Path:
+    """The folder statistics are cached in: ``$TORCHSTORE_CACHE/stats``, else
+    ``$XDG_CACHE_HOME/torchstore/stats``, else ``~/.cache/torchstore/stats`` (the cache root
+    that downloaded datasets use)."""
+    if os.environ.get("TORCHSTORE_CACHE"):
+        return Path(os.environ["TORCHSTORE_CACHE"]) / "stats"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "torchstore" / "stats"
+
+
 def stats_path(store_path: str | os.PathLike) -> Path:
-    """Where the statistics of the store at ``store_path`` are cached."""
-    return Path(str(store_path) + STATS_SUFFIX)
+    """Where the statistics of the store at ``store_path`` are cached: one file per store,
+    named for it and the hash of its resolved path, in :func:`stats_cache_dir`."""
+    resolved = os.path.realpath(os.fspath(store_path))
+    key = hashlib.sha256(resolved.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return stats_cache_dir() / f"{Path(resolved).name}-{key}.json"
 
 
 def column_stats(resident: ResidentStore, name: str) -> ColumnStats:
@@ -148,24 +171,27 @@ def _read_cache(path: Path, fingerprint: dict[str, Any]) -> dict[str, Any]:
 def _write_cache(path: Path, fingerprint: dict[str, Any], columns: dict[str, Any]) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(
             json.dumps({"format": _FORMAT, "fingerprint": fingerprint, "columns": columns})
         )
         os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a read-only folder: keep the statistics in memory
+    except OSError:  # a cache that cannot be written: keep the statistics in memory
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def load_or_compute_stats(
     store: TrajectoryStore, resident: ResidentStore, names: Iterable[str], *, cache: bool = True
 ) -> dict[str, ColumnStats]:
-    """Statistics of columns ``names`` (resident in ``resident``), from the sidecar when valid.
+    """Statistics of columns ``names`` (resident in ``resident``), from the cache when valid.
 
     Args:
         store: the open store the rows came from (for its path and fingerprint).
         resident: a resident view holding the columns.
         names: column names.
-        cache: read and update ``<store>.stats.json``; ``False`` computes in memory only.
+        cache: read and update the store's entry in :func:`stats_cache_dir`; ``False``
+            computes in memory only.
     """
     names = list(names)
     specs = {s.name: s.to_dict() for s in store.columns}
