@@ -23,7 +23,8 @@ A folder that already holds a run is never written over unless ``overwrite=true`
 a run that cannot start (such a folder, a ``store.path`` that is not there) says why in
 one line and leaves no folder behind (:class:`RunFolderCheck`, a Hydra callback, checks
 before Hydra makes the folder). What is left here is the recipes' own: Hydra config
-handling, the signal frame of a script, and which recipe rebuilds which policy.
+handling, the signal frame of a script, which recipe rebuilds which policy, and how the
+reach recipes (bc, offline_rl) evaluate theirs: the task, the baselines, the table.
 """
 
 from __future__ import annotations
@@ -140,6 +141,18 @@ def run_config(cfg: DictConfig) -> DictConfig:
         )
     except RunRefused as exc:
         refuse(str(exc))
+
+
+def prepared_config(cfg: DictConfig) -> DictConfig:
+    """:func:`run_config`, with the process set up from it: torch's CPU threads
+    (``threads``) and every seed (``seed``, by Lightning's ``seed_everything``); the first
+    line of a Lightning recipe's ``main``."""
+    import lightning
+
+    cfg = run_config(cfg)
+    torch.set_num_threads(cfg.threads)
+    lightning.seed_everything(cfg.seed, verbose=False)
+    return cfg
 
 
 def _run_files(folder: RunFolder, recipe: str) -> list[str]:
@@ -653,3 +666,48 @@ def mlp_io(state: Mapping[str, torch.Tensor], prefix: str) -> tuple[int, int]:
 def strip(state: Mapping[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
     """The tensors under ``prefix``, with ``prefix`` removed from their names."""
     return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+# --------------------------------------------------------------------------- the reach task
+def reach_task(store: Any) -> Any:
+    """The :class:`~torchstore.tasks.ReachTask` a store's demonstrations were recorded in
+    (its manifest's ``task_config``)."""
+    from torchstore.tasks import ReachTask
+
+    return ReachTask(**store.manifest.metadata["task_config"])
+
+
+def reach_baselines(store: Any, seed: int) -> dict[str, Any]:
+    """What a learned policy is compared with: the scripted expert that recorded the store
+    (its manifest's gains and noise), and a uniformly random policy."""
+    from torchstore.tasks import RandomPolicy, ReachExpert
+
+    expert = store.manifest.metadata["expert"]
+    return {
+        "expert": ReachExpert(**{k: expert[k] for k in ("kp", "kd", "noise")}, seed=seed),
+        "random": RandomPolicy(store.column("action").shape[0], seed=seed),
+    }
+
+
+def evaluate_policies(
+    run: Run, cfg: DictConfig, task: Any, policies: Mapping[str, Any], step: int
+) -> dict[str, dict[str, float]]:
+    """Roll each of ``policies`` out in ``task`` as ``cfg.eval`` says, log its success rate
+    into ``metrics.csv`` at ``step``, and print the table of results; returns the results."""
+    evaluate = instantiate(cfg.eval)
+    run.log.info(f"evaluating over {cfg.eval.episodes} episodes ...")
+    results = {name: evaluate(task, policy) for name, policy in policies.items()}
+    for name, result in results.items():
+        run.metrics.log(step, {f"eval/{name}_success_rate": result["success_rate"]})
+    run.log.info(f"\n{RESULT_HEADER}")
+    for name, result in results.items():
+        run.log.info(result_line(name, result))
+    return results
+
+
+def rollout_row(cfg: DictConfig, name: str, policy: Any, episodes: int | None = None) -> str:
+    """A saved policy rolled out exactly as its run evaluated it (same task, reset seeds):
+    the table's header and the policy's row, under ``name``."""
+    store = open_demo_store(cfg.store)
+    evaluate = instantiate(cfg.eval, **({"episodes": episodes} if episodes else {}))
+    return RESULT_HEADER + "\n" + result_line(name, evaluate(reach_task(store), policy))

@@ -27,18 +27,19 @@ import lightning as L
 import numpy as np
 import torch
 from _common import (
-    RESULT_HEADER,
+    evaluate_policies,
     mlp_io,
     open_demo_store,
+    prepared_config,
+    reach_baselines,
+    reach_task,
     recipe_run,
-    result_line,
-    run_config,
+    rollout_row,
     strip,
 )
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from torchstore.tasks import RandomPolicy, ReachExpert, ReachTask
 from torchstore.training import PolicyFile, masked_mse
 
 
@@ -143,21 +144,15 @@ def policy_from_weights(cfg: DictConfig, state: dict[str, torch.Tensor]) -> Chun
 
 def rollout_saved(cfg: DictConfig, policy: ChunkedPolicy, episodes: int | None = None) -> str:
     """Evaluate a saved policy exactly as the run did (same task, reset seeds, table row)."""
-    store = open_demo_store(cfg.store)
-    task = ReachTask(**store.manifest.metadata["task_config"])
-    evaluate = instantiate(cfg.eval, **({"episodes": episodes} if episodes else {}))
-    return RESULT_HEADER + "\n" + result_line("learned", evaluate(task, policy))
+    return rollout_row(cfg, "learned", policy, episodes)
 
 
 @hydra.main(config_path="../configs", config_name="bc", version_base=None)
 def main(cfg: DictConfig) -> float:
-    cfg = run_config(cfg)
-    torch.set_num_threads(cfg.threads)
-    L.seed_everything(cfg.seed, verbose=False)
+    cfg = prepared_config(cfg)
     with recipe_run(cfg, "bc") as run:
         store = open_demo_store(cfg.store)
-        meta = store.manifest.metadata
-        task = ReachTask(**meta["task_config"])
+        task = reach_task(store)
         dm = instantiate(cfg.datamodule, store=store)
         dm.setup("fit")
         obs_dim, action_dim = store.column("state").shape[0], store.column("action").shape[0]
@@ -179,24 +174,11 @@ def main(cfg: DictConfig) -> float:
         run.normalizer = dm.normalizer
         run.fit(trainer, model, dm)
 
-        evaluate = instantiate(cfg.eval)
-        run.log.info(f"evaluating over {cfg.eval.episodes} episodes ...")
-        learned = evaluate(task, ChunkedPolicy(model, dm.normalizer, cfg.exec_horizon))
-        expert = evaluate(
-            task,
-            ReachExpert(**{k: meta["expert"][k] for k in ("kp", "kd", "noise")}, seed=cfg.seed),
-        )
-        random = evaluate(task, RandomPolicy(action_dim, seed=cfg.seed))
-        results = {"learned": learned, "expert": expert, "random": random}
-        for name, result in results.items():
-            run.metrics.log(
-                trainer.global_step, {f"eval/{name}_success_rate": result["success_rate"]}
-            )
-        run.log.info(f"\n{RESULT_HEADER}")
-        for name, result in results.items():
-            run.log.info(result_line(name, result))
+        learned = ChunkedPolicy(model, dm.normalizer, cfg.exec_horizon)
+        policies = {"learned": learned, **reach_baselines(store, cfg.seed)}
+        results = evaluate_policies(run, cfg, task, policies, trainer.global_step)
         run.log.info(f"\n{store.num_episodes} demonstrations, {trainer.global_step} gradient steps")
-    return learned["success_rate"]
+    return results["learned"]["success_rate"]
 
 
 if __name__ == "__main__":

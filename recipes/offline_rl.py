@@ -26,12 +26,14 @@ import lightning as L
 import numpy as np
 import torch
 from _common import (
-    RESULT_HEADER,
+    evaluate_policies,
     mlp_io,
     open_demo_store,
+    prepared_config,
+    reach_baselines,
+    reach_task,
     recipe_run,
-    result_line,
-    run_config,
+    rollout_row,
     strip,
 )
 from hydra.utils import instantiate
@@ -39,8 +41,6 @@ from omegaconf import DictConfig
 from tensordict.nn import TensorDictModule
 from torchrl.modules import ValueOperator
 from torchrl.objectives import SoftUpdate
-
-from torchstore.tasks import RandomPolicy, ReachExpert, ReachTask
 
 OBS = "state"
 POLICY_NAME = "TD3+BC"
@@ -137,21 +137,15 @@ def policy_from_weights(cfg: DictConfig, state: dict[str, torch.Tensor]) -> Dete
 
 def rollout_saved(cfg: DictConfig, policy: DeterministicActor, episodes: int | None = None) -> str:
     """Evaluate a saved actor exactly as the run did (same task, reset seeds, table row)."""
-    store = open_demo_store(cfg.store)
-    task = ReachTask(**store.manifest.metadata["task_config"])
-    evaluate = instantiate(cfg.eval, **({"episodes": episodes} if episodes else {}))
-    return RESULT_HEADER + "\n" + result_line(POLICY_NAME, evaluate(task, policy))
+    return rollout_row(cfg, POLICY_NAME, policy, episodes)
 
 
 @hydra.main(config_path="../configs", config_name="offline_rl", version_base=None)
 def main(cfg: DictConfig) -> float:
-    cfg = run_config(cfg)
-    torch.set_num_threads(cfg.threads)
-    L.seed_everything(cfg.seed, verbose=False)
+    cfg = prepared_config(cfg)
     with recipe_run(cfg, "offline_rl") as run:
         store = open_demo_store(cfg.store)
-        meta = store.manifest.metadata
-        task = ReachTask(**meta["task_config"])
+        task = reach_task(store)
         obs_dim, action_dim = store.column(OBS).shape[0], store.column("action").shape[0]
         dm = instantiate(cfg.datamodule, store=store)
         model = TD3BC(cfg.model, obs_dim, action_dim)
@@ -159,20 +153,9 @@ def main(cfg: DictConfig) -> float:
         run.policy_tensors = lambda: (policy_tensors(model), trainer.global_step)
         run.fit(trainer, model, dm)
 
-        evaluate = instantiate(cfg.eval)
-        run.log.info(f"evaluating over {cfg.eval.episodes} episodes ...")
         model.eval()
-        expert = ReachExpert(**{k: meta["expert"][k] for k in ("kp", "kd", "noise")}, seed=cfg.seed)
-        results = {
-            POLICY_NAME: evaluate(task, model.act),
-            "expert": evaluate(task, expert),
-            "random": evaluate(task, RandomPolicy(action_dim, seed=cfg.seed)),
-        }
-        for name, r in results.items():
-            run.metrics.log(trainer.global_step, {f"eval/{name}_success_rate": r["success_rate"]})
-        run.log.info(f"\n{RESULT_HEADER}")
-        for name, r in results.items():
-            run.log.info(result_line(name, r))
+        policies = {POLICY_NAME: model.act, **reach_baselines(store, cfg.seed)}
+        results = evaluate_policies(run, cfg, task, policies, trainer.global_step)
         run.log.info(f"\n{store.num_rows} transitions, {trainer.global_step} gradient steps")
     return results[POLICY_NAME]["success_rate"]
 
