@@ -46,6 +46,7 @@ from torchstore.formats.robomimic_layout import (
     read_layout,
     storage_options,
 )
+from torchstore.formats.robomimic_text import TextCoder
 
 __all__ = ["import_robomimic", "open_robomimic"]
 
@@ -131,6 +132,8 @@ def _every_slab(layout: RobomimicLayout, label: str, key: DemoKey) -> Iterator[n
 
 
 def _column_dtype(key: DemoKey) -> np.dtype:
+    if key.encoding is not None:  # text: int64 codes into its string table
+        return np.dtype(np.int64)
     dtype = np.dtype(key.dtype)
     if key.column == "done":
         return np.dtype(np.bool_)
@@ -204,13 +207,45 @@ def _batches(layout: RobomimicLayout, row_bytes: int) -> Iterator[tuple[list[int
         yield batch, None
 
 
+def _scan_text(layout: RobomimicLayout, label: str) -> TextCoder:
+    """The string tables of the text keys, every demo read once before any row is written."""
+    coder = TextCoder()
+    for key in layout.keys:
+        if key.encoding is not None:
+            for i, length in enumerate(layout.lengths):
+                where = f"{label} data/{layout.demos[i]} key '{key.path}'"
+                coder.scan(key.column, where, h5py.Dataset(layout.datasets[i][key.path]), length)
+    return coder
+
+
+def _read_text(
+    label: str, layout: RobomimicLayout, key: DemoKey, batch: list[int], piece: range | None,
+    coder: TextCoder,
+) -> np.ndarray:  # fmt: skip
+    parts = []
+    for i in batch:
+        where = f"{label} data/{layout.demos[i]} key '{key.path}'"
+        rows = piece if piece is not None else range(layout.lengths[i])
+        ds = h5py.Dataset(layout.datasets[i][key.path])
+        parts.append(coder.codes(key.column, where, ds, rows.start, rows.stop))
+    return np.concatenate(parts)
+
+
 def _read_batch(
-    f: h5py.File, label: str, layout: RobomimicLayout, batch: list[int], piece: range | None
+    f: h5py.File,
+    label: str,
+    layout: RobomimicLayout,
+    batch: list[int],
+    piece: range | None,
+    coder: TextCoder,
 ) -> dict[str, np.ndarray]:
     """The rows of the whole demos in ``batch``, or the rows ``piece`` of its one demo."""
     total = len(piece) if piece is not None else sum(layout.lengths[i] for i in batch)
     rows: dict[str, np.ndarray] = {}
     for key in layout.keys:
+        if key.encoding is not None:
+            rows[key.column] = _read_text(label, layout, key, batch, piece, coder)
+            continue
         out = np.empty((total, *key.shape), np.dtype(key.dtype))
         at = 0
         for i in batch:
@@ -227,12 +262,18 @@ def _read_batch(
 
 
 def _write_rows(
-    f: h5py.File, label: str, layout: RobomimicLayout, writer: Any, row_bytes: int, bar: Any
+    f: h5py.File,
+    label: str,
+    layout: RobomimicLayout,
+    writer: Any,
+    row_bytes: int,
+    bar: Any,
+    coder: TextCoder,
 ) -> None:
     """Every demo into ``writer``: whole demos committed together, a demo larger than a
     slab appended piece by piece and committed at its last piece."""
     for batch, piece in _batches(layout, row_bytes):
-        rows = _read_batch(f, label, layout, batch, piece)
+        rows = _read_batch(f, label, layout, batch, piece, coder)
         if piece is None:
             metas = [_episode_meta(layout, label, i) for i in batch]
             writer.add_episodes(rows, [layout.lengths[i] for i in batch], metas)
@@ -245,18 +286,23 @@ def _write_rows(
             bar.update(len(piece) if piece is not None else sum(layout.lengths[i] for i in batch))
 
 
-def _metadata(f: h5py.File, layout: RobomimicLayout, source: str) -> dict[str, Any]:
+def _metadata(
+    f: h5py.File, layout: RobomimicLayout, source: str, coder: TextCoder
+) -> dict[str, Any]:
     index = {demo: i for i, demo in enumerate(layout.demos)}
+    robomimic = {
+        "source": source,
+        "variant": layout.variant,
+        "root_attrs": encode_attrs(f.attrs, layout.left_out),
+        "data_attrs": encode_attrs(f["data"].attrs, layout.left_out),
+        "keys": [k.to_json() for k in layout.keys],
+        "per_demo": layout.per_demo,
+        "masks": layout.masks,
+    }
+    if coder.tables:
+        robomimic["string_tables"] = coder.tables
     return {
-        "robomimic": {
-            "source": source,
-            "variant": layout.variant,
-            "root_attrs": encode_attrs(f.attrs, layout.left_out),
-            "data_attrs": encode_attrs(f["data"].attrs, layout.left_out),
-            "keys": [k.to_json() for k in layout.keys],
-            "per_demo": layout.per_demo,
-            "masks": layout.masks,
-        },
+        "robomimic": robomimic,
         "episode_sets": {
             name: [index[d] for d in mask["demos"]] for name, mask in layout.masks.items()
         },
@@ -311,6 +357,7 @@ def import_robomimic(
         try:
             layout = read_layout(f, label)
             _settle_casts(f, layout, label)
+            coder = _scan_text(layout, label)
         except (KeyError, OSError, RuntimeError) as exc:
             raise DatasetFormatError(f"{label}: cannot be read (damaged?): {exc}") from None
         specs = _columns(layout, label)
@@ -325,12 +372,12 @@ def import_robomimic(
                     partial,
                     specs,
                     env_id=_env_id(f),
-                    metadata=_metadata(f, layout, label),
+                    metadata=_metadata(f, layout, label, coder),
                     overwrite=True,
                     expected_rows=sum(layout.lengths),
                 ) as writer,
             ):
-                _write_rows(f, label, layout, writer, max(row_bytes, 1), bar)
+                _write_rows(f, label, layout, writer, max(row_bytes, 1), bar, coder)
         except (KeyError, OSError, RuntimeError) as exc:
             if isinstance(exc, TorchstoreError):
                 raise

@@ -8,6 +8,14 @@ is written in robomimic's own names: ``obs/<k>`` -> ``obs/<k>`` (a plain ``obs``
 ``reward`` -> ``rewards``, ``done`` -> ``dones`` (int64 0/1, as robomimic writes them),
 other columns under their own name; ``env_args`` names the store's env id, and the
 store's named episode sets become filter keys. Quantised columns are written dequantised.
+
+Text, and what each episode carries, is kept as robomimic keeps strings. A text column
+(an RLDS or LeRobot import's ``language_instruction``, held in the store as int64 codes
+into ``metadata[...]["string_tables"]``) is written as its strings, one per step, in a
+variable-length UTF-8 string dataset (``demo.asstr()[...]`` in h5py). Each episode's
+metadata (an RLDS import's ``episode_metadata``, with ``file_path``, and where it came
+from) goes into its demo's attributes, one per key: strings and numbers as they are,
+anything else as a JSON string, as robomimic writes ``env_args``.
 """
 
 from __future__ import annotations
@@ -16,7 +24,6 @@ import itertools
 import json
 import math
 import os
-import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +35,7 @@ import numpy as np
 from torchstore.data.columns import ColumnSpec, numpy_dtype
 from torchstore.errors import DatasetFormatError, DestinationError
 from torchstore.formats.robomimic_layout import DemoKey, decode_attr, decode_attrs
+from torchstore.formats.robomimic_text import text_array, text_dtype
 
 __all__ = ["export_robomimic"]
 
@@ -41,8 +49,9 @@ _DEFLATE_THREADS = max(1, min(4, os.cpu_count() or 1))
 _SLAB_BYTES = 64 << 20  # rows read from the store at once (whole episodes)
 
 
-def _foreign_key(spec: ColumnSpec) -> DemoKey:
-    """Where a column of a store that did not come from robomimic goes."""
+def _foreign_key(spec: ColumnSpec, texts: dict[str, list[str]]) -> DemoKey:
+    """Where a column of a store that did not come from robomimic goes (a text column: as
+    variable-length UTF-8 strings)."""
     name = spec.name
     if name in ("obs", "next/obs"):
         path = "obs/obs" if name == "obs" else "next_obs/obs"
@@ -52,6 +61,8 @@ def _foreign_key(spec: ColumnSpec) -> DemoKey:
         path = "obs/" + name.removeprefix("observation/")
     else:
         path = _BACK.get(name, name)
+    if name in texts:
+        return DemoKey(path=path, column=name, dtype="|O", shape=[], encoding="utf-8")
     dtype = np.dtype(np.int64) if name == "done" else numpy_dtype(spec.dtype)
     return DemoKey(
         path=path,
@@ -62,13 +73,15 @@ def _foreign_key(spec: ColumnSpec) -> DemoKey:
     )
 
 
-def _keys(store: Any, recorded: dict[str, Any] | None) -> list[DemoKey]:
+def _keys(
+    store: Any, recorded: dict[str, Any] | None, texts: dict[str, list[str]]
+) -> list[DemoKey]:
     columns = {c.name: c for c in store.columns}
     if recorded is not None:
         keys = [DemoKey.from_json(k) for k in recorded["keys"]]
         if {k.column for k in keys} == set(columns):
             return keys
-    keys = [_foreign_key(spec) for spec in store.columns]
+    keys = [_foreign_key(spec, texts) for spec in store.columns]
     seen: dict[str, str] = {}
     for key in keys:
         if key.path in seen:
@@ -77,22 +90,44 @@ def _keys(store: Any, recorded: dict[str, Any] | None) -> list[DemoKey]:
                 f"written as '{key.path}' in robomimic's names; rename one of them"
             )
         seen[key.path] = key.column
-    _warn_codes(store, keys)
     return keys
 
 
-def _warn_codes(store: Any, keys: list[DemoKey]) -> None:
-    """Text columns (an RLDS or LeRobot import's string tables) leave as their int codes."""
+def _text_tables(store: Any, recorded: dict[str, Any] | None) -> dict[str, list[str]]:
+    """The strings each text column's int64 codes stand for: a robomimic import's string
+    tables, else an RLDS or LeRobot import's."""
+    if recorded is not None:
+        return recorded.get("string_tables", {})
     meta = store.manifest.metadata
-    tables = {**(meta.get("rlds") or {}).get("string_tables", {}),
-              **(meta.get("lerobot") or {}).get("string_tables", {})}  # fmt: skip
-    coded = [k.column for k in keys if k.column in tables]
-    if coded:
-        warnings.warn(
-            f"{store.path}: {coded} are text held as int64 codes; robomimic has no text "
-            "column, so the codes are written (the strings stay in the store's metadata)",
-            stacklevel=4,
+    return {**(meta.get("rlds") or {}).get("string_tables", {}),
+            **(meta.get("lerobot") or {}).get("string_tables", {})}  # fmt: skip
+
+
+def _text(store: Any, key: DemoKey, texts: dict[str, list[str]], codes: np.ndarray) -> Any:
+    """A text column's codes as its strings, in the type its dataset is written in."""
+    if key.column not in texts:
+        raise DatasetFormatError(
+            f"{store.path}: column '{key.column}' is text, but the store's metadata has no "
+            "string table for it"
         )
+    try:
+        return text_array(texts[key.column], codes, key.dtype, key.encoding)
+    except DatasetFormatError as exc:
+        raise DatasetFormatError(f"{store.path}: column '{key.column}': {exc}") from None
+
+
+def _episode_attrs(group: h5py.Group, meta: dict[str, Any]) -> None:
+    """A foreign store's episode metadata as the demo's attributes: a string or a number
+    as it is, anything else (a dict, a list, null) as its JSON text."""
+    for name, value in meta.items():
+        if name == "num_samples":
+            continue  # robomimic's own, written from the episode's length
+        if isinstance(value, bool):
+            group.attrs[name] = np.bool_(value)
+        elif isinstance(value, str | int | float):
+            group.attrs[name] = value
+        else:
+            group.attrs[name] = json.dumps(value, ensure_ascii=False)
 
 
 def _demo_names(store: Any, recorded: bool) -> list[str]:
@@ -139,6 +174,8 @@ def _write_masks(f: h5py.File, store: Any, names: list[str], recorded: dict | No
 
 def _column_values(store: Any, key: DemoKey, start: int, stop: int) -> np.ndarray:
     spec = store.column(key.column)
+    if key.encoding is not None:  # text: its codes, turned into strings per slab
+        return store.read_column(spec.name, start, stop)
     if spec.quantize is not None:
         values = store.read_slab(start, stop, [spec.name])[spec.key].numpy()
     else:
@@ -201,7 +238,10 @@ def _write_demo(
     for key in keys:
         values, options = columns[key.column], _options(key, chunks)
         level = _deflate_level(options)
-        if level is None:
+        if key.encoding is not None:  # text: one string per step
+            dtype = text_dtype(key.dtype, key.encoding)
+            ds = group.create_dataset(key.path, data=values, dtype=dtype, **options)
+        elif level is None:
             ds = group.create_dataset(key.path, data=values, **options)
         else:
             ds = _write_deflated(group, key.path, values, options, level, pool)
@@ -243,7 +283,8 @@ def _slabs(store: Any, keys: list[DemoKey]):
 
 def _write_file(f: h5py.File, store: Any, bar: Any) -> None:
     recorded = store.manifest.metadata.get("robomimic")
-    keys = _keys(store, recorded)
+    texts = _text_tables(store, recorded)
+    keys = _keys(store, recorded, texts)
     names = _demo_names(store, recorded is not None)
     if recorded is not None:
         decode_attrs(recorded.get("root_attrs", {}), f.attrs)
@@ -252,11 +293,17 @@ def _write_file(f: h5py.File, store: Any, bar: Any) -> None:
         data.attrs[name] = value
     with ThreadPoolExecutor(_DEFLATE_THREADS, thread_name_prefix="deflate") as pool:
         for batch, first, slabs in _slabs(store, keys):
+            for key in keys:
+                if key.encoding is not None:
+                    slabs[key.column] = _text(store, key, texts, slabs[key.column])
             for i in batch:
                 start, stop = store.episodes.range(i)
                 group = data.create_group(names[i])
                 columns = {c: v[start - first : stop - first] for c, v in slabs.items()}
-                meta = store.episode_metadata(i) if recorded is not None else {}
+                meta = store.episode_metadata(i)
+                if recorded is None:
+                    _episode_attrs(group, meta)
+                    meta = {}
                 _write_demo(group, keys, columns, meta.get("chunks", {}), pool)
                 _write_episode_meta(group, meta, stop - start)
                 if bar is not None:

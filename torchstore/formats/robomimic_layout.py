@@ -45,6 +45,7 @@ from h5py import h5d, h5l, h5o
 
 from torchstore.errors import DatasetFormatError
 from torchstore.formats import limits
+from torchstore.formats.robomimic_text import string_encoding
 
 __all__ = [
     "DemoKey",
@@ -155,6 +156,9 @@ class DemoKey:
     cast: bool = False  # the column holds another dtype (dones -> bool, int rewards -> float)
     options: dict[str, Any] = field(default_factory=dict)  # chunks, compression, ...
     attrs: dict[str, Any] = field(default_factory=dict)
+    #: a text key's string encoding ("utf-8", "ascii"): its column holds int64 codes into
+    #: metadata["robomimic"]["string_tables"] (see torchstore.formats.robomimic_text)
+    encoding: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -318,6 +322,12 @@ def _keys_of(where: str, rows: dict[str, h5d.DatasetID]) -> dict[str, DemoKey]:
         column = store_name(path)
         if column != path and column in rows:  # both `dones` and `done`: each keeps its name
             column = path
+        encoding = string_encoding(ds.dtype)
+        if encoding is not None and ds.shape[1:]:
+            raise DatasetFormatError(
+                f"{where}: key '{path}' holds {tuple(ds.shape[1:])} strings per step; a "
+                "store holds text as one string per step"
+            )
         keys[path] = DemoKey(
             path=path,
             column=column,
@@ -325,6 +335,7 @@ def _keys_of(where: str, rows: dict[str, h5d.DatasetID]) -> dict[str, DemoKey]:
             shape=list(ds.shape[1:]),
             options=storage_options(ds),
             attrs=encode_attrs(ds.attrs),
+            encoding=encoding,
         )
     return keys
 
