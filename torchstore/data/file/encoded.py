@@ -305,11 +305,14 @@ def read_packet_runs(
     packet_bytes: int | None = None,
 ) -> list[PacketRun]:
     """The packet runs that decode rows ``[start, stop)`` of an encoded column (``rows``
-    committed): per episode the range touches, one read of its packet rows from the
-    episode's start and one contiguous read of the packet bytes from the keyframe at or
-    before the range. The file is read here; :func:`decode_packet_runs` does not touch it,
-    so a caller sharing the file's handle holds its lock for this part only.
-    ``packet_bytes``: :func:`committed_packet_bytes` for ``rows``, when the caller keeps it."""
+    committed): one read of the packet rows from the start of the first episode the range
+    touches, and one contiguous read of the packet bytes from the keyframe at or before
+    ``start`` (episodes' packets lie back to back). The file is read here;
+    :func:`decode_packet_runs` does not touch it, so a caller sharing the file's handle
+    holds its lock for this part only. ``packet_bytes``: :func:`committed_packet_bytes`
+    for ``rows``, when the caller keeps it. ``latest`` re-reads the committed rows: with
+    it, a block a live writer is rewriting is read again until it verifies (see
+    :class:`~torchstore.io.hdf5.checksummed.ChecksummedDataset`), never reported for that."""
     if start == stop:
         return []
     if packet_bytes is None:
@@ -318,53 +321,108 @@ def read_packet_runs(
     if latest is not None:  # a live writer moved the commit on: where its packets end now
 
         def latest_bytes() -> int:
-            return committed_packet_bytes(index, latest())
+            rows_now = latest()
+            index.refresh()  # the rows it counts may lie past this handle's extent
+            return committed_packet_bytes(index, rows_now, latest)
 
+    first, last = int(episodes.episode_of(start)), int(episodes.episode_of(stop - 1))
+    base = episodes.range(first)[0]
+    table = index.read(base, stop, rows, latest)
+    parts = [
+        _episode_part(spec, ep, table, base, start, stop, episodes) for ep in range(first, last + 1)
+    ]
+    lo, hi = parts[0].lo, parts[-1].hi
+    if any(p.lo < lo or p.hi > hi for p in parts) or hi > packet_bytes:
+        raise IntegrityError(
+            f"column '{spec.name}' episodes {first}..{last}: packet offsets outside the "
+            f"{packet_bytes} committed packet bytes; their packet rows are damaged"
+        )
+    view = memoryview(packets.read(lo, hi, packet_bytes, latest_bytes))
     runs = []
-    for ep in range(int(episodes.episode_of(start)), int(episodes.episode_of(stop - 1)) + 1):
-        ep_start, ep_stop = episodes.range(ep)
-        a, z = max(start, ep_start), min(stop, ep_stop)
-        table = index.read(ep_start, z, rows, latest)
-        keys = np.flatnonzero(table[: a - ep_start + 1, _FLAGS] & KEYFRAME)
-        if not len(keys) or keys[0] != 0:
-            raise IntegrityError(
-                f"column '{spec.name}' episode {ep} does not start on a keyframe; its packet "
-                "rows are damaged"
-            )
-        key = int(keys[-1])
-        run = table[key:]
-        extra = int(table[0, _EXTRA])
-        head = int(table[0, _OFFSET]) - extra  # the episode's extradata starts here
-        lo = head if key == 0 else int(run[0, _OFFSET])
-        hi = int(run[-1, _OFFSET] + run[-1, _NBYTES])
-        rel = run[:, _OFFSET] - lo
-        if (
-            extra < 0
-            or head < 0
-            or lo < 0
-            or hi > packet_bytes
-            or (run[:, _NBYTES] <= 0).any()
-            or (rel < 0).any()
-            or (rel + run[:, _NBYTES] > hi - lo).any()
-        ):
-            raise IntegrityError(
-                f"column '{spec.name}' episode {ep}: packet offsets outside the "
-                f"{packet_bytes} committed packet bytes; its packet rows are damaged"
-            )
-        data = packets.read(lo, hi, packet_bytes, latest_bytes)
-        if key == 0:
-            extradata = data[:extra].tobytes()
-        else:
-            extradata = packets.read(head, head + extra, packet_bytes, latest_bytes).tobytes()
-        view = memoryview(data)
+    for p in parts:
+        if p.head >= lo:
+            extradata = view[p.head - lo : p.head - lo + p.extra].tobytes()
+        else:  # the run starts at a later keyframe: its extradata lies before the read
+            extradata = packets.read(p.head, p.head + p.extra, packet_bytes, latest_bytes).tobytes()
+        run = p.run
+        at = run[:, _OFFSET] - lo
         run_packets = [
-            view[int(o) : int(o) + int(n)] for o, n in zip(rel, run[:, _NBYTES], strict=True)
+            view[int(o) : int(o) + int(n)] for o, n in zip(at, run[:, _NBYTES], strict=True)
         ]
         keys = (run[:, _FLAGS] & KEYFRAME) != 0
         runs.append(
-            PacketRun(ep, extradata, run_packets, a - ep_start - key, key, a - start, z - a, keys)
+            PacketRun(
+                p.episode,
+                extradata,
+                run_packets,
+                p.a - p.ep_start - p.key,
+                p.key,
+                p.a - start,
+                p.z - p.a,
+                keys,
+            )
         )
     return runs
+
+
+@dataclass(frozen=True, slots=True)
+class _EpisodePart:
+    """One episode's rows ``[a, z)`` of a read, and where its packets lie: ``run`` is its
+    packet rows from keyframe ``key`` (of the episode) to ``z``, whose bytes span ``[lo, hi)``
+    of the packets; its ``extra`` bytes of extradata start at ``head``."""
+
+    episode: int
+    ep_start: int
+    a: int
+    z: int
+    key: int
+    run: np.ndarray
+    extra: int
+    head: int
+    lo: int
+    hi: int
+
+
+def _episode_part(
+    spec: ColumnSpec,
+    ep: int,
+    table: np.ndarray,
+    base: int,
+    start: int,
+    stop: int,
+    episodes: EpisodeIndex,
+) -> _EpisodePart:
+    """Episode ``ep``'s part of a read of rows ``[start, stop)`` from its packet rows
+    (``table``: the rows from ``base``), checked: IntegrityError if they are damaged."""
+    ep_start, ep_stop = episodes.range(ep)
+    a, z = max(start, ep_start), min(stop, ep_stop)
+    rows = table[ep_start - base : z - base]
+    keys = np.flatnonzero(rows[: a - ep_start + 1, _FLAGS] & KEYFRAME)
+    if not len(keys) or keys[0] != 0:
+        raise IntegrityError(
+            f"column '{spec.name}' episode {ep} does not start on a keyframe; its packet "
+            "rows are damaged"
+        )
+    key = int(keys[-1])
+    run = rows[key:]
+    extra = int(rows[0, _EXTRA])
+    head = int(rows[0, _OFFSET]) - extra  # the episode's extradata starts here
+    lo = head if key == 0 else int(run[0, _OFFSET])
+    hi = int(run[-1, _OFFSET] + run[-1, _NBYTES])
+    rel = run[:, _OFFSET] - lo
+    if (
+        extra < 0
+        or head < 0
+        or lo < 0
+        or (run[:, _NBYTES] <= 0).any()
+        or (rel < 0).any()
+        or (rel + run[:, _NBYTES] > hi - lo).any()
+    ):
+        raise IntegrityError(
+            f"column '{spec.name}' episode {ep}: packet offsets outside its packet bytes; "
+            "its packet rows are damaged"
+        )
+    return _EpisodePart(ep, ep_start, a, z, key, run, extra, head, lo, hi)
 
 
 def decode_packet_runs(
@@ -472,6 +530,12 @@ def _park_decoders() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_park_decoders, after_in_parent=_PARKED.clear)
+    # no thread holds the pool's lock while the process is copied (a child would wait on it)
+    os.register_at_fork(
+        before=_POOL_LOCK.acquire,
+        after_in_parent=_POOL_LOCK.release,
+        after_in_child=_POOL_LOCK.release,
+    )
 
 
 def _decoder(spec: ColumnSpec, extradata: bytes, cache: dict | None) -> FrameDecoder:

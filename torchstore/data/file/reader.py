@@ -212,7 +212,11 @@ class StoreReader:
             index, packets = self._packet_tables(spec)
             ends = self._packet_ends
             if ends.get(spec.name, (-1, 0))[0] != self._rows:  # once per snapshot
-                ends[spec.name] = (self._rows, committed_packet_bytes(index, self._rows))
+                # a live writer may be rewriting the block that holds the last row
+                ends[spec.name] = (
+                    self._rows,
+                    committed_packet_bytes(index, self._rows, self._latest(0)),
+                )
             return read_packet_runs(
                 spec, index, packets, self._episodes, start, stop, self._rows, self._latest(0),
                 packet_bytes=ends[spec.name][1],
