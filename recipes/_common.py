@@ -57,9 +57,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES = Path(__file__).resolve().parent
 DEFAULT_DEMO = REPO_ROOT / "data" / "reach_demo.h5"
 #: Recipes whose runs save a policy :func:`load_policy` can rebuild.
-RECIPE_NAMES = ("bc", "bc_robomimic", "offline_rl", "sac", "distributed_sac")
+RECIPE_NAMES = ("bc", "bc_camera", "bc_robomimic", "offline_rl", "sac", "distributed_sac")
 #: Recipes trained by a Lightning ``Trainer``: they keep ``last.ckpt`` and take ``resume=``.
-RESUMABLE = ("bc", "bc_robomimic", "offline_rl")
+RESUMABLE = ("bc", "bc_camera", "bc_robomimic", "offline_rl")
 #: training steps between two writes of ``last.ckpt`` when a config does not say
 CHECKPOINT_EVERY = 500
 

@@ -37,3 +37,50 @@ def test_bc_robomimic_trains_from_an_encoded_camera_store(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (run / "policy.safetensors").is_file() and (run / "last.ckpt").is_file()
     assert "resident: " in (run / "config.yaml").read_text()
+
+
+def test_bc_camera_trains_from_an_imported_lerobot_camera_dataset(tmp_path):
+    """A LeRobot v3.0 dataset (AV1 camera, LeRobot's column names) imported as it comes, then
+    the camera recipe with only its keys and length given: the camera stays encoded in the
+    store, the window decodes it, and the run reports that there is no simulator to roll out in."""
+    import numpy as np
+
+    from benchmarks._camera_frames import camera_frames
+    from torchstore.lerobot import LeRobotWriter, import_lerobot
+
+    cam = "observation.images.top"
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [3], "names": None},
+        "action": {"dtype": "float32", "shape": [2], "names": None},
+        cam: {"dtype": "video", "shape": [48, 64, 3], "names": ["height", "width", "channels"]},
+    }
+    with LeRobotWriter(tmp_path / "ds", fps=10, features=features) as writer:
+        for e in range(4):
+            n = 20
+            rng = np.random.default_rng(e)
+            writer.add_episode(
+                {
+                    "observation.state": rng.standard_normal((n, 3)).astype(np.float32),
+                    "action": rng.standard_normal((n, 2)).astype(np.float32),
+                    cam: camera_frames(n, 48, 64, episode=e, seed=1),
+                },
+                task="pick",
+            )
+    import_lerobot(tmp_path / "ds", tmp_path / "ds.h5", progress=False)
+    run = tmp_path / "run"
+    args = [
+        f"store.path={tmp_path / 'ds.h5'}",
+        f"obs.rgb=[{cam}]",
+        "obs.low_dim=[observation.state]",
+        "datamodule.action_horizon=5",
+        "datamodule.resident=60",  # rows: three blocks of 20 (one refilling), of 80
+        "+datamodule.resident_blocks=2",
+        "trainer.max_steps=6",
+        "trainer.enable_progress_bar=false",
+        f"hydra.run.dir={run}",
+    ]
+    cmd = [sys.executable, str(ROOT / "recipes" / "bc_camera.py"), *args]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "no rollout:" in proc.stdout
+    assert (run / "policy.safetensors").is_file() and (run / "last.ckpt").is_file()

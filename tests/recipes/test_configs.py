@@ -38,6 +38,7 @@ GROUPS = ("store", "sampler", "datamodule", "model", "trainer", "hydra/job_loggi
 #: (top-level config, overrides): together they select every file under configs/.
 COMPOSITIONS = [
     ("bc", []),
+    ("bc_camera", []),
     ("bc_robomimic", ["store.path=lift.h5"]),
     ("bc_robomimic", ["store.path=lift.h5", "datamodule=robomimic_windowed"]),
     ("offline_rl", []),

@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "recipes"))
 #: a test's pipe would get as plain lines anyway)
 DEFAULTS = {
     "bc": ["trainer.max_steps=6"],
+    "bc_camera": ["trainer.max_steps=6"],
     "offline_rl": ["trainer.max_steps=6"],
     "bc_robomimic": ["trainer.max_steps=6"],  # store.path: a robomimic import (fixture)
     "sac": ["collector.total_frames=1100"],  # the first 1000 are random; 100 updates after

@@ -30,6 +30,7 @@ QUIET = ["trainer.enable_progress_bar=false"]
 
 SMOKES = {
     "bc": ["trainer.max_steps=20", "eval.episodes=2", *QUIET],
+    "bc_camera": ["trainer.max_steps=20", "eval.episodes=2", *QUIET],
     "offline_rl": [
         "trainer.max_steps=20",
         "eval.episodes=2",
@@ -56,6 +57,7 @@ SMOKES = {
 #: the line of the recipe's output that reports its trained policy's evaluation
 RESULT = {
     "bc": r"^learned .*$",
+    "bc_camera": r"^learned .*$",
     "offline_rl": r"^TD3\+BC .*$",
     "sac": r"^evaluation: mean return .*$",
     "sac_uniform": r"^evaluation: mean return .*$",
@@ -151,7 +153,7 @@ def test_recipe_output_has_no_third_party_noise(smoke):
     assert not [word for word in NOISE if word in both], both[-3000:]
 
 
-@pytest.mark.parametrize("smoke", _runs(["bc", "offline_rl", "sac"]), indirect=True)
+@pytest.mark.parametrize("smoke", _runs(["bc", "bc_camera", "offline_rl", "sac"]), indirect=True)
 def test_saved_policy_rolls_out_as_the_run_evaluated_it(smoke, preloaded):
     """``recipes/rollout.py`` on the run folder prints the run's own evaluation, to the digit."""
     assert smoke.proc.returncode == 0, smoke.proc.stderr[-3000:]
