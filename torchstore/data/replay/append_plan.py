@@ -62,8 +62,7 @@ class _AppendPlan:
         self.counts = np.zeros(envs, dtype=np.int64)
         self.stops = np.zeros((envs, 0), dtype=np.int64)
         self.lead: tuple[int, ...] = ()  # the written chunk's leading dims
-        # rowcopy.append_rows's compiled kernel itself (its wrapper costs a call a write)
-        self.kernel = row_kernels()._append_rows
+        self.kernel = row_kernels().append_rows
 
     @staticmethod
     def make(replay: Any, dims: int, signature: tuple) -> _AppendPlan | None:

@@ -228,7 +228,7 @@ def _copy_tiled(base, row_bytes, steps, envs, table):  # pragma: no cover - comp
 
 
 @cached_njit(nogil=True)
-def _append_rows(
+def append_rows(
     dest,
     time_capacity,
     row_bytes,
@@ -242,6 +242,23 @@ def _append_rows(
     counts,
     stops,
 ):  # pragma: no cover - compiled
+    """A ring append in one pass: check the cursor, find the episode ends, copy the rows.
+
+    The writer's ``steps`` time rows (int64 at address ``rows``, ``rows_stride`` bytes
+    apart) must be ``first + arange(steps)`` within ``[0, time_capacity)``; the
+    ``steps * envs`` block rows from ``first * envs`` on are then written as
+    :func:`copy_rows` writes them (``table`` likewise), after the end flags are read: the
+    bool columns at table rows ``end_rows`` (int64), a time row of an env ending an episode
+    when any of its flag bytes is set. ``counts[e]`` gets the number of ends in env stream
+    ``e`` and ``stops[e, :counts[e]]`` their time rows within the chunk, in order. The
+    caller keeps the cursor and the sources alive for the call. The compiled kernel itself:
+    the replay writers call it once a write, with no Python wrapper between.
+
+    Returns:
+        0 when written; :data:`NOT_A_RUN` (the rows are not that run) or
+        :data:`NOT_COPYABLE` (a column's bytes fall outside a block row, a source reaches
+        into the block, or a buffer is too small), having written nothing.
+    """
     if first < 0 or envs < 1 or steps < 1 or first + steps > time_capacity:
         return NOT_A_RUN
     if not _is_run(rows, rows_stride, steps, first):
@@ -258,51 +275,3 @@ def _append_rows(
     _find_ends(steps, envs, table, end_rows, counts, stops)
     _copy_tiled(dest + first * envs * row_bytes, row_bytes, steps, envs, table)
     return 0
-
-
-def append_rows(
-    dest: int,
-    time_capacity: int,
-    row_bytes: int,
-    rows: int,
-    rows_stride: int,
-    steps: int,
-    first: int,
-    envs: int,
-    table: np.ndarray,
-    end_rows: np.ndarray,
-    counts: np.ndarray,
-    stops: np.ndarray,
-) -> int:
-    """A ring append in one pass: check the cursor, find the episode ends, copy the rows.
-
-    The writer's ``steps`` time rows (int64 at address ``rows``, ``rows_stride`` bytes
-    apart) must be ``first + arange(steps)`` within ``[0, time_capacity)``; the
-    ``steps * envs`` block rows from ``first * envs`` on are then written as
-    :func:`copy_rows` writes them (``table`` likewise), after the end flags are read: the
-    bool columns at table rows ``end_rows`` (int64), a time row of an env ending an episode
-    when any of its flag bytes is set. ``counts[e]`` gets the number of ends in env stream
-    ``e`` and ``stops[e, :counts[e]]`` their time rows within the chunk, in order. The
-    caller keeps the cursor and the sources alive for the call.
-
-    Returns:
-        0 when written; :data:`NOT_A_RUN` (the rows are not that run) or
-        :data:`NOT_COPYABLE` (a column's bytes fall outside a block row, a source reaches
-        into the block, or a buffer is too small), having written nothing.
-    """
-    return int(
-        _append_rows(
-            dest,
-            time_capacity,
-            row_bytes,
-            rows,
-            rows_stride,
-            steps,
-            first,
-            envs,
-            table,
-            end_rows,
-            counts,
-            stops,
-        )
-    )
