@@ -142,22 +142,27 @@ def _short(entry: RemoteEntry) -> str:
     return (entry.commit or entry.revision)[:12]
 
 
-def _plan(
-    location: Location,
-    name: str,
-    kind: str,
-    local: Sequence[tuple[RemoteFile, Path]],
-    current: RemoteEntry | None,
-    *,
-    replace: bool,
-    merge: bool,
-) -> RemoteEntry | None:
+@dataclass(frozen=True, slots=True)
+class _Publish:
+    """One :meth:`Backend.publish`: make ``local`` (each file with the path its bytes are
+    read from) entry ``name`` of ``kind``."""
+
+    name: str
+    kind: str
+    local: tuple[tuple[RemoteFile, Path], ...]
+    replace: bool
+    merge: bool
+    progress: Progress | None
+
+
+def _plan(location: Location, request: _Publish, current: RemoteEntry | None) -> RemoteEntry | None:
     """The entry to publish (its files without storage paths), or None if up to date.
 
     ``merge`` (sync): the local files are added to the current ones. Otherwise (push) the
     local files are the entry, and different content needs ``replace``.
     """
-    files = {f.path: f for f, _ in local}
+    name, kind, merge, replace = request.name, request.kind, request.merge, request.replace
+    files = {f.path: f for f, _ in request.local}
     if current is None:
         return RemoteEntry(name, kind, tuple(files.values()), updated=_now())
     verb = "syncing" if merge else "pushing"
@@ -249,7 +254,6 @@ class Backend(abc.ABC):
     ) -> Path:
         """Download one file of ``entry`` into ``staging``; returns where it is."""
 
-    @abc.abstractmethod
     def publish(
         self,
         name: str,
@@ -261,6 +265,11 @@ class Backend(abc.ABC):
         progress: Progress | None = None,
     ) -> Published:
         """Make ``local`` entry ``name`` (see the module docstring for the rules)."""
+        return self._publish(_Publish(name, kind, tuple(local), replace, merge, progress))
+
+    @abc.abstractmethod
+    def _publish(self, request: _Publish) -> Published:
+        """:meth:`publish`, as this kind of location does it."""
 
     def prune(self, name: str, keep: int) -> Pruned:
         """Drop all but the newest ``keep`` revisions of ``name`` (index locations only)."""
@@ -372,26 +381,18 @@ class IndexBackend(Backend):
             return False
         return True
 
-    def publish(
-        self,
-        name: str,
-        kind: str,
-        local: Sequence[tuple[RemoteFile, Path]],
-        *,
-        replace: bool = False,
-        merge: bool = False,
-        progress: Progress | None = None,
-    ) -> Published:
-        sources = {f.path: path for f, path in local}
+    def _publish(self, request: _Publish) -> Published:
+        name, progress = request.name, request.progress
+        sources = {f.path: path for f, path in request.local}
         sent: dict[str, str | None] = {}  # storage path -> sha256 of what this call uploaded
         fresh: dict[tuple[str | None, int], str] = {}  # content -> where this call put it
         for attempt in range(_INDEX_WRITE_ATTEMPTS):
             entries, etag, exists = self._read_index(must_exist=False)
             current = entries.get(name)
-            entry = _plan(self.location, name, kind, local, current, replace=replace, merge=merge)
+            entry = _plan(self.location, request, current)
             if entry is None:  # someone published this content while this call uploaded
                 shas = set(sent.values())  # uploaded names file paths, as below
-                paths = sorted(f.path for f, _ in local if f.sha256 in shas)
+                paths = sorted(f.path for f, _ in request.local if f.sha256 in shas)
                 return Published(current, tuple(paths), up_to_date=not sent)
             todo = _place(entry, current, fresh)[1]
             self._send(name, todo, sources, sent, fresh, new=current is None, progress=progress)
@@ -577,22 +578,14 @@ class HubBackend(Backend):
             entry.name, file.path, entry.commit or "main", hub_staging, progress=progress
         )
 
-    def publish(
-        self,
-        name: str,
-        kind: str,
-        local: Sequence[tuple[RemoteFile, Path]],
-        *,
-        replace: bool = False,
-        merge: bool = False,
-        progress: Progress | None = None,
-    ) -> Published:
+    def _publish(self, request: _Publish) -> Published:
+        name = request.name
         current = self.find(name)
-        entry = _plan(self.location, name, kind, local, current, replace=replace, merge=merge)
+        entry = _plan(self.location, request, current)
         if entry is None:
             return Published(current, (), up_to_date=True)
-        todo = _changed(local, current)
-        if merge:
+        todo = _changed(request.local, current)
+        if request.merge:
             todo = [(f, p) for f, p in todo if entry.file(f.path) == f]
         deletes = []
         if current is not None:
@@ -600,10 +593,10 @@ class HubBackend(Backend):
         adds: dict[str, Path | bytes] = {f.path: path for f, path in todo}
         adds[ENTRY_NAME] = dump_entry(entry)
         commit = self.client.commit(
-            name, adds, deletes, message=f"torchstore: {kind} {name} ({len(todo)} files)"
+            name, adds, deletes, message=f"torchstore: {entry.kind} {name} ({len(todo)} files)"
         )
-        if progress is not None:
-            progress(sum(f.size for f, _ in todo))
+        if request.progress is not None:
+            request.progress(sum(f.size for f, _ in todo))
         return Published(
             RemoteEntry(entry.name, entry.kind, entry.files, entry.revision, entry.updated, commit),
             tuple(f.path for f, _ in todo),
