@@ -318,12 +318,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="the entry's name (torchstore catalog LOCATION lists them); NAME@REVISION pulls "
         "an earlier revision",
     )
-    p.add_argument(
-        "--cache-dir",
-        type=types.folder_path,
-        default=None,
-        help="default: $TORCHSTORE_CACHE or ~/.cache/torchstore",
-    )
+    _cache_dir_option(p)
     p.add_argument(
         "--revision", default=None, help="Hub branch/tag/commit, or an index entry revision prefix"
     )
@@ -332,13 +327,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="answer network locations from the cache only (local folders are read as usual)",
     )
-    p.add_argument(
-        "--timeout",
-        type=types.finite_float(0.0, 24 * 3600.0),
-        default=30.0,
-        metavar="SECONDS",
-        help="how long to wait for the server each time",
-    )
+    _timeout_option(p)
     p.add_argument(
         "--deadline",
         type=types.finite_float(0.0, 365 * 24 * 3600.0),
@@ -444,6 +433,16 @@ def _cache_dir_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _timeout_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout",
+        type=types.finite_float(0.0, 24 * 3600.0),
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for a server each time",
+    )
+
+
 def _add_dataset_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "datasets",
@@ -463,13 +462,7 @@ def _add_dataset_commands(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="ask the locations for the latest revision even when the cache has the name",
     )
-    p.add_argument(
-        "--timeout",
-        type=types.finite_float(0.0, 24 * 3600.0),
-        default=30.0,
-        metavar="SECONDS",
-        help="how long to wait for a server each time",
-    )
+    _timeout_option(p)
     p.add_argument("--path", action="store_true", help="print only the store's path")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
