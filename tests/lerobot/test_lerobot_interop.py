@@ -705,3 +705,70 @@ def test_a_torchstore_dataset_extended_by_lerobot_aggregates_as_torchstore_does(
     import_lerobot(root, tmp_path / "out.h5", progress=False)
     with TrajectoryStore(tmp_path / "out.h5") as store:
         assert store.num_episodes == 4 and store.num_rows == sum(STATS_LENGTHS)
+
+
+# ------------------------------------------------------------------------- frame selection
+#: LeRobot's delta_timestamps at FPS (10): histories, strides, a second back, a chunk longer
+#: than the shortest episode (8 frames), and the frame numbers themselves ("frame_index")
+DELTA_TIMESTAMPS = {
+    VIDEO: [-0.5, -0.1, 0.0],
+    IMAGE: [-0.2, 0.0],
+    "observation.state": [-0.1, 0.0],
+    "frame_index": [-1.0, -0.3, 0.0, 0.2, 0.5],
+    "action": [i / FPS for i in range(12)],
+    "reward": [0.0, 0.3, 1.0],
+}
+
+
+def _as_frames(value: torch.Tensor) -> np.ndarray:
+    """lerobot's float CHW frames in [0, 1] as uint8 HWC."""
+    return np.round(value.permute(0, 2, 3, 1).numpy() * 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("resident", ["all", 48])
+def test_delta_timestamps_select_the_frames_lerobot_selects(
+    lerobot_recorded, backend, tmp_path, resident
+):
+    """DemonstrationDataModule(delta_timestamps=...) on an imported recording gives, row for
+    row, what LeRobotDataset(delta_timestamps=...)[t] gives: the same frames (frame
+    indices, state, action, reward exactly; video frames as decoded, images exactly) and
+    the same ``<key>_is_pad`` masks, resident or with whole episodes in a budget."""
+    pytest.importorskip("lightning", reason="the DataModules need torchstore's train extra")
+    from torchstore.lightning import DemonstrationDataModule
+
+    root, _, _, _ = lerobot_recorded
+    import_lerobot(root, tmp_path / "out.h5", progress=False)
+    obs = [VIDEO, IMAGE, "observation.state", "frame_index"]
+    dm = DemonstrationDataModule(
+        tmp_path / "out.h5",
+        batch_size=48,
+        obs_keys=obs,
+        action_keys=["action", "reward"],
+        delta_timestamps=DELTA_TIMESTAMPS,  # seconds at the fps the import recorded
+        steps_per_epoch=1,
+        device="cpu",
+        normalize=False,
+        resident=resident,
+        resident_blocks=2,
+    )
+    batch = next(iter(dm.train_dataloader()))
+    dm.close()
+    ds = lerobot.LeRobotDataset(
+        repo_id="local/rec", root=root, delta_timestamps=DELTA_TIMESTAMPS, video_backend=backend
+    )
+    assert len(set(batch["index"].tolist())) > 16  # rows of every episode, edges included
+    for b, t in enumerate(batch["index"].tolist()):
+        item = ds[t]
+        assert int(item["index"]) == t
+        for key in DELTA_TIMESTAMPS:
+            pad = f"{key}_is_pad"
+            assert torch.equal(batch[pad][b], item[pad]), (t, key)
+            ours = batch["obs" if key in obs else "action", key][b]
+            if key == VIDEO:
+                theirs = _as_frames(item[key])
+                assert np.abs(ours.numpy().astype(int) - theirs).max() <= 1, (t, key)
+            elif key == IMAGE:
+                np.testing.assert_array_equal(ours.numpy(), _as_frames(item[key]))
+            else:
+                assert ours.dtype == item[key].dtype, key
+                torch.testing.assert_close(ours, item[key].reshape(ours.shape), rtol=0, atol=0)

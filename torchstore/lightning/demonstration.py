@@ -11,6 +11,23 @@ restricts draws to the newest ``c_k`` training rows), with
 both from ``t``'s episode. Steps before the episode's first row repeat the first row, steps
 after its last row repeat the last row, and the masks mark which steps are real.
 
+Per-column frames, as LeRobot selects them: ``delta_timestamps`` (seconds per column, at the
+store's recorded fps, e.g. ``{"observation.images.top": [-0.1, 0.0], "action": [i / 30 for
+i in range(50)]}``) or the same in frames, ``frame_offsets`` (``{"action": range(50),
+"observation.images.top": [-1, 0]}``: any offsets, strided, a frame from a second ago).
+Each listed column takes its own offsets from ``t`` (a column not listed keeps its role's
+table above); an offset outside the episode takes its first or last row and is marked in
+the column's pad mask, named as LeRobot names it::
+
+    ("obs", *column_key(k))     [B, len(offsets[k]), *shape]
+    ("action", *column_key(k))  [B, len(offsets[k]), *shape]
+    "<k>_is_pad"                [B, len(offsets[k])]  bool, True where padded
+
+in place of ``obs_mask`` and ``action_mask`` (the rest as below). A batch reads only the
+frames it returns: each column is gathered at its own offsets (see
+:mod:`torchstore.lightning.frame_selection`), so a 50-step action chunk beside one camera
+frame costs about what a single step does.
+
 Batch layout (a TensorDict of batch size ``[B]``; ``output="dict"`` gives the same tree as
 nested dicts)::
 
@@ -45,19 +62,19 @@ outputs back: ``normalizer.unnormalize("action", chunk)``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from tensordict import TensorDict
 
-from torchstore.data.columns import column_key, set_nested
-from torchstore.data.rows.packed import PackedColumns
 from torchstore.data.store.store import TrajectoryStore
 from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
+from torchstore.lightning.frame_selection import FrameSelection, resolve_frame_offsets
 from torchstore.lightning.normalizer import Normalization, Normalizer, load_or_compute_stats
 from torchstore.samplers.ere import ERE
-from torchstore.samplers.windows import RowSet, context_windows
+from torchstore.samplers.frame_offsets import DEFAULT_TOLERANCE_S
+from torchstore.samplers.windows import RowSet, offset_rows
 
 __all__ = ["DemonstrationDataModule"]
 
@@ -85,6 +102,15 @@ class DemonstrationDataModule(StoreDataModule):
             default) is the current observation only.
         action_horizon: length of the action chunk starting at ``t`` (>= 1); 1 (the
             default) is the action at ``t`` only: plain behaviour cloning.
+        frame_offsets: per column of ``obs_keys``/``action_keys``, its own frame offsets
+            from ``t`` (a list or ``range`` of ints); batches then carry ``<name>_is_pad``
+            masks (module docstring). Columns not listed keep ``n_obs_steps`` /
+            ``action_horizon``.
+        delta_timestamps: the same in seconds, as LeRobot takes them; converted at ``fps``.
+        fps: the frame rate ``delta_timestamps`` are read at; ``None`` (the default): the
+            rate the store records (a LeRobot import's ``metadata["lerobot"]["fps"]``).
+        tolerance_s: how far (seconds) a ``delta_timestamps`` offset may lie from a frame
+            (LeRobot's default, 1e-4); further is an error naming the key and value.
         steps_per_epoch: batches per epoch; ``None`` (the default): training rows //
             batch_size (at least 1).
         device: ``"auto"`` (the trainer's root device, else cuda when available, else
@@ -134,6 +160,10 @@ class DemonstrationDataModule(StoreDataModule):
         action_keys: Sequence[str | tuple[str, ...]],
         n_obs_steps: int = 1,
         action_horizon: int = 1,
+        frame_offsets: Mapping[str, Sequence[int]] | None = None,
+        delta_timestamps: Mapping[str, Sequence[float]] | None = None,
+        fps: float | None = None,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
         steps_per_epoch: int | None = None,
         device: str | torch.device = "auto",
         val_episodes: float | int | str = 0.0,
@@ -155,6 +185,7 @@ class DemonstrationDataModule(StoreDataModule):
         self.action_keys = _names(action_keys, "action_keys")
         self.n_obs_steps = check_int("n_obs_steps", n_obs_steps, 1)
         self.action_horizon = check_int("action_horizon", action_horizon, 1)
+        self._asked_offsets = (frame_offsets, delta_timestamps, fps, tolerance_s)
         self.normalize = bool(normalize)
         self.normalization = choice(Normalization, normalization, "normalization")
         self.stats_cache = bool(stats_cache)
@@ -163,6 +194,26 @@ class DemonstrationDataModule(StoreDataModule):
 
     def _required_columns(self) -> list[str]:
         return self.obs_keys + self.action_keys
+
+    def _check_options(self, store: TrajectoryStore) -> None:
+        frame_offsets, delta_timestamps, fps, tolerance_s = self._asked_offsets
+        #: the per-column frame offsets asked for (``delta_timestamps`` in frames), or None
+        self.frame_offsets = resolve_frame_offsets(
+            frame_offsets=frame_offsets,
+            delta_timestamps=delta_timestamps,
+            fps=fps,
+            tolerance_s=tolerance_s,
+            metadata=store.manifest.metadata,
+            source=self.store_path,
+        )
+        #: every column's frames (:class:`~torchstore.lightning.frame_selection.FrameSelection`)
+        self.frames = FrameSelection(
+            self.obs_keys,
+            self.action_keys,
+            n_obs_steps=self.n_obs_steps,
+            action_horizon=self.action_horizon,
+            frame_offsets=self.frame_offsets,
+        )
 
     # ------------------------------------------------------------ setup
     def _load(self, store: TrajectoryStore, device: torch.device) -> None:
@@ -224,17 +275,11 @@ class DemonstrationDataModule(StoreDataModule):
             return self._windows(row, seg, self.val_rows, weight)
         rows = self.val_rows
         first, length = rows.start[seg], rows.length[seg]
-        index, _ = self._context(row, first, length)
+        span = torch.tensor(self.frames.span, dtype=torch.int64, device=row.device)
+        index, _ = offset_rows(row, first, length, span)  # the lowest and highest rows
         packed, _ = self._val_packed(index, self.window.packed)
         lo = int(index.min())
         return self._windows(row, seg, rows, weight, at=row - lo, packed=packed, first=first - lo)
-
-    def _context(
-        self, t: torch.Tensor, first: torch.Tensor, length: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return context_windows(
-            t, first, length, before=self.n_obs_steps - 1, after=self.action_horizon - 1
-        )
 
     def _windows(
         self,
@@ -247,41 +292,37 @@ class DemonstrationDataModule(StoreDataModule):
         packed: Any = None,
         first: torch.Tensor | None = None,
     ) -> TensorDict | dict:
-        """Histories and chunks of store rows ``t``; with ``packed``, gathered around
-        positions ``at`` of it (``first``: the episodes' first positions, else ``rows``')."""
-        n_obs = self.n_obs_steps
+        """The frames of store rows ``t``; with ``packed``, gathered around positions ``at``
+        of it (``first``: the episodes' first positions, else ``rows``')."""
         first = rows.start[seg] if first is None else first
-        index, mask = self._context(t if at is None else at, first, rows.length[seg])
-        obs_packed = self.obs_resident.packed if packed is None else packed
-        action_packed = self.action_resident.packed if packed is None else packed
-        leaves = {
-            "obs": self._group(obs_packed, index[:, :n_obs], self.obs_keys),
-            "action": self._group(action_packed, index[:, n_obs - 1 :], self.action_keys),
-            "obs_mask": mask[:, :n_obs],
-            "action_mask": mask[:, n_obs - 1 :],
-            "index": t,
-            "episode": rows.episode[seg],
-        }
+        if packed is None:
+            resident = {"obs": self.obs_resident.packed, "action": self.action_resident.packed}
+            packed_of = resident.__getitem__
+        else:
+            packed_of = lambda role: packed  # noqa: E731 - one packed block for both roles
+        leaves = self.frames.gather(
+            packed_of,
+            t if at is None else at,
+            first,
+            rows.length[seg],
+            None if self._normalizer is None else self._normalize,
+        )
+        leaves["index"] = t
+        leaves["episode"] = rows.episode[seg]
         if weight is not None:
             leaves["priority_weight"] = weight
         return self._finish(leaves, t.shape[0])
 
-    def _group(self, packed: PackedColumns, rows: torch.Tensor, names: list[str]) -> dict:
-        blocks = packed.gather_blocks(rows.reshape(-1))
-        tree: dict = {}
+    def _normalize(self, name: str, leaf: torch.Tensor) -> torch.Tensor:
         norm = self._normalizer
-        for name in names:
-            leaf = packed.leaf(blocks, name).unflatten(0, rows.shape)
-            if norm is not None and name in norm.stats:
-                leaf = norm.normalize(name, leaf)
-            set_nested(tree, column_key(name), leaf)
-        return tree
+        return norm.normalize(name, leaf) if name in norm.stats else leaf
 
     def __repr__(self) -> str:
+        offsets = f"frame_offsets={self.frame_offsets}, " if self.frame_offsets else ""
         return (
             f"DemonstrationDataModule({str(self.store_path)!r}, batch_size={self.batch_size}, "
             f"obs_keys={self.obs_keys}, action_keys={self.action_keys}, "
-            f"n_obs_steps={self.n_obs_steps}, action_horizon={self.action_horizon}, "
+            f"n_obs_steps={self.n_obs_steps}, action_horizon={self.action_horizon}, {offsets}"
             f"sampler={self.sampler.value!r}, resident={self.resident!r}, "
             f"train_episodes={len(self.split.train)}, val_episodes={len(self.split.val)})"
         )

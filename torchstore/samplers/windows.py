@@ -37,6 +37,7 @@ from torchstore.validation import non_negative_int, positive_int
 __all__ = [
     "RowSet",
     "context_windows",
+    "offset_rows",
     "Windows",
     "window_counts",
     "choose_windows",
@@ -284,6 +285,38 @@ class RowSet:
         return order[pos.clamp(min=0)]
 
 
+def offset_rows(
+    row: Tensor, first: Tensor, length: Tensor, offsets: Tensor
+) -> tuple[Tensor, Tensor]:
+    """Rows ``row + offsets`` clamped to each row's episode, and where that clamped.
+
+    LeRobot's frame selection (``delta_timestamps`` as frame offsets): an offset that
+    leaves the episode takes its first or last row instead and is marked as padding, so a
+    window never crosses an episode. Any offsets: negative (history), strided, repeated,
+    unsorted.
+
+    Args:
+        row: ``[n]`` int64 rows.
+        first, length: ``[n]`` first row and length (>= 1) of each row's episode.
+        offsets: ``[L]`` int64 frame offsets, on ``row``'s device.
+
+    Returns:
+        ``(index, pad)``, both ``[n, L]``: the rows, and ``True`` where ``row + offset``
+        was outside the episode.
+
+    Examples:
+        >>> index, pad = offset_rows(torch.tensor([5]), torch.tensor([4]),
+        ...                          torch.tensor([3]), torch.tensor([-2, 0, 1, 4]))
+        >>> index.tolist(), pad.tolist()
+        ([[4, 5, 6, 6]], [[True, False, False, True]])
+    """
+    lo = first.unsqueeze(1)
+    hi = lo + length.unsqueeze(1) - 1
+    index = row.unsqueeze(1) + offsets
+    pad = (index < lo) | (index > hi)
+    return torch.minimum(torch.maximum(index, lo), hi), pad
+
+
 def context_windows(
     row: Tensor, first: Tensor, length: Tensor, *, before: int, after: int
 ) -> tuple[Tensor, Tensor]:
@@ -292,7 +325,8 @@ def context_windows(
     The window of history and chunk padding: an observation history of ``before + 1``
     steps ends at ``row`` and an action chunk of ``after + 1`` steps starts there. Steps
     before the episode's first row repeat the first row, steps after its last row repeat
-    the last row, and the mask is ``False`` on them.
+    the last row, and the mask is ``False`` on them (:func:`offset_rows` of the offsets
+    ``-before .. after``, its pad inverted).
 
     Args:
         row: ``[n]`` int64 rows.
@@ -309,8 +343,5 @@ def context_windows(
         ([[4, 4, 5, 6, 6]], [[False, True, True, True, False]])
     """
     steps = torch.arange(-before, after + 1, device=row.device)
-    lo = first.unsqueeze(1)
-    hi = lo + length.unsqueeze(1) - 1
-    index = row.unsqueeze(1) + steps
-    mask = (index >= lo) & (index <= hi)
-    return torch.minimum(torch.maximum(index, lo), hi), mask
+    index, pad = offset_rows(row, first, length, steps)
+    return index, ~pad

@@ -36,7 +36,7 @@ from numba.extending import intrinsic
 
 from torchstore.kernel_cache import cached_njit
 
-__all__ = ["prefetch", "prefetch_to_l2", "gather_rows", "AHEAD", "PREFETCH_BYTES"]
+__all__ = ["prefetch", "prefetch_to_l2", "gather_rows", "gather_slices", "AHEAD", "PREFETCH_BYTES"]
 
 #: rows ahead whose lines the gather asks for before copying the current row
 AHEAD = 16
@@ -104,4 +104,33 @@ def gather_rows(src, index, out):  # pragma: no cover - compiled
         r = index[i]
         for j in range(width):
             out[i, j] = src[r, j]
+    return -1
+
+
+@cached_njit(nogil=True)
+def gather_slices(src, index, start, out):  # pragma: no cover - compiled
+    """``out[i] = src[index[i], start : start + out.shape[1]]``: one column of scattered
+    rows, for C-contiguous 2-D ``src`` and ``out`` of one dtype (a block's bytes and the
+    column's). Only the column's bytes are read, with the same prefetch as
+    :func:`gather_rows`, so an action chunk of 50 steps from a block that also holds camera
+    frames reads 50 action slices and never a frame. Returns -1, or the position of the
+    first index outside ``[0, len(src))`` (then nothing was written)."""
+    rows, row_width = src.shape[0], src.shape[1]
+    width = out.shape[1]
+    flat = src.reshape(-1)
+    n = index.shape[0]
+    for i in range(n):
+        if index[i] < 0 or index[i] >= rows:
+            return i
+    step = max(_LINE // src.itemsize, 1)
+    span = min(width, max(PREFETCH_BYTES // src.itemsize, 1))
+    for i in range(n):
+        if i + AHEAD < n:
+            base = index[i + AHEAD] * row_width + start
+            for c in range(0, span, step):
+                prefetch_to_l2(flat, base + c)
+            prefetch_to_l2(flat, base + span - 1)
+        at = index[i] * row_width + start
+        for j in range(width):
+            out[i, j] = flat[at + j]
     return -1
