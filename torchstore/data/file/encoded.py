@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,6 +53,12 @@ __all__ = [
 ]
 
 _OFFSET, _NBYTES, _FLAGS, _EXTRA = range(4)
+
+#: Frames a column's encoding thread may have waiting before ``append`` waits for it: a
+#: recorder faster than its codec holds this many raw frames (and the chunk in hand) at
+#: most, instead of one more per step (the LeRobot writer's bound too). 64 frames of
+#: 480x640 RGB are 56 MiB; with no bound, 400 such appends to an AV1 column grew 353 MiB.
+MAX_QUEUED_FRAMES = 64
 
 
 def _stream_info(spec: ColumnSpec, extradata: bytes) -> StreamInfo:
@@ -84,7 +91,11 @@ class EncodedColumnWriter:
     encoded (:class:`~torchstore.io.frames.codec.EncodedFrames`, kept byte for byte).
     Frames are copied and encoded on a thread of the column's own, in the order they came,
     so ``append`` returns while the codec works: a recorder's env steps on, and the
-    columns of several cameras encode at once. :meth:`finish_episode` waits for that
+    columns of several cameras encode at once. At most :data:`MAX_QUEUED_FRAMES` frames
+    wait for that thread: an ``append`` that would queue more waits until the codec has
+    caught up (a chunk larger than the bound waits for an empty queue), so a recorder
+    faster than its codec is slowed to it rather than growing memory by a frame a step.
+    :meth:`finish_episode` waits for that
     thread and stages the episode's packet rows and bytes for the writer's commit (an
     encoder error surfaces there, or at the next ``append``); :meth:`discard_episode`
     drops an episode that will not be committed; :meth:`close` ends the thread.
@@ -98,7 +109,9 @@ class EncodedColumnWriter:
         self._encoder: FrameEncoder | None = None
         self._given: EncodedFrames | None = None
         self._worker: ThreadPoolExecutor | None = None
-        self._jobs: list[Future] = []
+        self._jobs: deque[tuple[Future, int]] = deque()  # (encoding job, its frames), in order
+        self._queued = 0  # frames in ``_jobs``: copied, not yet known to be encoded
+        self._failure: BaseException | None = None  # the first error the thread met
         self._frames = 0  # frames handed to the encoder this episode
         self._staged = 0  # rows of a finished episode staged for a commit not yet made
 
@@ -140,30 +153,41 @@ class EncodedColumnWriter:
             self._encoder = FrameEncoder(
                 self.spec.codec, height=height, width=width, channels=channels
             )
-        self._raise_failed(done_only=True)
+        count = len(value)
+        self._settle(room=count)  # before the copy: what waits stays within the bound
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="torchstore-encode")
         # a copy: the caller may reuse its frame buffer as soon as append returns
         frames = np.array(value, dtype=np.uint8, copy=True)
-        self._jobs.append(self._worker.submit(self._encoder.add, frames))
-        self._frames += int(frames.shape[0])
-        return int(frames.shape[0])
+        self._jobs.append((self._worker.submit(self._encoder.add, frames), count))
+        self._queued += count
+        self._frames += count
+        return count
 
-    def _raise_failed(self, *, done_only: bool, episode: int | None = None) -> None:
-        """Wait for the encoding thread (or look at what it finished, ``done_only``) and
-        raise the first error it met, naming the column (and ``episode``)."""
-        jobs = [j for j in self._jobs if j.done()] if done_only else self._jobs
-        for job in jobs:
-            exc = job.exception()
-            if exc is not None:
-                where = f" episode {episode}" if episode is not None else ""
-                if isinstance(exc, FrameCodecError):
-                    raise FrameCodecError(
-                        f"column '{self.spec.name}'{where}: {exc}", exc.frame
-                    ) from exc
-                raise exc
-        if not done_only:
-            self._jobs.clear()
+    @property
+    def queued_frames(self) -> int:
+        """Frames copied for the encoding thread and not yet seen encoded (at most
+        :data:`MAX_QUEUED_FRAMES`, or one chunk larger than it)."""
+        return self._queued
+
+    def _settle(self, *, room: int | None, episode: int | None = None) -> None:
+        """Wait until the encoding thread has at most ``MAX_QUEUED_FRAMES - room`` frames
+        waiting (``room=None``: none at all), then raise the first error it met, naming the
+        column (and ``episode``). The thread encodes in order: the oldest job goes first."""
+        limit = 0 if room is None else max(0, MAX_QUEUED_FRAMES - room)
+        while self._jobs and (self._queued > limit or self._jobs[0][0].done()):
+            job, count = self._jobs.popleft()
+            exc = job.exception()  # waits for the job
+            self._queued -= count
+            if self._failure is None:
+                self._failure = exc
+        exc = self._failure
+        if exc is None:
+            return
+        if isinstance(exc, FrameCodecError):
+            where = f" episode {episode}" if episode is not None else ""
+            raise FrameCodecError(f"column '{self.spec.name}'{where}: {exc}", exc.frame) from exc
+        raise exc
 
     def _check_given(self, value: EncodedFrames) -> None:
         codec, spec = value.codec, self.spec
@@ -204,7 +228,7 @@ class EncodedColumnWriter:
         if self._given is not None:
             encoded = self._given
         elif self._encoder is not None:
-            self._raise_failed(done_only=False, episode=episode)
+            self._settle(room=None, episode=episode)
             try:
                 encoded = self._encoder.finish()
             except FrameCodecError as exc:
@@ -241,9 +265,10 @@ class EncodedColumnWriter:
 
     def discard_episode(self) -> None:
         self._staged = 0
-        for job in self._jobs:  # let the thread finish what it was given, then forget it
+        for job, _ in self._jobs:  # let the thread finish what it was given, then forget it
             job.exception()
         self._jobs.clear()
+        self._queued, self._failure = 0, None
         self._encoder, self._given, self._frames = None, None, 0
 
     def close(self) -> None:
