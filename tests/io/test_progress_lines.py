@@ -95,3 +95,28 @@ def test_a_bar_on_a_terminal_is_tqdms_own():
     bar.close()
     assert type(bar).__name__ != "LineBar" and isinstance(bar, tqdm)
     assert "\r" in stream.getvalue()  # redrawn in place, as a terminal shows it
+
+
+def test_a_terminal_that_reports_no_size_gets_a_bar_it_can_draw(monkeypatch):
+    """``script -qc CMD /dev/null`` opens a 0x0 pseudo-terminal, where tqdm sized to the
+    terminal drew nothing at all: the bar is drawn 80 columns wide there."""
+    import os
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+        def fileno(self):
+            return 1
+
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((0, 0)))
+    stream = Terminal()
+    bar = progress_bar(total=2, desc="verify", file=stream, leave=False)
+    assert (bar.ncols, bar.nrows) == (80, 24)
+    bar.update(2)
+    bar.close()
+    assert "verify:" in stream.getvalue()
+    monkeypatch.setattr(os, "get_terminal_size", lambda fd: os.terminal_size((120, 40)))
+    sized = progress_bar(total=2, file=Terminal())
+    assert sized.dynamic_ncols  # a terminal of a size: the bar follows its width
+    sized.close()

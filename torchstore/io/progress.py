@@ -24,6 +24,7 @@ import functools
 import sys
 from typing import Any
 
+from torchstore.io.console import bar_width
 from torchstore.io.flags import env_flag
 
 __all__ = ["progress_bar", "bar_options", "LOG_INTERVAL_S"]
@@ -56,7 +57,9 @@ def progress_bar(*, enabled: bool = True, **kwargs: Any) -> Any | None:
     """A ``tqdm.auto.tqdm(**kwargs)`` following the redraw rule, or None.
 
     Off a terminal (and outside a notebook, whose bar is a widget) the bar prints whole
-    lines (see the module's docstring). None when ``enabled`` is false,
+    lines (see the module's docstring); on a terminal that reports no size (a pseudo-terminal
+    of 0x0) it is drawn 80 columns wide (:func:`~torchstore.io.console.bar_width`), where
+    tqdm would draw nothing. None when ``enabled`` is false,
     ``TORCHSTORE_DISABLE_PROGRESS`` is set, or tqdm is not installed; callers skip their
     updates.
     """
@@ -67,8 +70,11 @@ def progress_bar(*, enabled: bool = True, **kwargs: Any) -> Any | None:
     except ImportError:
         return None
     options = bar_options(**kwargs)
-    if _is_terminal(options.get("file") or sys.stderr) or _is_notebook(tqdm):
+    stream = options.get("file") or sys.stderr
+    if _is_notebook(tqdm):
         return tqdm(**options)
+    if _is_terminal(stream):  # sized for a terminal that reports none (bar_width)
+        return tqdm(**{**bar_width(stream), **options})
     return _line_bar_class()(**options)
 
 
