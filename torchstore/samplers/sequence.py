@@ -22,6 +22,14 @@ length)`` are window ``i`` in time order. Reshape the batch with
 :meth:`SequenceWindowSampler.sample_windows` returns the ``[num_windows, length]`` index
 directly for callers that gather rows themselves.
 
+LeRobot's frame selection: ``SequenceWindowSampler(offsets=[-10, -1, 0, 1, 2])`` takes, for
+an anchor row drawn uniformly over every row of the episodes (as ``LeRobotDataset`` draws its
+frames), the rows ``anchor + offsets`` (any offsets: strides, history) clamped to the
+anchor's episode, with ``mask`` ``False`` where an offset left it (LeRobot's ``_is_pad``,
+inverted); windows then have ``len(offsets)`` rows. Per-column offsets need a gather per
+column, which a torchrl storage does not do: :class:`~torchstore.lightning.
+DemonstrationDataModule` takes those (``frame_offsets=`` / ``delta_timestamps=``).
+
 Prioritized windows: pass ``priority=PrioritizedSampler(capacity, ...)``. A window's
 priority is the priority of its **start row**, so windows are drawn with probability
 proportional to ``(p_start + eps) ** alpha`` over all valid window starts (two levels: a
@@ -37,14 +45,16 @@ buffer was built holds priority 0 until updated.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 from torchrl.data.replay_buffers.samplers import Sampler
 
-from torchstore.errors import EmptyStorageError, UnsupportedError
+from torchstore.errors import ArgumentError, EmptyStorageError, UnsupportedError
 from torchstore.samplers.ere import ERE
+from torchstore.samplers.frame_offsets import check_frame_offsets
 from torchstore.samplers.prioritized import PrioritizedSampler
 from torchstore.samplers.uniform import (
     _SamplerCommon,
@@ -55,6 +65,7 @@ from torchstore.samplers.uniform import (
 from torchstore.samplers.windows import (
     Windows,
     clip_segments,
+    offset_windows,
     sample_windows,
     window_counts,
     windows_at,
@@ -81,12 +92,15 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
     """Windows of ``length`` consecutive rows that never cross an episode or the ring's wrap.
 
     Args:
-        length: rows per window (>= 1).
+        length: rows per window (>= 1); ``None`` with ``offsets``.
         num_windows: windows per batch; ``None`` derives it as ``batch_size // length``
             (``batch_size`` must then be a multiple of ``length``). When given,
             ``batch_size`` must equal ``num_windows * length``.
         pad: let episodes shorter than ``length`` give one window, padded by repeating
             their last row, with ``mask`` ``False`` on the padding.
+        offsets: frame offsets from an anchor row (module docstring): every row of every
+            episode is an anchor, and offsets leaving the episode are clamped and masked
+            (``pad`` does not apply). ``length`` is then ``len(offsets)``.
         ere: an :class:`~torchstore.samplers.ERE` schedule: windows lie wholly inside the
             newest ``c_k`` rows.
         generator: a ``torch.Generator`` or an int seed (the buffer's generator wins).
@@ -96,7 +110,8 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             ``ere`` and generator are not used.
 
     Raises:
-        ValueError: if ``length < 1`` or ``num_windows < 1``.
+        ValueError: if ``length < 1`` or ``num_windows < 1``, neither ``length`` nor
+            ``offsets`` is given, or ``length`` is not ``len(offsets)``.
         TypeError: if ``priority`` is not a torchstore ``PrioritizedSampler``.
 
     Examples:
@@ -107,10 +122,11 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
 
     def __init__(
         self,
-        length: int,
+        length: int | None = None,
         *,
         num_windows: int | None = None,
         pad: bool = False,
+        offsets: Sequence[int] | None = None,
         ere: ERE | None = None,
         generator: torch.Generator | int | None = None,
         priority: PrioritizedSampler | None = None,
@@ -122,7 +138,23 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
                 "priority must be a torchstore PrioritizedSampler or None, "
                 f"got {type(priority).__name__}"
             )
+        if offsets is not None:
+            offsets = check_frame_offsets({"offsets": offsets}, what="SequenceWindowSampler")[
+                "offsets"
+            ]
+            if length is not None and length != len(offsets):
+                raise ArgumentError(
+                    f"length ({length!r}) must be len(offsets) = {len(offsets)}, or None"
+                )
+            length = len(offsets)
+        elif length is None:
+            raise ArgumentError(
+                "SequenceWindowSampler needs length= (consecutive rows) or offsets= "
+                "(frame offsets from an anchor row)"
+            )
         length = positive_int("length", length, hint=" (the window length)")
+        #: frame offsets from the anchor row, or None for windows of consecutive rows
+        self.offsets: tuple[int, ...] | None = offsets
         num_windows = positive_int("num_windows", num_windows, allow_none=True)
         self._init_common(generator, ere)
         self._init_stream(seed, stream)
@@ -165,11 +197,16 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             )
         return start, length, episode_id, capacity
 
+    def _draw_shape(self) -> tuple[int, bool]:
+        """``(T, pad)`` of the windows drawn: anchor rows (``T`` 1) with offsets."""
+        return (self.length, self.pad) if self.offsets is None else (1, False)
+
     def _sampleable_count(self, storage: Any, batch_size: int) -> int:
         if len(storage) == 0:
             return 0
         _, length, _, _ = self._segments(storage)
-        return int(window_counts(length, self.length, pad=self.pad).sum())
+        T, pad = self._draw_shape()
+        return int(window_counts(length, T, pad=pad).sum())
 
     @torch.compiler.disable
     def sample_windows(self, storage: Any, num_windows: int) -> tuple[Tensor, dict[str, Tensor]]:
@@ -183,7 +220,8 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             ``(index, info)``: ``index`` ``[n, T]`` int64 physical rows on the storage's
             device (flat rows ``time * n_envs + env`` with ``ndim=2``: every window stays in
             one env stream); ``info`` with ``"episode_id"`` ``[n]``, ``"start_step"`` ``[n]``
-            (offset of the window in the surviving part of its episode) and ``"mask"`` ``[n, T]``.
+            (offset of the window in the surviving part of its episode; with ``offsets``, of
+            the anchor row) and ``"mask"`` ``[n, T]``.
 
         Raises:
             EmptyStorageError: if the storage is empty, or no episode (within the ERE range)
@@ -202,21 +240,33 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
                 "prioritized windows over an ndim=2 StoreReplay are not supported; use "
                 "SequenceWindowSampler without priority= or a StoreReplay(ndim=1)"
             )
+        T, pad = self._draw_shape()
         if self.priority is None:
             windows = sample_windows(
                 start,
                 length,
                 episode_id,
                 capacity=capacity,
-                T=self.length,
+                T=T,
                 n=num_windows,
-                pad=self.pad,
+                pad=pad,
                 generator=self.generator,
                 stream=None if self.philox is None else self._follow_stream(storage),
             )
         else:
             windows, weight = self._sample_prioritized(
                 start, length, episode_id, capacity, num_windows
+            )
+        if self.offsets is not None:
+            offsets = torch.tensor(self.offsets, dtype=torch.int64, device=start.device)
+            windows = offset_windows(
+                start,
+                length,
+                episode_id,
+                windows.segment,
+                windows.start_step,
+                offsets,
+                capacity=capacity,
             )
         device = storage_device(storage)
         index = windows.index
@@ -244,7 +294,8 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             )
         tree = prio.tree
         device = tree.device
-        counts = window_counts(length, self.length, pad=self.pad).to(device)
+        T, pad = self._draw_shape()
+        counts = window_counts(length, T, pad=pad).to(device)
         seg_start = start.to(device)
         seg_mass = tree.total(counts, start=seg_start)
         positive = (seg_mass > 0).nonzero()
@@ -252,7 +303,7 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             longest = int(length.max()) if length.numel() else 0
             if int(counts.sum()) == 0:
                 raise EmptyStorageError(
-                    f"no episode holds a window of length T={self.length}: the longest "
+                    f"no episode holds a window of length T={T}: the longest "
                     f"episode has {longest} rows; pass pad=True or use a shorter window"
                 )
             raise EmptyStorageError(
@@ -283,7 +334,7 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             seg,
             offset.to(start.device),
             capacity=capacity,
-            T=self.length,
+            T=T,
         )
         return windows, weight
 
@@ -336,6 +387,7 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             "length": self.length,
             "num_windows": self.num_windows,
             "pad": self.pad,
+            "offsets": None if self.offsets is None else list(self.offsets),
             "priority": None if self.priority is None else self.priority.state_dict(),
             **self._common_state(),
         }
@@ -346,6 +398,8 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
         num_windows = state_dict["num_windows"]
         self.num_windows = None if num_windows is None else int(num_windows)
         self.pad = bool(state_dict["pad"])
+        offsets = state_dict.get("offsets")
+        self.offsets = None if offsets is None else tuple(int(o) for o in offsets)
         if state_dict.get("priority") is not None:
             if self.priority is None:
                 raise ValueError(
@@ -360,7 +414,8 @@ class SequenceWindowSampler(_SamplerCommon, Sampler):
             self.priority._empty()
 
     def __repr__(self) -> str:
+        offsets = "" if self.offsets is None else f"offsets={list(self.offsets)}, "
         return (
             f"SequenceWindowSampler(length={self.length}, num_windows={self.num_windows}, "
-            f"pad={self.pad}, ere={self._ere}, priority={self.priority})"
+            f"{offsets}pad={self.pad}, ere={self._ere}, priority={self.priority})"
         )

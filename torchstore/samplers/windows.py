@@ -42,6 +42,7 @@ __all__ = [
     "window_counts",
     "choose_windows",
     "windows_at",
+    "offset_windows",
     "sample_windows",
     "clip_segments",
 ]
@@ -140,6 +141,38 @@ def windows_at(
     steps = torch.minimum(steps, last)
     index = (start[segment].unsqueeze(-1) + steps) % capacity
     return Windows(index, mask, episode_id[segment], segment, offset)
+
+
+def offset_windows(
+    start: Tensor,
+    length: Tensor,
+    episode_id: Tensor,
+    segment: Tensor,
+    step: Tensor,
+    offsets: Tensor,
+    *,
+    capacity: int,
+) -> Windows:
+    """The rows ``step + offsets`` of segments ``segment``, clamped to each segment.
+
+    LeRobot's frame selection over ring segments: :func:`offset_rows` in segment steps,
+    then physical rows. An offset that leaves the segment takes its first or last row and
+    is ``False`` in the mask.
+
+    Args:
+        start, length, episode_id: ``[S]`` int64 segment tensors.
+        segment: ``[n]`` positions into the segment tensors.
+        step: ``[n]`` the anchor's step within its segment (``0 .. length - 1``).
+        offsets: ``[L]`` int64 frame offsets from the anchor.
+        capacity: ring capacity.
+
+    Returns:
+        The :class:`Windows` (``[n, L]``); ``start_step`` holds the anchors' steps.
+    """
+    zero = torch.zeros_like(step)
+    steps, pad = offset_rows(step, zero, length[segment], offsets.to(step.device))
+    index = (start[segment].unsqueeze(-1) + steps) % capacity
+    return Windows(index, ~pad, episode_id[segment], segment, step)
 
 
 def sample_windows(
