@@ -189,6 +189,7 @@ def check_run_start(config: DictConfig, recipe: str) -> None:
                 "or give another hydra.run.dir"
             )
     _check_store(config, recipe)
+    _check_columns(config, recipe)
     for name in held:
         (folder.path / name).unlink()
 
@@ -232,6 +233,56 @@ def _check_store(config: DictConfig, recipe: str) -> None:
         path = repo_path(store.path)
         if not path.exists() and path != DEFAULT_DEMO:
             raise RunRefused(f"store.path={store.path}: no such file or folder ({path})")
+
+
+#: config options that name store columns, in the recipes that have them
+COLUMN_OPTIONS = (
+    "datamodule.obs_keys",
+    "datamodule.action_keys",
+    "obs.rgb",
+    "obs.low_dim",
+    "action_keys",
+)
+
+
+def _check_columns(config: DictConfig, recipe: str) -> None:
+    """Every column the config names is one of the store's, and ``bc``'s observations are
+    state vectors: said in one line before the run starts, not as a KeyError inside it."""
+    named = {opt: OmegaConf.select(config, opt, default=None) for opt in COLUMN_OPTIONS}
+    named = {opt: [str(k) for k in keys] for opt, keys in named.items() if keys is not None}
+    store_cfg = config.get("store")
+    if (
+        not named
+        or not isinstance(store_cfg, DictConfig)
+        or "path" not in store_cfg.keys()
+        or OmegaConf.is_missing(store_cfg, "path")
+    ):
+        return
+    path = repo_path(store_cfg.path)
+    if not path.is_file():
+        return  # a folder of shards, or the default demo before it is rebuilt
+    from torchstore.data.store.store import TrajectoryStore
+
+    try:
+        with TrajectoryStore(path) as store:
+            columns = {spec.name: spec for spec in store.columns}
+    except Exception:  # a store that does not open says so when the run opens it
+        return
+    for option, keys in named.items():
+        for key in keys:
+            if key not in columns:
+                raise RunRefused(
+                    f"{option}: {store_cfg.path} has no column {key!r}; its columns are "
+                    f"{sorted(columns)}"
+                )
+    if recipe == "bc":
+        for key in named.get("datamodule.obs_keys", []):
+            if len(columns[key].shape) != 1:
+                raise RunRefused(
+                    f"datamodule.obs_keys: {key!r} is {columns[key].describe()}, not a state "
+                    "vector; bc trains an MLP on state vectors, recipes/bc_camera.py trains "
+                    f"from cameras: python recipes/bc_camera.py 'obs.rgb=[{key}]'"
+                )
 
 
 class RunFolderCheck(HydraCallback):

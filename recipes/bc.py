@@ -40,11 +40,37 @@ from _common import (
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from torchstore.data.columns import column_key
 from torchstore.training import PolicyFile, masked_mse
 
 
-class BCPolicy(L.LightningModule):
-    """MLP: normalised observation history ``[B, T_o, D]`` -> action chunk ``[B, T_a, A]``."""
+class ChunkRegression(L.LightningModule):
+    """A behaviour-cloning policy's training: the masked MSE between the chunk it predicts
+    for a batch (:meth:`predict_chunk`) and the batch's action chunk (:meth:`target`); steps
+    of a chunk past its episode's end are padding, which ``action_mask`` leaves out."""
+
+    def predict_chunk(self, batch) -> torch.Tensor:
+        raise NotImplementedError
+
+    def target(self, batch) -> torch.Tensor:
+        return batch["action", "action"]
+
+    def _loss(self, batch) -> torch.Tensor:
+        return masked_mse(self.predict_chunk(batch), self.target(batch), batch["action_mask"])
+
+    def training_step(self, batch, batch_idx):
+        loss = self._loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch.shape[0])
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/loss", self._loss(batch), prog_bar=True, batch_size=batch.shape[0])
+
+
+class BCPolicy(ChunkRegression):
+    """MLP: normalised observation history ``[B, T_o, D]`` -> action chunk ``[B, T_a, A]``.
+
+    ``obs_keys``: the state columns whose values, side by side, make ``D``."""
 
     def __init__(
         self,
@@ -54,9 +80,10 @@ class BCPolicy(L.LightningModule):
         action_dim: int,
         optimizer,
         scheduler=None,
+        obs_keys: tuple[str, ...] = ("state",),
     ):
         super().__init__()
-        self.net = net
+        self.net, self.obs_keys = net, tuple(obs_keys)
         self.n_obs_steps, self.action_horizon, self.action_dim = (
             n_obs_steps,
             action_horizon,
@@ -68,18 +95,8 @@ class BCPolicy(L.LightningModule):
         chunk = self.net(obs.flatten(-2))
         return chunk.unflatten(-1, (self.action_horizon, self.action_dim))
 
-    def _loss(self, batch) -> torch.Tensor:
-        # steps of a chunk past its episode's end are padding: action_mask leaves them out
-        pred = self(batch["obs", "state"])
-        return masked_mse(pred, batch["action", "action"], batch["action_mask"])
-
-    def training_step(self, batch, batch_idx):
-        loss = self._loss(batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch.shape[0])
-        return loss
-
-    def validation_step(self, batch, batch_idx):
-        self.log("val/loss", self._loss(batch), prog_bar=True, batch_size=batch.shape[0])
+    def predict_chunk(self, batch) -> torch.Tensor:
+        return self(torch.cat([batch["obs"][column_key(k)] for k in self.obs_keys], -1))
 
     def configure_optimizers(self):
         optim = self._optimizer(self.parameters())
@@ -108,17 +125,23 @@ class ChunkedPolicy:
         self.history: deque = deque(maxlen=self.model.n_obs_steps)
         self.queue: deque = deque()
 
+    def _observation(self, obs) -> torch.Tensor:
+        """The task's observation as the policy reads a batch's: its ``obs_keys`` normalised
+        and side by side."""
+        parts = []
+        for key in self.model.obs_keys:
+            x = torch.as_tensor(obs[key], dtype=torch.float32)
+            parts.append(x if self.normalizer is None else self.normalizer.normalize(key, x))
+        return torch.cat(parts, -1)
+
     @torch.no_grad()
     def __call__(self, obs) -> np.ndarray:
-        state = torch.as_tensor(obs["state"], dtype=torch.float32)
+        x = self._observation(obs)
         if not self.history:  # the data module pads an episode's start by repeating its first row
-            self.history.extend([state] * self.model.n_obs_steps)
-        self.history.append(state)
+            self.history.extend([x] * self.model.n_obs_steps)
+        self.history.append(x)
         if not self.queue:
-            x = torch.stack(list(self.history))
-            if self.normalizer is not None:
-                x = self.normalizer.normalize("state", x)
-            chunk = self.model(x.unsqueeze(0))[0]
+            chunk = self.model(torch.stack(list(self.history)).unsqueeze(0))[0]
             if self.normalizer is not None:
                 chunk = self.normalizer.unnormalize("action", chunk)
             self.queue.extend(chunk[: self.exec_horizon].numpy())
@@ -137,7 +160,8 @@ def policy_from_weights(cfg: DictConfig, state: dict[str, torch.Tensor]) -> Chun
     in_features, out_features = mlp_io(saved.tensors, "net.")
     net = instantiate(cfg.model.net, in_features=in_features, out_features=out_features)
     net.load_state_dict(strip(saved.tensors, "net."))
-    model = BCPolicy(net, n_obs, horizon, out_features // horizon, optimizer=None)
+    obs_keys = tuple(cfg.datamodule.obs_keys)
+    model = BCPolicy(net, n_obs, horizon, out_features // horizon, None, obs_keys=obs_keys)
     normalizer = saved.normalizer(cfg.datamodule.get("normalization", "mean_std"))
     return ChunkedPolicy(model, normalizer, cfg.exec_horizon)
 
@@ -155,7 +179,9 @@ def main(cfg: DictConfig) -> float:
         task = reach_task(store)
         dm = instantiate(cfg.datamodule, store=store)
         dm.setup("fit")
-        obs_dim, action_dim = store.column("state").shape[0], store.column("action").shape[0]
+        obs_keys = tuple(cfg.datamodule.obs_keys)
+        obs_dim = sum(store.column(k).shape[0] for k in obs_keys)
+        action_dim = store.column("action").shape[0]
         n_obs, horizon = cfg.datamodule.n_obs_steps, cfg.datamodule.action_horizon
 
         net = instantiate(
@@ -168,6 +194,7 @@ def main(cfg: DictConfig) -> float:
             action_dim,
             instantiate(cfg.model.optimizer),
             instantiate(cfg.model.scheduler) if cfg.model.get("scheduler") else None,
+            obs_keys=obs_keys,
         )
         trainer = run.trainer(cfg.trainer)
         run.policy_tensors = lambda: (policy_tensors(model), trainer.global_step)

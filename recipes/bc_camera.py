@@ -29,7 +29,6 @@ import math
 from collections import deque
 
 import hydra
-import lightning as L
 import numpy as np
 import torch
 from _common import (
@@ -42,13 +41,14 @@ from _common import (
     rollout_row,
     strip,
 )
+from bc import ChunkRegression
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from torchstore.data.columns import column_key
 from torchstore.tasks import TASK_ID
-from torchstore.training import PolicyFile, describe_validation, masked_mse
+from torchstore.training import PolicyFile, describe_validation
 
 
 def camera_encoder(channels: int, features: int) -> nn.Module:
@@ -64,7 +64,7 @@ def camera_encoder(channels: int, features: int) -> nn.Module:
     )
 
 
-class VisuomotorPolicy(L.LightningModule):
+class VisuomotorPolicy(ChunkRegression):
     """Observation history (cameras and state columns) -> action chunk ``[B, T_a, A]``.
 
     ``low_dim`` maps a state column to its per-step size, ``rgb`` a camera column to its
@@ -125,17 +125,8 @@ class VisuomotorPolicy(L.LightningModule):
             -1,
         )
 
-    def _loss(self, batch) -> torch.Tensor:
-        # steps of a chunk past its episode's end are padding: action_mask leaves them out
-        return masked_mse(self(batch["obs"]), self.target(batch), batch["action_mask"])
-
-    def training_step(self, batch, batch_idx):
-        loss = self._loss(batch)
-        self.log("train/loss", loss, prog_bar=True, batch_size=batch.shape[0])
-        return loss
-
-    def validation_step(self, batch, batch_idx):
-        self.log("val/loss", self._loss(batch), prog_bar=True, batch_size=batch.shape[0])
+    def predict_chunk(self, batch) -> torch.Tensor:
+        return self(batch["obs"])
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=self.lr)

@@ -172,3 +172,22 @@ def test_resume_refuses_what_it_cannot_continue(preloaded, tmp_path):
     other = _run(preloaded, "offline_rl", [f"resume={run}"], tmp_path)
     assert other.returncode == 2
     assert "its checkpoint is a bc run's, not offline_rl's" in other.stderr
+
+
+def test_a_column_the_store_lacks_or_a_camera_for_bc_is_refused_before_the_run(preloaded, tmp_path):
+    """``bc`` trains an MLP on state vectors: a camera column is refused in one line that
+    names the camera recipe, and a column the store does not have in one line that lists
+    its columns (both were a KeyError traceback from inside the run)."""
+    run = tmp_path / "run"
+    camera = _run(
+        preloaded, "bc", ["datamodule.obs_keys=[pixels]", f"hydra.run.dir={run}"], tmp_path
+    )
+    assert camera.returncode == 2 and not run.exists(), camera.stderr[-2000:]
+    assert camera.stderr.startswith("error: datamodule.obs_keys: 'pixels' is float32[32, 32, 3]")
+    assert "python recipes/bc_camera.py 'obs.rgb=[pixels]'" in camera.stderr
+    missing = _run(
+        preloaded, "bc_camera", ["obs.low_dim=[speed]", f"hydra.run.dir={run}"], tmp_path
+    )
+    assert missing.returncode == 2 and not run.exists()
+    assert missing.stderr.startswith("error: obs.low_dim: data/reach_demo.h5 has no column 'speed'")
+    assert "Traceback" not in camera.stderr + missing.stderr
