@@ -27,8 +27,11 @@ does the rgb24 conversion (swscale through one ``VideoReformatter`` per decoder:
 pixels as ``frame.to_ndarray(format="rgb24")``, which builds a converter per frame and
 decoded 746 against 967 frames/s at 480x640). Frames dropped by ``first`` are decoded but
 not converted. A damaged packet raises FrameCodecError naming its frame: libdav1d
-refuses it (reporting it at that packet or the next); the h264 decoder conceals damage,
-so its frames flagged corrupt are refused.
+refuses what does not parse (reporting it at that packet or the next); FFmpeg's h264
+decoder conceals the damage it finds unless ``err_detect`` has ``explode``, which it is
+given (and any frame still flagged corrupt is refused). Neither format carries a
+checksum: damage made before the store's checksums (an import of a damaged file) that
+still parses decodes to other pixels; ``benchmarks/source_damage.py`` counts how often.
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ __all__ = ["VideoPacketEncoder", "VideoPacketDecoder", "ENCODERS", "DECODERS"]
 
 ENCODERS = {"av1": "libsvtav1", "h264": "libx264"}
 DECODERS = {"av1": "libdav1d", "h264": "h264"}
+#: Decoder options that turn damage the decoder notices into an error instead of frames it
+#: patched over: FFmpeg's h264 decoder conceals a damaged slice (guessing its macroblocks
+#: from its neighbours) unless ``err_detect`` has ``explode``; libdav1d conceals nothing.
+DECODER_OPTIONS = {"av1": {}, "h264": {"err_detect": "crccheck+bitstream+buffer+explode"}}
 _TEMPORAL_DELIMITER = b"\x12\x00"  # an AV1 OBU header (type 2, has_size) with size 0
 _SVTAV1_MIN_SIZE = 4
 
@@ -180,6 +187,7 @@ class VideoPacketDecoder:
         self._av = av
         self._errors = _av_errors()
         self._ctx = av.CodecContext.create(DECODERS[codec.kind], "r")
+        self._ctx.options = dict(DECODER_OPTIONS[codec.kind])
         if info.extradata:
             self._ctx.extradata = info.extradata
         self._ctx.thread_count = threads
