@@ -11,6 +11,9 @@ A stream that cannot be kept as packets is decoded to raw frames as before, and 
 said (a warning, and the import summary): HEVC or another codec than AV1 / H.264, a pixel
 format other than ``yuv420p`` / ``yuv444p``, reordered frames (B-frames), or any other
 reason the first imported episode's packets cannot be taken out of its file as they are.
+A file that cannot be read at all (not a video, no video stream, a codec FFmpeg does not
+know, cut short) is refused at once, with the error that says so: decoding it would fail
+the same way.
 A later episode whose packets cannot be kept (one that does not start on a keyframe, in a
 file encoded in one piece rather than an episode at a time as LeRobot does) is decoded and
 encoded into the column with its codec, also said. Either way the frames are then read by
@@ -28,7 +31,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torchstore.errors import ArgumentError, ColumnError, LeRobotFormatError, VideoError
+from torchstore.errors import (
+    ArgumentError,
+    ColumnError,
+    FrameCodecError,
+    LeRobotFormatError,
+    VideoError,
+)
 
 __all__ = [
     "VIDEO_MODES",
@@ -74,9 +83,10 @@ def plan_video_columns(
             continue
         try:
             out.append(_with_codec(spec, _stream_codec(src, feature, first, tolerance_s)))
-        except (VideoError, LeRobotFormatError, ColumnError) as exc:
-            decoded[name] = str(exc)
+        except (FrameCodecError, LeRobotFormatError, ColumnError) as exc:
+            decoded[name] = str(exc)  # the packets cannot be kept as they are: decode them
             out.append(_with_codec(spec, None))
+        # any other VideoError: the file cannot be read at all, and decoding it fails alike
     return out, decoded
 
 

@@ -88,7 +88,14 @@ def _open_input(path: Path):
     if not container.streams.video:
         container.close()
         raise VideoError(f"{path} has no video stream (truncated or not a video file)")
-    return container, container.streams.video[0]
+    stream = container.streams.video[0]
+    if stream.codec_context is None:  # the sample entry names a codec FFmpeg does not know
+        container.close()
+        raise VideoError(
+            f"{path}: its video stream is in a codec FFmpeg does not know (the file's sample "
+            "entry names none it decodes), so its frames cannot be read"
+        )
+    return container, stream
 
 
 def _stream_facts(path: Path, container, stream) -> dict[str, Any]:
