@@ -55,8 +55,11 @@ class ChunkRegression(L.LightningModule):
     def target(self, batch) -> torch.Tensor:
         return batch["action", "action"]
 
+    def mask(self, batch) -> torch.Tensor:
+        return batch["action_mask"]
+
     def _loss(self, batch) -> torch.Tensor:
-        return masked_mse(self.predict_chunk(batch), self.target(batch), batch["action_mask"])
+        return masked_mse(self.predict_chunk(batch), self.target(batch), self.mask(batch))
 
     def training_step(self, batch, batch_idx):
         loss = self._loss(batch)

@@ -65,11 +65,13 @@ def camera_encoder(channels: int, features: int) -> nn.Module:
 
 
 class VisuomotorPolicy(ChunkRegression):
-    """Observation history (cameras and state columns) -> action chunk ``[B, T_a, A]``.
+    """Observation frames (cameras and state columns) -> action chunk ``[B, T_a, A]``.
 
     ``low_dim`` maps a state column to its per-step size, ``rgb`` a camera column to its
     channels, ``actions`` an action column to its per-step size: the chunk holds the action
-    columns side by side, in that order.
+    columns side by side, in that order. ``obs_frames`` maps each observation column to the
+    frame offsets it comes with (the data module's: ``n_obs_steps`` frames ending at ``t``
+    unless ``frame_offsets`` / ``delta_timestamps`` say otherwise).
     """
 
     def __init__(
@@ -77,7 +79,7 @@ class VisuomotorPolicy(ChunkRegression):
         low_dim: dict,
         rgb: dict,
         actions: dict,
-        n_obs_steps: int,
+        obs_frames: dict,
         horizon: int,
         hidden: int,
         features: int,
@@ -86,12 +88,14 @@ class VisuomotorPolicy(ChunkRegression):
         super().__init__()
         self.low_dim, self.rgb = dict(low_dim), dict(rgb)  # column -> per-step size / channels
         self.actions = dict(actions)
-        self.n_obs_steps, self.horizon, self.lr = n_obs_steps, horizon, lr
+        self.obs_frames = {k: tuple(int(o) for o in v) for k, v in obs_frames.items()}
+        self.horizon, self.lr = horizon, lr
         self.action_dim = sum(self.actions.values())
         self.cameras = nn.ModuleList(camera_encoder(c, features) for c in self.rgb.values())
-        step = sum(self.low_dim.values()) + features * len(self.rgb)
+        inputs = sum(len(self.obs_frames[k]) * size for k, size in self.low_dim.items())
+        inputs += sum(len(self.obs_frames[k]) * features for k in self.rgb)
         self.net = nn.Sequential(
-            nn.Linear(n_obs_steps * step, hidden),
+            nn.Linear(inputs, hidden),
             nn.ReLU(),
             nn.Linear(hidden, hidden),
             nn.ReLU(),
@@ -99,14 +103,13 @@ class VisuomotorPolicy(ChunkRegression):
         )
 
     def forward(self, obs) -> torch.Tensor:
-        parts = [obs[column_key(k)].flatten(2).float() for k in self.low_dim]
+        parts = [obs[column_key(k)].flatten(1).float() for k in self.low_dim]
         for name, encoder in zip(self.rgb, self.cameras):
             frames = obs[column_key(name)]  # [B, T, H, W, C]: uint8, or floats as stored
-            b, t = frames.shape[:2]
             x = frames.flatten(0, 1).permute(0, 3, 1, 2)
             x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
-            parts.append(encoder(x).unflatten(0, (b, t)))
-        chunk = self.net(torch.cat(parts, -1).flatten(1))
+            parts.append(encoder(x).unflatten(0, frames.shape[:2]).flatten(1))
+        chunk = self.net(torch.cat(parts, -1))
         return chunk.unflatten(-1, (self.horizon, self.action_dim))
 
     def target(self, batch) -> torch.Tensor:
@@ -128,6 +131,12 @@ class VisuomotorPolicy(ChunkRegression):
     def predict_chunk(self, batch) -> torch.Tensor:
         return self(batch["obs"])
 
+    def mask(self, batch) -> torch.Tensor:
+        """Which steps of the chunk are real: the first action column's ``<key>_is_pad``
+        inverted, when the data module selects its frames per column, else ``action_mask``."""
+        pad = batch.get(f"{next(iter(self.actions))}_is_pad", None)
+        return batch["action_mask"] if pad is None else ~pad
+
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=self.lr)
 
@@ -143,11 +152,17 @@ class CameraChunkedPolicy:
                 f"exec_horizon ({exec_horizon}) must be in [1, action_horizon={model.horizon}]"
             )
         self.model, self.normalizer, self.exec_horizon = model.eval(), normalizer, exec_horizon
+        late = {k: o for k, o in model.obs_frames.items() if max(o) > 0}
+        if late:
+            raise ValueError(
+                f"observation frames after t ({late}) cannot be seen in a rollout; "
+                "give observation columns offsets <= 0"
+            )
         self.columns = columns  # obs key -> its ColumnSpec in the store
         self.reset()
 
     def reset(self) -> None:
-        self.history = {k: deque(maxlen=self.model.n_obs_steps) for k in self.columns}
+        self.history = {k: deque(maxlen=1 - min(self.model.obs_frames[k])) for k in self.columns}
         self.queue: deque = deque()
 
     def _column_value(self, key: str, value) -> torch.Tensor:
@@ -165,10 +180,13 @@ class CameraChunkedPolicy:
         for key, history in self.history.items():
             x = self._column_value(key, obs[key])
             if not history:  # the data module pads an episode's start with its first row
-                history.extend([x] * self.model.n_obs_steps)
+                history.extend([x] * history.maxlen)
             history.append(x)
         if not self.queue:
-            batch = {column_key(k): torch.stack(list(h))[None] for k, h in self.history.items()}
+            batch = {
+                column_key(k): torch.stack([h[o - 1] for o in self.model.obs_frames[k]])[None]
+                for k, h in self.history.items()
+            }
             chunk = self.model(batch)[0]
             if self.normalizer is not None:
                 chunk = self.model.unnormalize(self.normalizer, chunk)
@@ -195,24 +213,34 @@ def _sizes(store, cfg: DictConfig) -> tuple[dict, dict]:
     return low_dim, rgb
 
 
-def _model(cfg: DictConfig, low_dim: dict, rgb: dict, actions: dict) -> VisuomotorPolicy:
+def _model(cfg: DictConfig, shapes: dict) -> VisuomotorPolicy:
     return VisuomotorPolicy(
-        low_dim,
-        rgb,
-        actions,
-        cfg.datamodule.n_obs_steps,
-        cfg.datamodule.action_horizon,
+        shapes["low_dim"],
+        shapes["rgb"],
+        shapes["actions"],
+        shapes["obs_frames"],
+        shapes["horizon"],
         cfg.model.hidden,
         cfg.model.features,
         cfg.model.lr,
     )
 
 
+def _frames(cfg: DictConfig, dm, keys: list[str]) -> tuple[dict, int]:
+    """Each observation column's frame offsets and the action chunk's length, as the data
+    module selects them (``frame_offsets`` / ``delta_timestamps``, else its two defaults)."""
+    asked = dm.frame_offsets or {}
+    n_obs, horizon = cfg.datamodule.n_obs_steps, cfg.datamodule.action_horizon
+    obs_frames = {k: list(asked.get(k, range(1 - n_obs, 1))) for k in keys}
+    lengths = {len(asked.get(k, range(horizon))) for k in cfg.action_keys}
+    if len(lengths) != 1:
+        raise ValueError(f"action_keys {list(cfg.action_keys)} must share one chunk length")
+    return obs_frames, lengths.pop()
+
+
 def saved_model(cfg: DictConfig, tensors: dict[str, torch.Tensor]) -> VisuomotorPolicy:
     """The trained network of a run, from its config's ``policy_shapes`` and its tensors."""
-    meta = OmegaConf.to_container(cfg.policy_shapes)
-    actions = meta.get("actions") or {"action": meta["action_dim"]}  # runs before action_keys
-    model = _model(cfg, meta["low_dim"], meta["rgb"], actions)
+    model = _model(cfg, OmegaConf.to_container(cfg.policy_shapes))
     model.load_state_dict(strip(tensors, "model."))
     return model.eval()
 
@@ -254,10 +282,18 @@ def train(cfg: DictConfig, recipe: str) -> float:
         dm = instantiate(
             cfg.datamodule, store=store, obs_keys=keys, action_keys=list(cfg.action_keys)
         )
-        actions = {k: math.prod(store.column(k).shape) for k in cfg.action_keys}
-        model = _model(cfg, low_dim, rgb, actions)
+        dm.setup("fit")
+        obs_frames, horizon = _frames(cfg, dm, keys)
+        shapes = {
+            "low_dim": low_dim,
+            "rgb": rgb,
+            "actions": {k: math.prod(store.column(k).shape) for k in cfg.action_keys},
+            "obs_frames": obs_frames,
+            "horizon": horizon,
+        }
+        model = _model(cfg, shapes)
         with open_dict(cfg):  # what policy_from_weights needs to rebuild the network
-            cfg.policy_shapes = {"low_dim": low_dim, "rgb": rgb, "actions": actions}
+            cfg.policy_shapes = shapes
         run.folder.write_config(cfg)
         trainer = run.trainer(cfg.trainer)
         run.policy_tensors = lambda: (

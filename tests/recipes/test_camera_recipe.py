@@ -84,3 +84,30 @@ def test_bc_camera_trains_from_an_imported_lerobot_camera_dataset(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "no rollout:" in proc.stdout
     assert (run / "policy.safetensors").is_file() and (run / "last.ckpt").is_file()
+
+
+def test_bc_camera_takes_per_column_frames_and_rolls_out_with_them(tmp_path):
+    """``datamodule.frame_offsets`` sizes the policy (a camera frame from 4 steps back and
+    now, a 6-step chunk), and the saved policy, rebuilt from its run folder, picks the same
+    frames from its history in a rollout as the run's own evaluation did."""
+    run = tmp_path / "run"
+    args = [
+        "datamodule.frame_offsets={pixels: [-4, 0], state: [0], action: [0, 1, 2, 3, 4, 5]}",
+        "exec_horizon=3",
+        "trainer.max_steps=6",
+        "eval.episodes=2",
+        "trainer.enable_progress_bar=false",
+        f"hydra.run.dir={run}",
+    ]
+    cmd = [sys.executable, str(ROOT / "recipes" / "bc_camera.py"), *args]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    learned = [line for line in proc.stdout.splitlines() if line.startswith("learned ")]
+    assert len(learned) == 1
+    sys.path.insert(0, str(ROOT / "recipes"))
+    from _common import load_policy
+
+    saved = load_policy(run)
+    assert saved.policy.model.obs_frames == {"state": (0,), "pixels": (-4, 0)}
+    assert saved.policy.model.horizon == 6
+    assert learned[0] in saved.rollout().splitlines()
