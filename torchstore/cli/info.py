@@ -117,8 +117,31 @@ def _folder_size(path: Path) -> int:
     return total
 
 
+#: info.json's keys of a camera's encoding (lerobot >= 0.6 records the encoder's settings;
+#: earlier releases only what the stream says), as the summary names them
+_VIDEO_KEYS = {"video.codec": "codec", "video.g": "gop", "video.crf": "crf"}
+
+
+def _lerobot_column(feature) -> dict:
+    """A LeRobot feature as a column of the summary: a camera says how its frames are kept
+    (``video``: the codec and GOP info.json records; ``image``: PNG in the Parquet files)."""
+    column = {
+        "name": feature.name,
+        "dtype": feature.dtype,
+        "shape": list(feature.shape),
+        "quantize": None,
+    }
+    if feature.dtype == "video":
+        info = feature.info or feature.extra.get("video_info") or {}  # v2.0: video_info
+        column["video"] = {name: info[key] for key, name in _VIDEO_KEYS.items() if key in info}
+    elif feature.dtype == "image":
+        column["image"] = "png"
+    return column
+
+
 def summarize_lerobot(root: str | os.PathLike) -> dict:
-    """A LeRobot v3.0/v2.1 folder's facts with the keys of a store's summary (read-only)."""
+    """A LeRobot v3.0/v2.1 folder's facts with the keys of a store's summary (read-only),
+    and its ``robot_type`` (a LeRobot dataset records the robot, not an env)."""
     from torchstore.data.store.summary import length_stats
     from torchstore.lerobot import LeRobotSource
 
@@ -129,16 +152,14 @@ def summarize_lerobot(root: str | os.PathLike) -> dict:
             "path": str(root),
             "format": f"LeRobot dataset {source.version} (a folder; `torchstore import` reads it)",
             "created": None,
-            "env_id": source.info.get("robot_type"),
+            "env_id": None,
+            "robot_type": source.info.get("robot_type"),
             "seed": None,
             "rows": int(sum(lengths)),
             "episodes": len(lengths),
             "episode_length": length_stats(lengths),
             "size_on_disk": _folder_size(root),
-            "columns": [
-                {"name": f.name, "dtype": f.dtype, "shape": list(f.shape), "quantize": None}
-                for f in source.features.values()
-            ],
+            "columns": [_lerobot_column(f) for f in source.features.values()],
             "metadata": {
                 "fps": source.fps,
                 "tasks": len(source.tasks),
@@ -166,14 +187,17 @@ def summarize_path(path: str | os.PathLike) -> dict:
 
             with StoreSet(path) as shards:
                 return summarize(shards)
+        from torchstore.io.dataset_folders import not_a_store
+
         raise StoreFormatError(
-            f"{path} is a folder but not a LeRobot dataset (no meta/info.json), not a Minari "
-            "dataset (no data/metadata.json) and not a store file"
+            not_a_store(path)
+            or f"{path} is a folder but not a LeRobot dataset (no meta/info.json), not a "
+            "Minari dataset (no data/metadata.json) and holds no store shards (*.h5, *.hdf5)"
         )
-    from torchstore.data.store.store import TrajectoryStore
+    from torchstore.data.store.facts import StoreFacts  # (no torch: h5py, numpy, xxhash)
     from torchstore.data.store.summary import summarize
 
-    with TrajectoryStore(path) as store:
+    with StoreFacts(path) as store:
         return summarize(store)
 
 

@@ -31,7 +31,6 @@ __all__ = [
     "validate_columns",
     "torch_dtype",
     "numpy_dtype",
-    "describe_codec",
 ]
 
 #: Reserved leaf names and the dtype rule each keeps (``None``: any dtype).
@@ -175,7 +174,7 @@ class ColumnSpec:
         if self.quantize is not None:
             text += f" as uint8 in [{self.quantize.low:g}, {self.quantize.high:g}]"
         if self.codec is not None:
-            text += f" as {describe_codec(self.codec)}"
+            text += f" as {self.codec.describe()}"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -303,16 +302,6 @@ def _checked_quantize(name: str, quantize: Any, dtype: torch.dtype) -> Quantize:
         )
     quantize.check_dtype(dtype, name)
     return quantize
-
-
-def describe_codec(codec: FrameCodec) -> str:
-    """``av1 crf 30 gop 32 (lossy)`` style text: the kind, its quality settings, lossy or not."""
-    parts = [codec.kind]
-    for name in ("crf", "gop", "quality", "level"):
-        value = getattr(codec, name)
-        if value is not None:
-            parts.append(f"{name} {value}")
-    return " ".join(parts) + (" (lossy)" if codec.lossy else " (exact)")
 
 
 def _checked_codec(spec: ColumnSpec) -> FrameCodec | None:

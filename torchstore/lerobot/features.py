@@ -18,14 +18,15 @@ import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from torchstore.data.columns import ColumnSpec
 from torchstore.errors import ColumnError, LeRobotFormatError
 from torchstore.io.records.parquet import require_pyarrow
+
+if TYPE_CHECKING:
+    from torchstore.data.columns import ColumnSpec
 
 __all__ = [
     "Feature",
@@ -173,13 +174,15 @@ class Feature:
 
     def column_spec(self, name: str | None = None) -> ColumnSpec:
         """The store column this feature imports into."""
+        from torchstore.data.columns import ColumnSpec  # (torch: reading a folder needs none)
+
         if self.is_camera:
-            dtype: Any = torch.uint8
+            dtype = "uint8"
             info = self.info or {}
             if self.is_video and (info.get("is_depth_map") or info.get("video.is_depth_map")):
-                dtype = torch.float32  # depth in metres (torchstore.lerobot.depth)
+                dtype = "float32"  # depth in metres (torchstore.lerobot.depth)
         elif self.is_text:
-            dtype = torch.int64
+            dtype = "int64"
         else:
             dtype = self.dtype
         try:

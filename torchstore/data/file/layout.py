@@ -34,8 +34,7 @@ import h5py
 import numpy as np
 import xxhash
 
-from torchstore.data.columns import numpy_dtype
-from torchstore.data.file.manifest import UNCHECKED_FORMAT_VERSION, Manifest
+from torchstore.data.file.manifest import UNCHECKED_FORMAT_VERSION, Manifest, parse_manifest_json
 from torchstore.errors import IntegrityError, StoreFormatError
 from torchstore.io.hdf5.checksummed import ChecksummedDataset, create_checksummed
 from torchstore.io.hdf5.files import MANIFEST_ATTR
@@ -46,6 +45,7 @@ __all__ = [
     "COMMIT",
     "build_store_file",
     "read_manifest",
+    "read_manifest_fields",
     "StoreDatasets",
 ]
 
@@ -78,6 +78,8 @@ def build_store_file(f: h5py.File, manifest: Manifest, expected_rows: int | None
     # Fixed-length bytes, not a variable-length string: those live in the global heap,
     # which HDF5 neither checksums nor reads safely when damaged (a flipped heap byte can
     # hang the read); a fixed-length attribute lives in the checksummed object header.
+    from torchstore.data.columns import numpy_dtype  # (torch: reading a store needs none)
+
     text = manifest.to_json().encode("utf-8")
     f.attrs[MANIFEST_ATTR] = np.bytes_(text)
     f.attrs[MANIFEST_HASH_ATTR] = np.uint64(xxhash.xxh3_64_intdigest(text))
@@ -175,6 +177,31 @@ def read_manifest(f: h5py.File, source: str) -> Manifest:
     Everything odd about the attributes (a damaged root object header, a missing or
     malformed manifest, a hash mismatch) is a torchstore error naming ``source``.
     """
+    raw, checked = _manifest_bytes(f, source)
+    manifest = Manifest.from_json(raw, source=source)
+    _check_unchecked(manifest.format_version, checked, source)
+    return manifest
+
+
+def read_manifest_fields(f: h5py.File, source: str) -> dict:
+    """:func:`read_manifest`'s checks, the columns left as the manifest's dicts
+    (:func:`~torchstore.data.file.manifest.parse_manifest_json`): no torch needed."""
+    raw, checked = _manifest_bytes(f, source)
+    fields = parse_manifest_json(raw, source=source)
+    _check_unchecked(fields["format_version"], checked, source)
+    return fields
+
+
+def _check_unchecked(version: int, checked: bool, source: str) -> None:
+    if not checked and version > UNCHECKED_FORMAT_VERSION:
+        raise IntegrityError(
+            f"{source}: store format {version} keeps a manifest checksum, but it is missing"
+        )
+
+
+def _manifest_bytes(f: h5py.File, source: str) -> tuple[bytes, bool]:
+    """The manifest's bytes, checked against their hash where the store keeps one; and
+    whether it does."""
     try:
         attrs = f.attrs
         if MANIFEST_ATTR not in attrs:
@@ -209,13 +236,7 @@ def read_manifest(f: h5py.File, source: str) -> Manifest:
                 f"{source}: the manifest (column specs, quantisation, env id, metadata) fails its "
                 "checksum; the file is damaged"
             )
-    manifest = Manifest.from_json(raw, source=source)
-    if expected is None and manifest.format_version > UNCHECKED_FORMAT_VERSION:
-        raise IntegrityError(
-            f"{source}: store format {manifest.format_version} keeps a manifest checksum, "
-            "but it is missing"
-        )
-    return manifest
+    return raw, expected is not None
 
 
 @dataclass
@@ -231,21 +252,24 @@ class StoreDatasets:
 
     @classmethod
     def open(cls, f: h5py.File, manifest: Manifest) -> StoreDatasets:
+        return cls.open_columns(f, [(c.name, c.codec is not None) for c in manifest.columns])
+
+    @classmethod
+    def open_columns(cls, f: h5py.File, columns: list[tuple[str, bool]]) -> StoreDatasets:
+        """The datasets of ``columns``, given as ``(name, encoded)`` pairs."""
+
         def table(group: str, name: str, label: str) -> ChecksummedDataset:
             return ChecksummedDataset(f[f"{group}/{name}"], f[f"{CHECKSUMS}/{group}/{name}"], label)
 
         return cls(
             commit=f[COMMIT],
-            columns={
-                spec.name: table(COLUMNS, spec.name, f"column '{spec.name}'")
-                for spec in manifest.columns
-            },
+            columns={name: table(COLUMNS, name, f"column '{name}'") for name, _ in columns},
             ep_index=table(EPISODES, EP_INDEX, "episode index"),
             ep_meta=table(EPISODES, EP_META, "episode metadata"),
             packets={
-                spec.name: table(PACKETS, spec.name, f"column '{spec.name}' packets")
-                for spec in manifest.columns
-                if spec.codec is not None
+                name: table(PACKETS, name, f"column '{name}' packets")
+                for name, encoded in columns
+                if encoded
             },
         )
 

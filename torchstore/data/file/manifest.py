@@ -19,14 +19,22 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchstore._version import __version__
-from torchstore.data.columns import ColumnSpec, validate_columns
 from torchstore.errors import ColumnError, StoreFormatError
 from torchstore.validation import positive_int
 
-__all__ = ["Manifest", "FORMAT_NAME", "FORMAT_VERSION", "UNCHECKED_FORMAT_VERSION"]
+if TYPE_CHECKING:
+    from torchstore.data.columns import ColumnSpec
+
+__all__ = [
+    "Manifest",
+    "parse_manifest_json",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "UNCHECKED_FORMAT_VERSION",
+]
 
 FORMAT_NAME = "torchstore.trajectory"
 FORMAT_VERSION = 3
@@ -70,6 +78,8 @@ class Manifest:
         ``created`` is the creation time to record (ISO 8601); None records now. A fixed
         value makes a generated store byte-reproducible.
         """
+        from torchstore.data.columns import validate_columns  # (torch)
+
         if env_id is not None and not isinstance(env_id, str):
             raise ColumnError(f"env_id must be a string or None, got {env_id!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -111,58 +121,67 @@ class Manifest:
     @classmethod
     def from_json(cls, text: str | bytes, *, source: str = "store") -> Manifest:
         """Parse and check a manifest; unknown formats and future versions fail clearly."""
+        from torchstore.data.columns import ColumnSpec, validate_columns  # (torch)
+
+        fields = parse_manifest_json(text, source=source)
+        version = fields["format_version"]
         try:
-            data = json.loads(text)
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise StoreFormatError(
-                f"{source}: the manifest is not valid JSON ({str(exc)[:200]})"
-            ) from exc
-        if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-            found = data.get("format") if isinstance(data, dict) else None
-            raise StoreFormatError(
-                f"{source}: not a torchstore trajectory store (format {found!r})"
-            )
-        version = data.get("format_version")
-        version = positive_int(
-            f"{source}: manifest format_version", version, error=StoreFormatError
-        )
-        if version > FORMAT_VERSION:
-            raise StoreFormatError(
-                f"{source} uses store format version {version}, written by torchstore "
-                f"{data.get('torchstore_version', '?')}; this torchstore ({__version__}) reads "
-                f"up to version {FORMAT_VERSION}: upgrade torchstore"
-            )
-        env_id, seed, metadata = data.get("env_id"), data.get("seed"), data.get("metadata") or {}
-        if env_id is not None and not isinstance(env_id, str):
-            raise StoreFormatError(
-                f"{source}: the manifest's env_id ({env_id!r:.80}) is not a string"
-            )
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise StoreFormatError(f"{source}: the manifest's seed ({seed!r:.80}) is not an int")
-        if not isinstance(metadata, dict):
-            raise StoreFormatError(
-                f"{source}: the manifest's metadata ({metadata!r:.80}) is not an object"
-            )
-        if not isinstance(data.get("columns"), list):
-            raise StoreFormatError(f"{source}: the manifest's column list is missing or not a list")
-        try:
-            columns = validate_columns(ColumnSpec.from_dict(c) for c in data["columns"])
+            columns = validate_columns(ColumnSpec.from_dict(c) for c in fields["columns"])
             if version < FORMAT_VERSION and any(c.codec is not None for c in columns):
                 raise StoreFormatError(
                     f"{source}: store format version {version} has no encoded columns, but the "
                     "manifest gives one a codec"
                 )
-            return cls(
-                columns=columns,
-                env_id=env_id,
-                seed=seed,
-                metadata=dict(metadata),
-                created=str(data.get("created", "")),
-                torchstore_version=str(data.get("torchstore_version", "?")),
-                format=FORMAT_NAME,
-                format_version=version,
-            )
+            return cls(**{**fields, "columns": columns}, format=FORMAT_NAME)
         except (KeyError, TypeError, ValueError, ColumnError) as exc:
             raise StoreFormatError(
                 f"{source}: the manifest's column list is malformed ({exc})"
             ) from exc
+
+
+def parse_manifest_json(text: str | bytes, *, source: str = "store") -> dict[str, Any]:
+    """A manifest's fields, checked, with its columns as the dicts it holds (no
+    :class:`ColumnSpec` yet, so no torch): what :meth:`Manifest.from_json` builds on, and
+    what reading a store's facts without torch (``torchstore info``, ``verify``) reads.
+
+    Returns:
+        ``format_version``, ``torchstore_version``, ``created``, ``env_id``, ``seed``,
+        ``metadata`` and ``columns`` (a list).
+    """
+    try:
+        data = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise StoreFormatError(
+            f"{source}: the manifest is not valid JSON ({str(exc)[:200]})"
+        ) from exc
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        found = data.get("format") if isinstance(data, dict) else None
+        raise StoreFormatError(f"{source}: not a torchstore trajectory store (format {found!r})")
+    version = data.get("format_version")
+    version = positive_int(f"{source}: manifest format_version", version, error=StoreFormatError)
+    if version > FORMAT_VERSION:
+        raise StoreFormatError(
+            f"{source} uses store format version {version}, written by torchstore "
+            f"{data.get('torchstore_version', '?')}; this torchstore ({__version__}) reads "
+            f"up to version {FORMAT_VERSION}: upgrade torchstore"
+        )
+    env_id, seed, metadata = data.get("env_id"), data.get("seed"), data.get("metadata") or {}
+    if env_id is not None and not isinstance(env_id, str):
+        raise StoreFormatError(f"{source}: the manifest's env_id ({env_id!r:.80}) is not a string")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise StoreFormatError(f"{source}: the manifest's seed ({seed!r:.80}) is not an int")
+    if not isinstance(metadata, dict):
+        raise StoreFormatError(
+            f"{source}: the manifest's metadata ({metadata!r:.80}) is not an object"
+        )
+    if not isinstance(data.get("columns"), list):
+        raise StoreFormatError(f"{source}: the manifest's column list is missing or not a list")
+    return {
+        "format_version": version,
+        "torchstore_version": str(data.get("torchstore_version", "?")),
+        "created": str(data.get("created", "")),
+        "env_id": env_id,
+        "seed": seed,
+        "metadata": dict(metadata),
+        "columns": data["columns"],
+    }

@@ -10,10 +10,11 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from torchstore.data.columns import describe_codec
+from torchstore.data.file.manifest import FORMAT_NAME
 from torchstore.io.frames.codec_types import FrameCodec
 
 if TYPE_CHECKING:
+    from torchstore.data.store.facts import StoreFacts
     from torchstore.data.store.store import TrajectoryStore
 
 __all__ = ["summarize", "format_summary", "format_size", "length_stats"]
@@ -42,46 +43,76 @@ def length_stats(lengths: Sequence[int]) -> dict | None:
     return {"min": min(values), "median": float(statistics.median(values)), "max": max(values)}
 
 
-def summarize(store: TrajectoryStore) -> dict:
+def summarize(store: TrajectoryStore | StoreFacts) -> dict:
     """The facts ``torchstore info`` shows, as a JSON-friendly dict.
 
-    ``episode_length`` is None for a store with no episodes.
+    ``store``: an open store (or store set), or a file's
+    :class:`~torchstore.data.store.facts.StoreFacts` (read without torch). Either way the
+    columns are the manifest's own dicts. ``episode_length`` is None for a store with no
+    episodes.
     """
-    m = store.manifest
+    from torchstore.data.store.facts import StoreFacts
+
+    if isinstance(store, StoreFacts):
+        fields, lengths = store.manifest, store.episode_lengths
+        rows, episodes = store.num_rows, store.num_episodes
+    else:
+        m = store.manifest
+        fields, lengths = json.loads(m.to_json()), store.episodes.lengths
+        rows, episodes = m.num_rows, m.num_episodes
     return {
         "path": str(store.path),
-        "format": f"{m.format} v{m.format_version} (torchstore {m.torchstore_version})",
-        "created": m.created,
-        "env_id": m.env_id,
-        "seed": m.seed,
-        "rows": m.num_rows,
-        "episodes": m.num_episodes,
-        "episode_length": length_stats(store.episodes.lengths.tolist()),
+        "format": f"{FORMAT_NAME} v{fields['format_version']} "
+        f"(torchstore {fields['torchstore_version']})",
+        "created": fields["created"],
+        "env_id": fields["env_id"],
+        "seed": fields["seed"],
+        "rows": rows,
+        "episodes": episodes,
+        "episode_length": length_stats(lengths.tolist()),
         "size_on_disk": store.size_on_disk(),
         "columns": [
             {
-                "name": c.name,
-                "dtype": str(c.dtype).removeprefix("torch."),
-                "shape": list(c.shape),
-                "quantize": None if c.quantize is None else c.quantize.to_dict(),
-                **({"codec": c.to_dict()["codec"]} if c.codec is not None else {}),
+                "name": c["name"],
+                "dtype": c["dtype"],
+                "shape": list(c.get("shape", [])),
+                "quantize": c.get("quantize"),
+                **({"codec": c["codec"]} if c.get("codec") is not None else {}),
             }
-            for c in m.columns
+            for c in fields["columns"]
         ],
-        "metadata": m.metadata,
+        "metadata": fields["metadata"],
         "verified": False,
         **({"shards": [str(s.path) for s in store.shards]} if hasattr(store, "shards") else {}),
     }
 
 
+def _lerobot_video(video: dict) -> str:
+    """``av1 gop 2 crf 30 (MP4)``: a LeRobot camera's encoding, as far as info.json says."""
+    parts = [str(video.get("codec", "video"))]
+    parts += [f"{name} {video[name]}" for name in ("gop", "crf") if video.get(name) is not None]
+    if "gop" not in video:
+        parts.append("gop not recorded")
+    return " ".join(parts) + " (MP4)"
+
+
 def _stored_as(column: dict) -> str:
-    """How a column's values are kept: as they are, quantised, or through a frame codec."""
+    """How a column's values are kept: as they are, quantised, or through a frame codec
+    (a LeRobot camera: its MP4 video or the PNG files in its Parquet files)."""
     if column.get("codec"):
-        return describe_codec(FrameCodec.from_json(column["codec"]))
+        return FrameCodec.from_json(column["codec"]).describe()
+    if column.get("video") is not None:
+        return _lerobot_video(column["video"])
+    if column.get("image"):
+        return f"{column['image']} (in Parquet)"
     if column.get("quantize"):
         q = column["quantize"]
         return f"uint8 [{q['low']:g}, {q['high']:g}]"
     return "-"
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
 def format_summary(info: dict) -> str:
@@ -96,8 +127,12 @@ def format_summary(info: dict) -> str:
     lines = [
         f"{'store' if info['format'].startswith('torchstore') else 'dataset':<11}{info['path']}",
         f"format     {info['format']}{created}",
-        f"env id     {info['env_id'] or '-'}",
-        f"seed       {info['seed'] if info['seed'] is not None else '-'}",
+        *(
+            [f"robot type {_or_dash(info['robot_type'])}"]
+            if "robot_type" in info
+            else [f"env id     {_or_dash(info['env_id'])}"]
+        ),
+        *([] if "robot_type" in info else [f"seed       {_or_dash(info['seed'])}"]),
         f"rows       {info['rows']:,}",
         f"episodes   {info['episodes']:,}  ({lengths})",
         f"on disk    {_size(info['size_on_disk'])}",

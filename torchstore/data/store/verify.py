@@ -37,7 +37,6 @@ import h5py
 import numpy as np
 import xxhash
 
-from torchstore.data.file.encoded import committed_packet_bytes
 from torchstore.errors import IntegrityError, TorchstoreError
 from torchstore.io.hdf5.checksummed import chunk_file_offsets
 
@@ -243,13 +242,13 @@ def verify_store(
         A :class:`Verification`; ``ok`` is False when anything failed, and ``problems``
         names each damaged column and its rows (or why the store did not open).
     """
-    from torchstore.data.store.store import TrajectoryStore
+    from torchstore.data.store.facts import StoreFacts  # the store's checks, without torch
 
     if Path(path).is_dir():
         return _verify_set(Path(path), progress)
     report = Verification(Path(path))
     try:
-        store = TrajectoryStore(path)
+        store = StoreFacts(path)
     except (TorchstoreError, OSError) as exc:
         text = " ".join(str(exc).split()) or type(exc).__name__
         report.problems.append(text.removeprefix(f"{report.path}: "))
@@ -299,6 +298,8 @@ def _packet_work(tables: Any, rows: int, report: Verification) -> list:
     """The packet bytes of each encoded column, up to where its last committed row's ends."""
     work = []
     for name, packets in tables.packets.items():
+        from torchstore.data.file.encoded import committed_packet_bytes  # (torch)
+
         try:
             end = committed_packet_bytes(tables.columns[name], rows)
         except TorchstoreError as exc:

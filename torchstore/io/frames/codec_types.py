@@ -219,6 +219,16 @@ class FrameCodec:
 
     # ------------------------------------------------------------------ facts
 
+    def describe(self) -> str:
+        """``av1 crf 30 gop 32 (lossy)`` style text: the kind, its quality settings, lossy
+        or not (what ``torchstore info`` shows for an encoded column)."""
+        parts = [self.kind]
+        for name in ("crf", "gop", "quality", "level"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name} {value}")
+        return " ".join(parts) + (" (lossy)" if self.lossy else " (exact)")
+
     @property
     def lossy(self) -> bool:
         """Whether decoding gives back other pixels than were encoded (JPEG and video)."""
