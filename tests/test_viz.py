@@ -8,9 +8,10 @@ from torchstore import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 from torchstore.cli import main
 from torchstore.demo import write_demo_store
 from torchstore.tasks import write_demo_data
-from torchstore.viz import image_columns, plot_frames, plot_metrics, plot_store
+from torchstore.viz import default_out, image_columns, plot_frames, plot_metrics, plot_store
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PLOTS = ("episode_lengths.png", "traces.png", "frames_pixels.png")
 
 
 def _png(path, min_bytes=8_000):
@@ -92,6 +93,20 @@ def test_viz_command(tmp_path, capsys):
     assert not (tmp_path / "x").exists()
 
 
+def test_viz_writes_beside_the_store_by_default_not_where_it_is_run(tmp_path, capsys, monkeypatch):
+    store_path = write_demo_data(tmp_path / "runs" / "reach.h5", episodes=2)
+    elsewhere = tmp_path / "checkout"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert default_out(store_path) == tmp_path / "runs" / "reach_viz"
+    assert main(["viz", str(store_path), "--episodes", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"wrote {tmp_path / 'runs' / 'reach_viz' / name}" for name in PLOTS]
+    assert sorted(p.name for p in (tmp_path / "runs" / "reach_viz").iterdir()) == sorted(PLOTS)
+    assert list(elsewhere.iterdir()) == []  # nothing in the folder it was run from
+    assert [p.name for p in plot_store(store_path, episodes=1)] == list(PLOTS)  # the library too
+
+
 def test_viz_with_zero_episodes_writes_nothing_and_says_why(tmp_path, capsys):
     store_path = write_demo_data(tmp_path / "reach.h5", episodes=2)
     out = tmp_path / "out"
@@ -117,6 +132,7 @@ def test_viz_and_info_of_a_lerobot_folder_read_it_only(tmp_path, capsys):
     assert main(["viz", str(folder), "--out", str(tmp_path / "out")]) == 0
     assert "traces.png" in capsys.readouterr().out
     _png(tmp_path / "out" / "traces.png")
+    assert default_out(folder) == tmp_path / "lerobot_viz"  # a folder's whole name
     assert main(["info", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "LeRobot dataset v3.0" in out and "episodes   2" in out

@@ -1,6 +1,8 @@
 """Plots of a store and of a training run, as PNG files (matplotlib, Agg, no display needed).
 
-``plot_store`` is what ``torchstore viz STORE --out DIR`` writes:
+``plot_store`` is what ``torchstore viz STORE [--out DIR]`` writes, into ``DIR`` or, by
+default, into a folder next to the store named for it (``runs/reach.h5`` ->
+``runs/reach_viz/``; :func:`default_out`):
 
 - ``episode_lengths.png``: histogram of episode lengths;
 - ``traces.png``: every scalar and vector column over the first few episodes, one panel
@@ -30,6 +32,7 @@ from torchstore.extras import install_hint
 from torchstore.validation import positive_int
 
 __all__ = [
+    "default_out",
     "plot_store",
     "plot_lerobot",
     "plot_episode_lengths",
@@ -232,23 +235,39 @@ def _check_plot_args(out: Path, episodes: object) -> None:
         raise ValueError(f"out ({out}) is a file; plots are written into a folder")
 
 
+def default_out(store: TrajectoryStore | str | os.PathLike) -> Path:
+    """Where :func:`plot_store` writes when not told: ``<name>_viz`` next to the store,
+    ``<name>`` being the store file's name without its suffix (a folder's whole name).
+
+    Examples:
+        >>> default_out("runs/reach.h5")
+        PosixPath('runs/reach_viz')
+    """
+    path = Path(store.path if isinstance(store, TrajectoryStore) else store)
+    if not path.name:  # "." or "..": name the folder it stands for
+        path = path.resolve()
+    name = path.name if path.is_dir() else path.stem
+    return path.parent / f"{name}_viz"
+
+
 def plot_store(
     store: TrajectoryStore | str | os.PathLike,
-    out: str | os.PathLike,
+    out: str | os.PathLike | None = None,
     *,
     episodes: int = 3,
     columns: Sequence[str] | None = None,
 ) -> list[Path]:
     """Write every plot of a store into folder ``out``; returns the files written.
 
-    ``store`` may also be a LeRobot dataset folder (see :func:`plot_lerobot`). Arguments
+    ``store`` may also be a LeRobot dataset folder (see :func:`plot_lerobot`). ``out``
+    defaults to :func:`default_out` (``<store name>_viz`` next to the store). Arguments
     are checked before anything is drawn: a bad one writes no file.
 
     Examples:
-        >>> plot_store("data/reach_demo.h5", "viz/")  # doctest: +SKIP
-        [PosixPath('viz/episode_lengths.png'), PosixPath('viz/traces.png'), ...]
+        >>> plot_store("data/reach_demo.h5")  # doctest: +SKIP
+        [PosixPath('data/reach_demo_viz/episode_lengths.png'), ...]
     """
-    out = Path(out)
+    out = default_out(store) if out is None else Path(out)
     _check_plot_args(out, episodes)
     if not isinstance(store, TrajectoryStore) and Path(store).is_dir():
         if not (Path(store) / "meta" / "info.json").is_file():
@@ -283,7 +302,7 @@ def plot_store(
 
 def plot_lerobot(
     root: str | os.PathLike,
-    out: str | os.PathLike,
+    out: str | os.PathLike | None = None,
     *,
     episodes: int = 3,
     columns: Sequence[str] | None = None,
@@ -294,7 +313,7 @@ def plot_lerobot(
     """
     from torchstore.lerobot import LeRobotSource
 
-    out = Path(out)
+    out = default_out(root) if out is None else Path(out)
     _check_plot_args(out, episodes)
     with LeRobotSource(root) as source:
         numeric = [

@@ -140,3 +140,71 @@ def test_submodules_stay_reachable_as_attributes():
         "assert torchstore.data.store.store.TrajectoryStore and torchstore.samplers.sumtree.SumTree"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+#: verbs that answer from h5py, numpy, xxhash (and pyarrow for a LeRobot folder): each
+#: probe runs the command in-process and checks its exit status
+TORCH_FREE_VERBS = {
+    "info STORE": (["info", "{store}"], 0),
+    "info STORE --json": (["info", "{store}", "--json"], 0),
+    "verify STORE": (["verify", "{store}", "--no-progress"], 0),
+    "info LEROBOT": (["info", "{lerobot}"], 0),
+    "verify LEROBOT": (["verify", "{lerobot}"], 0),
+    "verify EMPTY": (["verify", "{empty}"], 1),
+    "import ROBOMIMIC (sniffed, DEST exists)": (["import", "{robomimic}", "{store}"], 1),
+    "import JUNK (no known format)": (["import", "{junk}", "{out}"], 1),
+    "encode --help": (["encode", "--help"], 0),
+}
+VERB_PROBE = (
+    "import contextlib, io\nfrom torchstore.cli import main\n"
+    "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+    "    status = main({argv!r})\n"
+    "assert status == {status}, status\n"
+)
+
+
+@pytest.fixture(scope="module")
+def verb_results(tmp_path_factory):
+    import h5py
+    import numpy as np
+
+    from tests.lerobot.test_lerobot_roundtrip import record
+    from torchstore.demo import write_demo_store
+
+    tmp = tmp_path_factory.mktemp("verbs")
+    paths = {
+        "store": write_demo_store(tmp / "demo.h5", episodes=3, steps=20),
+        "lerobot": tmp / "lerobot",
+        "empty": tmp / "empty",
+        "robomimic": tmp / "lift.hdf5",
+        "junk": tmp / "notes.txt",
+        "out": tmp / "out.h5",
+    }
+    record(paths["lerobot"], (5, 7))
+    paths["empty"].mkdir()
+    with h5py.File(paths["robomimic"], "w") as f:
+        f["data/demo_0/actions"] = np.zeros((4, 2), np.float32)
+        f["data/demo_0/obs/pos"] = np.zeros((4, 3), np.float32)
+        f["data/demo_0"].attrs["num_samples"] = 4
+    paths["junk"].write_text("not a dataset\n")
+    probes = {
+        name: VERB_PROBE.format(
+            argv=[a.format(**{k: str(v) for k, v in paths.items()}) for a in argv], status=status
+        )
+        for name, (argv, status) in TORCH_FREE_VERBS.items()
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", FORK_PER_PROBE, json.dumps(["torch", "tensordict", "torchrl"])],
+        input=json.dumps(probes),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("verb", sorted(TORCH_FREE_VERBS))
+def test_verbs_that_read_facts_import_no_torch(verb, verb_results):
+    """``info``, ``verify``, an import refused after sniffing and ``--help`` read manifests,
+    checksums and footers without torch (seconds of start-up on a small machine)."""
+    assert verb_results[verb] == [], verb_results[verb]

@@ -1,6 +1,6 @@
-"""``torchstore demo-data --overwrite`` leaves the shipped ``data/reach_demo.h5`` byte for
-byte as it was (the README's promise), and the copy that makes it so lays a file out by
-its content alone, not by the order the writer created its objects in."""
+"""``torchstore demo data/reach_demo.h5 --task reach --overwrite`` leaves the shipped file
+byte for byte as it was (the README's promise), and the copy that makes it so lays a file
+out by its content alone, not by the order the writer created its objects in."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ SHIPPED = Path(__file__).resolve().parents[2] / "data" / "reach_demo.h5"
 
 def test_demo_data_regenerates_the_shipped_file_to_the_byte(tmp_path):
     again = tmp_path / "reach_demo.h5"
-    assert main(["demo-data", str(again)]) == 0
-    assert main(["demo-data", "--overwrite", str(again)]) == 0  # written twice
+    assert main(["demo", str(again), "--task", "reach"]) == 0
+    assert main(["demo", str(again), "--task", "reach", "--overwrite"]) == 0  # written twice
     assert again.read_bytes() == SHIPPED.read_bytes(), (
-        "data/reach_demo.h5 is not what `torchstore demo-data` writes now: if the store "
-        "format changed on purpose, regenerate it with `torchstore demo-data --overwrite`"
+        "data/reach_demo.h5 is not what `torchstore demo --task reach` writes now: if the "
+        "store format changed on purpose, regenerate it with "
+        "`torchstore demo data/reach_demo.h5 --task reach --overwrite`"
     )
 
 

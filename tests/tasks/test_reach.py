@@ -178,9 +178,11 @@ def test_write_demo_data_replaces_only_its_own_stores(tmp_path):
 
 
 def test_shipped_demo_file_matches_what_demo_data_regenerates(tmp_path):
-    assert SHIPPED.exists(), "data/reach_demo.h5 is missing: run `torchstore demo-data`"
+    assert SHIPPED.exists(), (
+        "data/reach_demo.h5 is missing: run `torchstore demo data/reach_demo.h5 --task reach`"
+    )
     assert SHIPPED.stat().st_size < 4 * 2**20
-    assert main(["demo-data", str(tmp_path / "again.h5")]) == 0
+    assert main(["demo", str(tmp_path / "again.h5"), "--task", "reach"]) == 0
     shipped_rows, shipped_lengths, shipped_manifest = _contents(SHIPPED)
     rows, lengths, manifest = _contents(tmp_path / "again.h5")
     assert torch.equal(shipped_lengths, lengths)

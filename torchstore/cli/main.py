@@ -35,14 +35,16 @@ EXIT_BROKEN_PIPE = 141
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, except the uninformative ``None`` and ``False``.
+    """Shows each option's default once, except the uninformative ``None`` and ``False``.
 
-    An option whose default is ``None`` says in its help what no value means.
+    An option whose default is ``None`` says in its help what no value means; one whose
+    help already says ``(default: ...)`` is left as it is.
     """
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None or action.default is False or "%(default)" in (action.help or ""):
-            return action.help or ""
+        text = action.help or ""
+        if action.default is None or action.default is False or "(default" in text:
+            return text
         return super()._get_help_string(action)
 
 
@@ -64,27 +66,53 @@ def _info(args: argparse.Namespace) -> None:
     print_info(args.path, as_json=args.json)
 
 
+#: what ``torchstore demo --task`` writes, and its default episode count
+DEMO_TASKS = {
+    "pendulum": ("damped-pendulum episodes, for trying things out", 20),
+    "reach": ("the default task's 2-D reach demonstrations, byte-reproducible", 50),
+}
+
+
 def _demo(args: argparse.Namespace) -> None:
+    from torchstore.errors import ArgumentError
+
+    episodes = args.episodes or DEMO_TASKS[args.task][1]
+    if args.task == "reach":
+        for flag, value in (("--steps", args.steps), ("--resume", args.resume)):
+            if value:
+                raise ArgumentError(
+                    f"{flag} applies to --task pendulum; reach demonstrations run until the "
+                    "goal is reached, and are written whole or not at all"
+                )
+        from torchstore.tasks import write_demo_data
+
+        path = write_demo_data(
+            args.path, episodes=episodes, seed=args.seed, overwrite=args.overwrite
+        )
+        print(f"wrote {episodes} reach demonstrations to {path}")
+        return
     from torchstore.demo import write_demo_store
 
+    steps = args.steps or 200
     path = write_demo_store(
         args.path,
-        episodes=args.episodes,
-        steps=args.steps,
+        episodes=episodes,
+        steps=steps,
         seed=args.seed,
         overwrite=args.overwrite,
         resume=args.resume,
     )
-    print(f"wrote {args.episodes} episodes of {args.steps} steps to {path}")
+    print(f"wrote {episodes} episodes of {steps} steps to {path}")
 
 
 def _demo_data(args: argparse.Namespace) -> None:
-    from torchstore.tasks import write_demo_data
-
-    path = write_demo_data(
-        args.path, episodes=args.episodes, seed=args.seed, overwrite=args.overwrite
+    """``demo-data``: the older spelling of ``demo --task reach``, for one more release."""
+    print(
+        "torchstore demo-data is deprecated and goes in the next release: use "
+        f"torchstore demo {args.path} --task reach",
+        file=sys.stderr,
     )
-    print(f"wrote {args.episodes} reach demonstrations to {path}")
+    _demo(argparse.Namespace(**{**vars(args), "task": "reach", "steps": None, "resume": False}))
 
 
 def _viz(args: argparse.Namespace) -> None:
@@ -100,7 +128,8 @@ def _encode(args: argparse.Namespace) -> None:
     from torchstore.errors import ColumnError
     from torchstore.io.frames.codec import FrameCodec
 
-    settings = {k: getattr(args, k) for k in ("crf", "gop", "quality") if getattr(args, k)}
+    settings = {k: getattr(args, k) for k in ("crf", "gop", "quality")}
+    settings = {k: v for k, v in settings.items() if v is not None}  # None: the codec's own
     codec = FrameCodec(args.codec, **settings)
     names = args.columns
     if names is None:
@@ -122,10 +151,19 @@ def _encode(args: argparse.Namespace) -> None:
 
 
 def _verify(args: argparse.Namespace) -> None:
-    from torchstore.data.store.verify import verify_store
-    from torchstore.errors import IntegrityError
+    from torchstore.errors import IntegrityError, StoreFormatError
+    from torchstore.io.dataset_folders import folder_format, not_a_store
 
-    report = verify_store(args.path, progress=not args.no_progress)
+    if folder_format(args.path) == "lerobot":  # checked as far as its format allows
+        from torchstore.lerobot.check import check_folder
+
+        report = check_folder(args.path)
+    elif (why := not_a_store(args.path)) is not None:  # another format's, or empty
+        raise StoreFormatError(why)
+    else:
+        from torchstore.data.store.verify import verify_store
+
+        report = verify_store(args.path, progress=not args.no_progress)
     if not report.ok:
         raise IntegrityError(report.verdict())
     print(report.verdict())
@@ -147,11 +185,19 @@ def _writes(
     p.set_defaults(output=dest, resume_hint=resume, counts_episodes=episodes)
 
 
-def _demo_resume(a: argparse.Namespace) -> str:
+def _demo_resume(a: argparse.Namespace) -> str | None:
+    if a.task != "pendulum":
+        return None  # a reach run is written beside its path and renamed when whole
     return (
-        f"torchstore demo {a.path} --episodes {a.episodes} --steps {a.steps} "
-        f"--seed {a.seed} --resume"
+        f"torchstore demo {a.path} --episodes {a.episodes or DEMO_TASKS['pendulum'][1]} "
+        f"--steps {a.steps or 200} --seed {a.seed} --resume"
     )
+
+
+#: what ``encode`` uses for a setting it is not given: each codec's own default (those of
+#: :class:`~torchstore.io.frames.codec_types.FrameCodec`, written out so that ``--help``
+#: imports no numpy; tests/cli/test_help.py checks they agree)
+ENCODE_DEFAULTS = {"crf": "30 for av1, 23 for h264", "gop": "32", "quality": "90"}
 
 
 def _add_core_commands(sub: argparse._SubParsersAction) -> None:
@@ -165,23 +211,47 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_info)
 
-    p = sub.add_parser("demo", help="write a small demo store (damped pendulum episodes)")
+    p = sub.add_parser(
+        "demo", help="write a small demo store: pendulum episodes, or reach demonstrations"
+    )
     p.add_argument("path", type=types.output_file, help="the store file to write")
-    p.add_argument("--episodes", type=types.positive_int, default=20, help="episodes to write")
-    p.add_argument("--steps", type=types.positive_int, default=200, help="steps per episode")
+    p.add_argument(
+        "--task",
+        choices=tuple(DEMO_TASKS),
+        default="pendulum",
+        help="what to write: "
+        + "; ".join(f"{name}: {what}" for name, (what, _) in DEMO_TASKS.items()),
+    )
+    p.add_argument(
+        "--episodes",
+        type=types.positive_int,
+        default=None,
+        help="episodes to write (default: "
+        + ", ".join(f"{n} for {name}" for name, (_, n) in DEMO_TASKS.items())
+        + ")",
+    )
+    p.add_argument(
+        "--steps",
+        type=types.positive_int,
+        default=None,
+        help="pendulum: steps per episode (default: 200)",
+    )
     p.add_argument("--seed", type=types.seed, default=0, help="random seed (same seed, same rows)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at PATH")
     p.add_argument(
         "--resume",
         action="store_true",
-        help="append the episodes an interrupted run with the same arguments did not write",
+        help="pendulum: append the episodes an interrupted run with the same arguments did "
+        "not write (a reach run is written whole or not at all)",
     )
     p.set_defaults(func=_demo)
     _writes(p, "path", _demo_resume)
 
+    # no help=: the command list does not show it; the epilog names it once
     p = sub.add_parser(
         "demo-data",
-        help="write the default task's expert demonstrations (2-D reach), byte-reproducibly",
+        description="deprecated, going in the next release: the older spelling of "
+        "`torchstore demo PATH --task reach`",
     )
     p.add_argument(
         "path",
@@ -205,7 +275,11 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
         "store", type=types.existing_path, help="a store file, or a LeRobot dataset folder"
     )
     p.add_argument(
-        "--out", type=types.output_folder, required=True, help="folder to write the PNG files to"
+        "--out",
+        type=types.output_folder,
+        default=None,
+        help="folder to write the PNG files to (default: STORE_viz/ next to STORE, named "
+        "for it without its suffix)",
     )
     p.add_argument(
         "--episodes",
@@ -226,24 +300,44 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
         "--codec",
         choices=("av1", "h264", "jpeg", "png", "raw"),
         default="av1",
-        help="how to keep the frames (default: av1; raw decodes them)",
+        help="how to keep the frames; raw decodes them",
     )
     p.add_argument(
         "--columns", nargs="+", default=None, help="columns (default: every uint8 [H, W, 3] one)"
     )
-    p.add_argument("--crf", type=types.bounded_int(0, 63), default=None, help="video quality")
-    p.add_argument("--gop", type=types.bounded_int(1, 1000), default=None, help="keyframe spacing")
-    p.add_argument("--quality", type=types.bounded_int(1, 100), default=None, help="JPEG quality")
+    p.add_argument(
+        "--crf",
+        type=types.bounded_int(0, 63),
+        default=None,
+        help="video quality, lower is better: av1 0-63, h264 0-51 "
+        f"(default: {ENCODE_DEFAULTS['crf']})",
+    )
+    p.add_argument(
+        "--gop",
+        type=types.bounded_int(1, 1000),
+        default=None,
+        help=f"video keyframe spacing in frames (default: {ENCODE_DEFAULTS['gop']})",
+    )
+    p.add_argument(
+        "--quality",
+        type=types.bounded_int(1, 100),
+        default=None,
+        help=f"JPEG quality 1-100 (default: {ENCODE_DEFAULTS['quality']})",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_encode)
     _writes(p, "dest")
 
     p = sub.add_parser(
-        "verify", help="read every byte of a store and check its checksums (exit 1 if damaged)"
+        "verify",
+        help="read every byte of a store and check its checksums, or check a LeRobot folder "
+        "as far as its format allows (exit 1 if damaged)",
     )
     p.add_argument(
-        "path", type=types.existing_path, help="the store file (or folder of shards) to check"
+        "path",
+        type=types.existing_path,
+        help="the store file (or folder of shards), or a LeRobot dataset folder, to check",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_verify)
@@ -256,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="torchstore",
         description="Trajectory stores, replay data and remote datasets.",
-        epilog=older_spellings_epilog(),
+        epilog=f"{older_spellings_epilog()}; deprecated, going in the next release: "
+        "demo-data = demo PATH --task reach",
     )
     parser.add_argument(
         "--version", action="version", version=f"torchstore {__version__}", help="print the version"

@@ -20,18 +20,21 @@ lafan      a ``.csv`` file, or a folder of them, every one starting with rows of
            numbers of LAFAN1's G1 layout (:mod:`torchstore.motion.lafan_probe`)
 ========== ===========================================================================
 
-A source that matches none of these is refused as of no known format: sniffing claims a
-format only on its markers (a folder of unrelated CSV files is not LAFAN1).
+The folder markers of lerobot, zarr, rlds and minari are
+:func:`torchstore.io.dataset_folders.folder_format`'s, which opening such a folder as a
+store also reads to say what it is. A source that matches none of these is refused as of
+no known format: sniffing claims a format only on its markers (a folder of unrelated CSV
+files is not LAFAN1).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from pathlib import Path
 
 from torchstore.errors import DatasetFormatError
+from torchstore.io.dataset_folders import folder_format
 
 __all__ = ["FORMATS", "sniff_format", "rlds_folder"]
 
@@ -93,33 +96,10 @@ def rlds_folder(path: Path) -> Path | None:
     return below[0] if len(below) == 1 else None
 
 
-def _looks_like_tfds(path: Path) -> bool:
-    """A TFDS folder, or one holding TFDS versions (its importer says what is missing)."""
-    if (path / "dataset_info.json").is_file():
-        return True
-    return any((p / "dataset_info.json").is_file() for p in path.iterdir() if p.is_dir())
-
-
-def _is_minari(path: Path) -> bool:
-    for meta in (path / "data" / "metadata.json", path / "metadata.json"):
-        if meta.is_file():
-            try:
-                keys = json.loads(meta.read_text())
-            except (OSError, ValueError):
-                return False
-            return isinstance(keys, dict) and ("dataset_id" in keys or "minari_version" in keys)
-    return False
-
-
 def _folder_format(path: Path) -> str | None:
-    if (path / "meta" / "info.json").is_file():
-        return "lerobot"
-    if (path / ".zgroup").is_file() or (path / "zarr.json").is_file():
-        return "zarr"  # (its importer says when meta/episode_ends or data/ is missing)
-    if _looks_like_tfds(path):
-        return "rlds"
-    if _is_minari(path):
-        return "minari"
+    found = folder_format(path)  # lerobot, zarr, rlds, minari: by their marker files
+    if found is not None:
+        return found  # (each importer says what is missing besides its marker)
     from torchstore.motion.lafan_probe import csv_files
 
     if csv_files(path):

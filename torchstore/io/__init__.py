@@ -8,10 +8,11 @@ One package a medium, each saying in its docstring what it holds and what it mus
 - :mod:`torchstore.io.records`: record formats: TFRecord and Parquet.
 
 The modules at this level are what every medium and every integration uses: safe relative
-paths (:mod:`.paths`), the rule for output paths (:mod:`.destination`), durable renames
-(:mod:`.durable`), environment switches (:mod:`.flags`), the terminal (:mod:`.console`) and
-progress bars (:mod:`.progress`). A medium imports these and its own modules, never another
-medium's.
+paths (:mod:`.paths`), the rule for output paths (:mod:`.destination`), what a dataset
+folder that is not a store holds, by its marker files (:mod:`.dataset_folders`), durable
+renames (:mod:`.durable`), environment switches (:mod:`.flags`), the terminal
+(:mod:`.console`) and progress bars (:mod:`.progress`). A medium imports these and its own
+modules, never another medium's.
 """
 
 from __future__ import annotations

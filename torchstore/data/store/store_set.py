@@ -38,6 +38,7 @@ from torchstore.data.episodes import EpisodeIndex
 from torchstore.data.file.manifest import Manifest
 from torchstore.data.store.store import TrajectoryStore
 from torchstore.errors import ColumnError, RowIndexError, StoreFormatError
+from torchstore.io.dataset_folders import not_a_store
 from torchstore.io.hdf5.files import SWMR_WRITE_FLAG, superblock_flags
 from torchstore.io.hdf5.writer_lock import live_writer
 
@@ -148,7 +149,10 @@ class StoreSet(TrajectoryStore):
             )
         if not paths:
             where = self.folder if self.folder is not None else "the list"
-            raise StoreFormatError(f"no store shards in {where} (shards are *.h5 or *.hdf5 files)")
+            raise StoreFormatError(
+                (self.folder is not None and not_a_store(self.folder, empty=False))
+                or f"no store shards in {where} (shards are *.h5 or *.hdf5 files)"
+            )
         self._shards: list[TrajectoryStore] = []
         try:
             for path in paths:

@@ -23,6 +23,7 @@ from pathlib import Path
 import h5py
 
 from torchstore.errors import StorageFullError, StoreFormatError, StoreLockedError
+from torchstore.io.dataset_folders import not_a_store
 from torchstore.io.hdf5.reproducible import lookup3
 from torchstore.io.hdf5.writer_lock import WriterLock
 
@@ -90,7 +91,7 @@ def require_hdf5(path: str | os.PathLike) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"no store at {path}")
     if path.is_dir():
-        raise StoreFormatError(f"{path} is a directory, not a store file")
+        raise StoreFormatError(not_a_store(path) or f"{path} is a directory, not a store file")
     if not h5py.is_hdf5(path):
         raise StoreFormatError(f"{path} is not an HDF5 file (no HDF5 signature found)")
     return path
