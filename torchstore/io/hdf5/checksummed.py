@@ -120,7 +120,11 @@ def create_checksummed(
 def chunk_file_offsets(data: h5py.Dataset, block_rows: int, chunks: int) -> np.ndarray:
     """File offsets of ``data``'s chunks ``0 .. chunks - 1`` from its chunk index, -1 for a
     chunk not stored or not stored whole (``block_rows`` rows of unfiltered bytes): what the
-    readers that ``preadv`` a table's chunks straight from the file read."""
+    readers that ``preadv`` a table's chunks straight from the file read.
+
+    A chunk index that cannot be read to its end (a truncated file: HDF5 finds its nodes
+    cut off, "incorrect metadata checksum") gives -1 for the chunks it did not reach: those
+    are read through the table's checked read, which reports them."""
     offsets = np.full(chunks, -1, dtype=np.int64)
     size = block_rows * int(np.prod(data.shape[1:], dtype=np.int64)) * data.dtype.itemsize
     dsid = data.id
@@ -130,11 +134,14 @@ def chunk_file_offsets(data: h5py.Dataset, block_rows: int, chunks: int) -> np.n
         if c < chunks and info.byte_offset is not None and info.size == size:
             offsets[c] = info.byte_offset
 
-    if hasattr(dsid, "chunk_iter"):
-        dsid.chunk_iter(note)
-    else:  # h5py < 3.8
-        for i in range(dsid.get_num_chunks()):
-            note(dsid.get_chunk_info(i))
+    try:
+        if hasattr(dsid, "chunk_iter"):
+            dsid.chunk_iter(note)
+        else:  # h5py < 3.8
+            for i in range(dsid.get_num_chunks()):
+                note(dsid.get_chunk_info(i))
+    except (OSError, ValueError, KeyError, RuntimeError):
+        pass  # the chunks not reached stay -1
     return offsets
 
 
