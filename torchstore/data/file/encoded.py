@@ -44,6 +44,7 @@ from torchstore.io.hdf5.checksummed import ChecksummedDataset
 
 __all__ = [
     "EncodedColumnWriter",
+    "MAX_QUEUED_FRAMES",
     "PacketRun",
     "read_packet_runs",
     "decode_packet_runs",
