@@ -42,6 +42,7 @@ from torchstore.data.columns import name_from_key
 from torchstore.data.residency.resident import ResidentStore
 from torchstore.data.store.store import TrajectoryStore
 from torchstore.errors import ColumnError
+from torchstore.io.cache_root import cache_root
 from torchstore.lightning.base import choice
 
 __all__ = [
@@ -102,10 +103,7 @@ def stats_cache_dir() -> Path:
     """The folder statistics are cached in: ``$TORCHSTORE_CACHE/stats``, else
     ``$XDG_CACHE_HOME/torchstore/stats``, else ``~/.cache/torchstore/stats`` (the cache root
     that downloaded datasets use)."""
-    if os.environ.get("TORCHSTORE_CACHE"):
-        return Path(os.environ["TORCHSTORE_CACHE"]) / "stats"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "torchstore" / "stats"
+    return cache_root() / "stats"
 
 
 def stats_path(store_path: str | os.PathLike) -> Path:

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from torchstore.errors import CacheNotWritableError, IntegrityError
+from torchstore.io.cache_root import cache_root
 from torchstore.io.paths import check_name, make_dirs_inside, resolve_inside
 from torchstore.io.remote.checksum import verify_file
 from torchstore.io.remote.transfer import DeadlineError, TransferError, progress_bar
@@ -67,11 +68,9 @@ LOCK_TIMEOUT_S = 600.0
 
 
 def default_cache_dir() -> Path:
-    """``$TORCHSTORE_CACHE``, else ``$XDG_CACHE_HOME/torchstore``, else ``~/.cache/torchstore``."""
-    if os.environ.get("TORCHSTORE_CACHE"):
-        return Path(os.environ["TORCHSTORE_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "torchstore"
+    """``$TORCHSTORE_CACHE``, else ``$XDG_CACHE_HOME/torchstore``, else ``~/.cache/torchstore``
+    (:func:`torchstore.io.cache_root.cache_root`)."""
+    return cache_root()
 
 
 _NOT_WRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS}
