@@ -326,7 +326,7 @@ def open_demo_store(store_cfg: DictConfig):
     if not path.exists() and path == DEFAULT_DEMO:
         from torchstore.tasks import write_demo_data
 
-        print(f"{path} is missing: regenerating it (torchstore demo-data)")
+        print(f"{path} is missing: regenerating it (torchstore demo {path} --task reach)")
         path.parent.mkdir(parents=True, exist_ok=True)
         write_demo_data(path)
     return instantiate(store_cfg, path=str(path))

@@ -4,10 +4,11 @@
     python recipes/bc.py datamodule.action_horizon=8 exec_horizon=4
     python recipes/bc.py trainer.max_steps=20 eval.episodes=2          # smoke
 
-Data: ``data/reach_demo.h5`` (shipped; ``torchstore demo-data`` rebuilds it), read by
-``DemonstrationDataModule`` as observation histories ``[B, n_obs_steps, 6]`` and action
-chunks ``[B, action_horizon, 2]``, normalised. Policy: an MLP from the flattened history to
-the flattened chunk, trained with a masked MSE by a Lightning ``Trainer``. Evaluation:
+Data: ``data/reach_demo.h5`` (shipped; ``torchstore demo data/reach_demo.h5 --task reach``
+rebuilds it), read by ``DemonstrationDataModule`` as observation histories
+``[B, n_obs_steps, 6]`` and action chunks ``[B, action_horizon, 2]``, normalised. Policy:
+an MLP from the flattened history to the flattened chunk, trained with a masked MSE by a
+Lightning ``Trainer``. Evaluation:
 the policy drives ``ReachTask`` (rebuilt from the store's manifest) on fresh reset seeds,
 re-planning every ``exec_horizon`` steps; its success rate is printed next to the scripted
 expert's and a random policy's.
