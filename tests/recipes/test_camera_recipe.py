@@ -1,5 +1,5 @@
-"""bc_robomimic on a camera store kept as AV1, through the windowed data module: the shipped
-camera config (``datamodule=robomimic_windowed``), only the length and budget shortened."""
+"""The camera recipes as a user runs them: bc_robomimic on a store kept as AV1 through its
+windowed config, bc_camera on an imported LeRobot dataset and with per-column frames."""
 
 from __future__ import annotations
 
@@ -8,6 +8,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_recipe(recipe: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``python recipes/<recipe>.py args`` from ``cwd``, as a user runs it; asserts it ran."""
+    cmd = [sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), *args]
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
 
 
 def test_bc_robomimic_trains_from_an_encoded_camera_store(tmp_path):
@@ -32,9 +40,7 @@ def test_bc_robomimic_trains_from_an_encoded_camera_store(tmp_path):
         "trainer.max_steps=6",
         f"hydra.run.dir={run}",
     ]
-    cmd = [sys.executable, str(ROOT / "recipes" / "bc_robomimic.py"), *args]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_recipe("bc_robomimic", args, tmp_path)
     assert (run / "policy.safetensors").is_file() and (run / "last.ckpt").is_file()
     assert "resident: " in (run / "config.yaml").read_text()
 
@@ -79,9 +85,7 @@ def test_bc_camera_trains_from_an_imported_lerobot_camera_dataset(tmp_path):
         "trainer.enable_progress_bar=false",
         f"hydra.run.dir={run}",
     ]
-    cmd = [sys.executable, str(ROOT / "recipes" / "bc_camera.py"), *args]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_recipe("bc_camera", args, tmp_path)
     assert "no rollout:" in proc.stdout
     assert (run / "policy.safetensors").is_file() and (run / "last.ckpt").is_file()
 
@@ -99,9 +103,7 @@ def test_bc_camera_takes_per_column_frames_and_rolls_out_with_them(tmp_path):
         "trainer.enable_progress_bar=false",
         f"hydra.run.dir={run}",
     ]
-    cmd = [sys.executable, str(ROOT / "recipes" / "bc_camera.py"), *args]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = run_recipe("bc_camera", args, tmp_path)
     learned = [line for line in proc.stdout.splitlines() if line.startswith("learned ")]
     assert len(learned) == 1
     sys.path.insert(0, str(ROOT / "recipes"))
