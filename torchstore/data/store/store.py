@@ -6,6 +6,7 @@ yields rows (read in slabs underneath); ``store.episode(i)`` and ``iter_episodes
 episodes. Scattered rows read from disk cost about 4500x a gather from memory, so
 sampling reads a resident view (``resident``) or a window refilled by contiguous reads
 (``window``); ``store[index_tensor]`` works but reads the runs of rows it touches.
+A store pickles as the path it was opened from and opens the file again on the other side.
 """
 
 from __future__ import annotations
@@ -184,6 +185,18 @@ class TrajectoryStore(StoreReader):
     ) -> WindowedStore:
         """A :class:`WindowedStore` of ``rows`` resident rows, refilled by contiguous reads."""
         return WindowedStore(self, rows, columns=columns, device=device)
+
+    # ----------------------------------------------------------------- processes
+    def _open_args(self) -> tuple[Any, ...]:
+        """The arguments that open this store again (what it pickles as)."""
+        return (self.path,)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A store crosses a process boundary as its recipe, the path it was opened from:
+        the other side opens the file itself (a handle, its decoders and its snapshot
+        of its own, the episodes committed by then), so a spawned ``DataLoader`` worker or
+        a ``multiprocessing`` child reads the same rows without sharing an HDF5 handle."""
+        return (type(self), self._open_args())
 
     def __repr__(self) -> str:
         return (

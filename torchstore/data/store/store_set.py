@@ -266,6 +266,10 @@ class StoreSet(TrajectoryStore):
         return int(np.searchsorted(self.episode_starts, index, side="right")) - 1
 
     # ----------------------------------------------------------------- lifetime
+    def _open_args(self) -> tuple[Any, ...]:
+        """What opens the set again in another process: its folder, or its shard files."""
+        return (self.folder if self.folder is not None else [s.path for s in self._shards],)
+
     def size_on_disk(self) -> int:
         return sum(s.size_on_disk() for s in self._shards)
 
