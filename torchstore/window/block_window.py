@@ -6,12 +6,26 @@ with the GIL released and verified chunk by chunk) on a background thread into
 :class:`~torchstore.data.rows.packed.PackedColumns` slots and draws rows or windows from the
 active ones. What the DataModules' ``resident=`` budgets and
 :class:`~torchstore.window.window_storage.WindowStorage` sample.
+
+Across a process boundary a window travels as its recipe, never as its live state: pickled
+(a spawned ``DataLoader`` worker, a ``multiprocessing`` child) it is the store's path, the
+budget, the seed and the schedule's position, and the other side opens the store, its slots
+and its refill thread itself (sharing the slots would let two processes refill one
+memory). A fork copies the process instead: a handler registered with
+``os.register_at_fork`` holds every window's file lock while the process is copied (no
+refill thread is then inside an h5py call), and in the child gives each window a thread
+pool of its own, forgets the read in flight and the resident blocks, and reads the
+position's blocks again at the first batch; the child draws the batches the parent would
+have drawn next.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -150,6 +164,8 @@ class BlockWindow:
         lock: threading.Lock | None = None,
     ):
         self.store = store
+        #: whether :meth:`close` closes the store (a window opened from its recipe does)
+        self._owns_store = False
         self.lock = lock if lock is not None else threading.Lock()
         specs = store.select_columns(columns)
         kind, amount = parse_budget(budget)
@@ -179,6 +195,19 @@ class BlockWindow:
         if len(self.blocks) == 0:
             raise ResidencyError("nothing to sample: the segments hold no rows")
         self.seg_start, self.seg_length, self.seg_episode = start, length, episode
+        #: what opens this window again in another process (see __reduce__)
+        self._recipe = {
+            "columns": [spec.name for spec in specs],
+            "budget": budget,
+            "resident_blocks": k,
+            "seed": seed,
+            "rank": rank,
+            "world_size": world_size,
+            "align": align,
+            "window": window,
+            "beta": beta,
+            "reuse": reuse,
+        }
         self.schedule = RefillSchedule(
             len(self.blocks),
             k,
@@ -209,10 +238,13 @@ class BlockWindow:
         self.tree = None
         if priorities is not None:
             self.tree = SumTree(self.packed.capacity, dtype=priorities.dtype, device=self.device)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchstore-refill")
+        self._pool = _refill_pool()
         self._pending: Future | None = None
         self._opened = False
         self._slots: list[int] = []  # active slots, phase order
+        #: the slots to read the position's blocks into at the first batch (a window
+        #: opened from its recipe or copied by a fork), else None
+        self._resume: list[int] | None = None
         self._slot_block = [-1] * (self.k + 1)
         self._spare = self.k
         self._spare_block = -1
@@ -221,6 +253,7 @@ class BlockWindow:
         self._advised: set[int] = set()
         #: per block, its segments clipped to its rows (see _clipped)
         self._clips: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        _OPEN.add(self)
 
     # ------------------------------------------------------------ blocks and slots
     def _clip(self, b: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -295,6 +328,7 @@ class BlockWindow:
         descend a tree over slot positions, so a resumed window keeps the layout).
         """
         self._slots = list(range(self.k)) if slots is None else [int(s) for s in slots]
+        self._resume = None
         self._spare = next(s for s in range(self.k + 1) if s not in self._slots)
         self._slot_block = [-1] * (self.k + 1)
         self._advise(self.schedule.active())  # all the first reads in flight at once
@@ -496,7 +530,7 @@ class BlockWindow:
             schedule.take()
             return
         if not self._started:
-            self._start()
+            self._start(self._resume)
         for _ in range(self.schedule.per_epoch * 4 + 8):
             if not self._opened:
                 self.schedule.start_phase(self._phase_weight())
@@ -639,7 +673,7 @@ class BlockWindow:
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        slots = self._slots if self._started else list(range(self.k))
+        slots = self._slots if self._started else (self._resume or list(range(self.k)))
         return {
             **self.schedule.state_dict(),
             "opened": self._opened,
@@ -648,6 +682,14 @@ class BlockWindow:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        slots = self._checked_slots(state)
+        self.close_reads()
+        self.schedule.load_state_dict(state)
+        self._opened = bool(state["opened"])
+        self._start(slots)
+
+    def _checked_slots(self, state: dict[str, Any]) -> list[int]:
+        """The active slots of :meth:`state_dict` output, checked against this window."""
         slots = [int(s) for s in state["slots"]]
         if (
             int(state["blocks"]) != len(self.blocks)
@@ -660,10 +702,43 @@ class BlockWindow:
                 f"{len(slots)} resident, this one {len(self.blocks)} and {self.k}; resume with the "
                 "same resident budget and resident_blocks"
             )
+        return slots
+
+    def _resume_at(self, state: dict[str, Any]) -> None:
+        """Take :meth:`state_dict` output's position without reading: the first batch
+        reads its blocks (what a window opened from its recipe does)."""
+        slots = self._checked_slots(state)
         self.close_reads()
         self.schedule.load_state_dict(state)
         self._opened = bool(state["opened"])
-        self._start(slots)
+        self._slots, self._resume = [], slots
+
+    # ------------------------------------------------------------ processes
+    def __reduce__(self) -> tuple[Any, ...]:
+        """The window's recipe: its store (which pickles as its path), the options it was
+        made with and its position (:meth:`state_dict`); never its slots, thread or file.
+        Pickled here into bytes of their own, so priorities travel as a copy (the caller's
+        tree stays the caller's, and stays out of a worker pickler's shared memory)."""
+        recipe = dict(self._recipe)
+        recipe.update(
+            segments=(self.seg_start, self.seg_length, self.seg_episode),
+            batch_size=self.schedule.batch_size,
+            device=str(self.device),
+            priorities=self.priorities,
+        )
+        return (_reopened, (pickle.dumps((self.store, recipe, self.state_dict())),))
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: a thread pool of the child's own (the parent's refill thread
+        does not exist here, and its pool would wait for it for ever), no read in flight,
+        and the resident blocks read again at the first batch (the spare slot may hold half
+        a block; live slots are never inherited)."""
+        self._pool = _refill_pool()
+        self._pending = None
+        self._advised.clear()
+        if self._started:
+            self._started = False
+            self._slots, self._resume = [], self._slots
 
     def close_reads(self) -> None:
         """Finish the read in flight (if any) and forget the resident blocks."""
@@ -679,11 +754,58 @@ class BlockWindow:
 
     def close(self) -> None:
         self.close_reads()
+        _OPEN.discard(self)
         self._pool.shutdown(wait=True)
         self._reader.close()
+        if self._owns_store:
+            self.store.close()
 
     def __repr__(self) -> str:
         return (
             f"BlockWindow({len(self.blocks)} blocks of <= {self.block_rows} rows, K={self.k}, "
             f"budget {self.budget_rows} rows, phase {self.schedule.phase}, device={self.device})"
         )
+
+
+def _refill_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="torchstore-refill")
+
+
+def _reopened(recipe: bytes) -> BlockWindow:
+    """A window made from its recipe (see :meth:`BlockWindow.__reduce__`), at its position."""
+    store, options, state = pickle.loads(recipe)
+    window = BlockWindow(store, **options)
+    window._owns_store = True
+    window._resume_at(state)
+    return window
+
+
+#: every open window of this process, for the fork handlers below
+_OPEN: weakref.WeakSet[BlockWindow] = weakref.WeakSet()
+#: the windows' file locks held across a fork (taken before it, let go on both sides)
+_HELD: list[threading.Lock] = []
+
+
+def _before_fork() -> None:
+    """Take every open window's file lock, so that no refill thread is inside an h5py call
+    (whose library lock the child would inherit taken) while the process is copied."""
+    for lock in {id(w.lock): w.lock for w in list(_OPEN)}.values():
+        lock.acquire()
+        _HELD.append(lock)
+
+
+def _release_held() -> None:
+    while _HELD:
+        _HELD.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    _release_held()
+    for window in list(_OPEN):
+        window._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_release_held, after_in_child=_after_fork_in_child
+    )

@@ -9,6 +9,10 @@ number (a batch's ``"index"``), so ``rb.update_priority(batch["index"], td_error
 as over a resident store. A row that is not resident cannot be read (``RowIndexError``):
 sample through :class:`WindowSampler`, whose rows always are.
 
+Pickled (a spawned process, a ``DataLoader`` worker), the storage and its sampler travel as
+their recipe: the store's path, the options, the window's position, the priorities and the
+stream's position; the other side opens the store, its window and its refill thread itself.
+
 Like every torchrl storage it takes no batch size: the buffer's ``sample`` call gives it
 (``rb.sample()`` with the buffer's ``batch_size``, or ``rb.sample(B)``), and a later call may
 ask for another size (see :meth:`WindowStorage.fit_batch_size`).
@@ -24,6 +28,7 @@ Examples:
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -89,6 +94,21 @@ class WindowStorage(TensorStorage):
     ):
         #: the batch size the schedule counts its phases in; None until the first sample
         self.batch_size = positive_int("batch_size", batch_size, allow_none=True)
+        #: the options that open this storage again in another process (see __reduce__)
+        self._recipe = {
+            "resident": resident,
+            "columns": None if columns is None else list(columns),
+            "resident_blocks": resident_blocks,
+            "device": str(device),
+            "seed": seed,
+            "prioritized": prioritized,
+            "alpha": alpha,
+            "beta": beta,
+            "eps": eps,
+            "rank": rank,
+            "world_size": world_size,
+            "reuse": reuse,
+        }
         self._owns_store = not isinstance(store, TrajectoryStore)
         self.source = store if self._owns_store else store.path
         opened = TrajectoryStore(store) if self._owns_store else store
@@ -239,6 +259,15 @@ class WindowStorage(TensorStorage):
         if self._owns_store:
             self.store.close()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """The recipe: the store (its path), the options, the batch size, the window's
+        position and the priorities, pickled here into bytes of their own (nothing of this
+        process's memory travels); the other side opens its own store and window."""
+        priorities = None if self.prioritized is None else self.prioritized.state_dict()
+        state = {"window": self.window.state_dict(), "priorities": priorities}
+        recipe = (self.store, {**self._recipe, "batch_size": self.batch_size}, state)
+        return (_reopened_storage, (pickle.dumps(recipe),))
+
     def __repr__(self) -> str:
         return f"WindowStorage({str(self.source)!r}, rows={len(self)}, {self.window!r})"
 
@@ -323,8 +352,34 @@ class WindowSampler(Sampler):
 
         self.load_state_dict(torch.load(Path(path) / "window_sampler.pt", weights_only=True))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """The sampler's recipe: its storage (which pickles as its own), seed, sub-stream
+        and position; the other side computes its own stream blocks."""
+        philox = self.philox
+        where = (int(philox.seed), int(philox.stream), int(philox.position))
+        return (_reopened_sampler, (self.storage, *where))
+
     def __repr__(self) -> str:
         return f"WindowSampler(seed={self.philox.seed}, stream={self.philox.stream})"
+
+
+def _reopened_storage(recipe: bytes) -> WindowStorage:
+    """A :class:`WindowStorage` made from its recipe (see :meth:`WindowStorage.__reduce__`)."""
+    store, options, state = pickle.loads(recipe)
+    storage = WindowStorage(store, **options)
+    storage._owns_store = True  # opened from its path here
+    if state["priorities"] is not None:
+        storage.prioritized.load_state_dict(state["priorities"])
+    storage.window._resume_at(state["window"])
+    return storage
+
+
+def _reopened_sampler(
+    storage: WindowStorage, seed: int, stream: int, position: int
+) -> WindowSampler:
+    sampler = WindowSampler(storage, seed=seed, stream=stream)
+    sampler.philox.seek(int(position))
+    return sampler
 
 
 def _as_rows(index: Any, n: int, device: torch.device) -> tuple[torch.Tensor, bool]:

@@ -4,11 +4,17 @@
 The ``K``-block window refilled on a background thread by the sampling core's schedule
 (what the DataModules' ``resident=`` budgets sample) is
 ``BlockWindow``, one layer up in the samplers package.
+
+Pickled, a window is its recipe (the store's path, its size, columns, device and start): the
+other side opens the store and reads the rows into memory of its own, so a child's
+``refill`` never moves the parent's rows.
 """
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -75,8 +81,23 @@ class WindowedStore(PackedRows):
             )
         return self.packed.gather(index - self.start, raw=raw)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """The recipe, pickled here into bytes of its own (see the module docstring)."""
+        columns = [spec.name for spec in self.columns]
+        recipe = (self.store, self.rows, columns, str(self.device), self.start)
+        return (_reopened, (pickle.dumps(recipe),))
+
     def __repr__(self) -> str:
         return (
             f"WindowedStore(rows [{self.start}, {self.stop}) of {self.store.num_rows}, "
             f"device={self.device})"
         )
+
+
+def _reopened(recipe: bytes) -> WindowedStore:
+    """A :class:`WindowedStore` made from its recipe, holding the rows it held."""
+    store, rows, columns, device, start = pickle.loads(recipe)
+    window = WindowedStore(store, rows, columns=columns, device=device)
+    if start:
+        window.refill(start)
+    return window
