@@ -29,6 +29,17 @@ refuses ``ere`` and ``shard_episodes``; prioritized draws keep the bias document
 :class:`~torchstore.window.block_window.BlockWindow` (a priority changed while its block
 is away counts on the block's next turn).
 
+Processes. A DataModule draws its batches in the process that trains (its window refills on
+a thread of its own): it needs no ``DataLoader`` workers. One that crosses a process boundary
+travels as its recipe: pickled (``strategy="ddp_spawn"``, a spawned worker) it is its
+options and, once set up, its rank's position (stream, window schedule, priorities; a copy
+with no trainer or process group of its own draws as that rank), and the other side opens
+the store, its window and its threads itself; a forked copy's window
+reads its blocks again on a thread of the child's own (see
+:class:`~torchstore.window.block_window.BlockWindow`). Live slots, streams and threads are
+never shared: a copy in each of ``n`` workers draws the batches the original would have
+drawn next, so ``n`` workers hand out every batch ``n`` times.
+
 Checkpoints. :meth:`state_dict` holds every rank's stream position (and sampler state,
 such as priorities) gathered from all ranks, so that rank ``r`` of a resumed run takes
 up exactly where rank ``r`` stopped. Under DDP it is a collective: Lightning calls it on
@@ -39,6 +50,7 @@ from __future__ import annotations
 
 import abc
 import os
+import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum, StrEnum
@@ -109,6 +121,11 @@ def choice(enum: type[E], value: Any, name: str) -> E:
 
 def check_int(name: str, value: Any, minimum: int) -> int:
     return int_at_least(name, value, minimum)
+
+
+def _in_process_group() -> bool:
+    dist = torch.distributed
+    return dist.is_available() and dist.is_initialized()
 
 
 def _check_device(device: Any) -> None:
@@ -279,6 +296,9 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         """
         if self._ready:
             return
+        if "_recipe_names" not in self.__dict__:
+            #: what this module holds before setup: its options (what it pickles as)
+            self._recipe_names = frozenset(self.__dict__)
         trainer = getattr(self, "trainer", None)
         if self.device_request == "auto":
             if trainer is not None:
@@ -288,6 +308,10 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         else:
             device = torch.device(self.device_request)
         self.rank, self.world_size = rank_info(trainer)
+        position = self.__dict__.pop("_pickled_position", None)
+        if position is not None and trainer is None and not _in_process_group():
+            # a copy in a worker process of the rank that pickled it draws as that rank
+            self.rank, self.world_size = position["where"]
         with self._opened() as store:
             self.split = split_episodes(
                 store.num_episodes, self.val_episodes, store.manifest.metadata.get("episode_sets")
@@ -312,6 +336,9 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         if self._pending_state is not None:
             state, self._pending_state = self._pending_state, None
             self.load_state_dict(state)
+        if position is not None and position["where"] == (self.rank, self.world_size):
+            self.philox.seek(int(position["state"]["position"]))
+            self._load_extra_state(position["state"])
 
     def _after_load(self) -> None:
         """Called at the end of setup, once rows, the stream and the policy exist."""
@@ -510,13 +537,24 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             yield store
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        if state.get("_store") is not None:  # an open file does not pickle: reopen by path
-            state["_store"] = None
-        if state.get("window") is not None:  # a thread and an open file: set up again
-            state["window"] = state["_window_store"] = None
-            state["_ready"] = False
-        return state
+        """The recipe (see the module docstring): the options the module held before
+        :meth:`setup` and, once set up, this rank's position, pickled here into bytes of
+        their own. So nothing of this process's memory travels: a pickler that moves
+        tensors into shared memory in place (``DataLoader`` workers') moves none of the
+        batches' streams and slots, and none that is gone by the time a child starts."""
+        names = self.__dict__.get("_recipe_names", self.__dict__.keys())
+        live = ("trainer", "_store")  # the trainer attaches itself again (ddp_spawn does)
+        state = {k: v for k, v in self.__dict__.items() if k in names and k not in live}
+        state.update(_store=None, trainer=None, window=None, _ready=False)  # store: by path
+        if self._ready:
+            state["_pickled_position"] = {
+                "where": (self.rank, self.world_size),
+                "state": self._rank_state(),
+            }
+        return {"recipe": pickle.dumps(state)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(pickle.loads(state["recipe"]))
 
     # ------------------------------------------------------------ dataloaders
     def train_dataloader(self) -> Batches:
@@ -553,13 +591,16 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         """
         if not self._ready:
             return dict(self._pending_state or {})
-        mine = {"rank": self.rank, "position": int(self.philox.position), **self._extra_state()}
         return {
             "format": _STATE_FORMAT,
             "seed": self.seed,
             "world_size": self.world_size,
-            "ranks": gather_rank_states(mine),
+            "ranks": gather_rank_states(self._rank_state()),
         }
+
+    def _rank_state(self) -> dict[str, Any]:
+        """This rank's part of :meth:`state_dict`: stream position and sampler state."""
+        return {"rank": self.rank, "position": int(self.philox.position), **self._extra_state()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue from :meth:`state_dict` output: rank ``r`` takes rank ``r``'s state.
