@@ -35,7 +35,7 @@ import numpy as np
 import xxhash
 
 from torchstore.data.file.manifest import UNCHECKED_FORMAT_VERSION, Manifest, parse_manifest_json
-from torchstore.errors import IntegrityError, StoreFormatError
+from torchstore.errors import IntegrityError, StoreFormatError, TorchstoreError
 from torchstore.io.hdf5.checksummed import ChecksummedDataset, create_checksummed
 from torchstore.io.hdf5.files import MANIFEST_ATTR
 
@@ -272,6 +272,51 @@ class StoreDatasets:
                 if encoded
             },
         )
+
+    @classmethod
+    def open_checked(
+        cls, f: h5py.File, columns: list[tuple[str, bool]], source: str, format_version: int
+    ) -> StoreDatasets:
+        """:meth:`open_columns` for a file being opened: a dataset the manifest names that is
+        missing or unreadable, or a commit record without the checksum its format keeps, is a
+        :class:`StoreFormatError` naming ``source``."""
+        try:
+            ds = cls.open_columns(f, columns)
+        except TorchstoreError:
+            raise
+        except Exception as exc:  # KeyError, OSError, RuntimeError from a damaged header
+            raise StoreFormatError(
+                f"{source}: a dataset the manifest names is missing or unreadable ({exc})"
+            ) from exc
+        if format_version > 1 and not ds.checked:
+            raise StoreFormatError(
+                f"{source}: the commit record lacks the checksum its format version keeps"
+            )
+        return ds
+
+    def committed_counts(self, source: str) -> tuple[int, int, int]:
+        """The commit record's counts (rows, episodes, metadata bytes), every table refreshed
+        to see them and every column checked to hold the committed rows (IntegrityError,
+        naming ``source``, for a truncated or damaged file)."""
+        try:
+            # the commit record first: everything it counts was flushed before it was written
+            rows, episodes, meta = self.read_commit()
+        except TorchstoreError as exc:
+            raise type(exc)(f"{source}: {exc}") from exc
+        try:
+            for table in self.all():
+                table.refresh()
+        except Exception as exc:  # h5py: OSError, ValueError, KeyError, RuntimeError
+            raise IntegrityError(
+                f"{source}: the store's tables cannot be refreshed ({exc})"
+            ) from exc
+        for name, table in self.columns.items():
+            if table.data.shape[0] < rows:
+                raise IntegrityError(
+                    f"{source}: column '{name}' holds {table.data.shape[0]} rows but {rows} are "
+                    "committed; the file is truncated or damaged"
+                )
+        return rows, episodes, meta
 
     def all(self) -> list[ChecksummedDataset]:
         return [*self.columns.values(), *self.packets.values(), self.ep_index, self.ep_meta]

@@ -69,18 +69,12 @@ class StoreReader:
         self._file = open_for_read(self.path)
         try:
             self._manifest = read_manifest(self._file, str(self.path))
-            try:
-                self._ds = StoreDatasets.open(self._file, self._manifest)
-            except TorchstoreError:
-                raise
-            except Exception as exc:  # KeyError, OSError, RuntimeError from a damaged header
-                raise StoreFormatError(
-                    f"{self.path}: a dataset the manifest names is missing or unreadable ({exc})"
-                ) from exc
-            if self._manifest.format_version > 1 and not self._ds.checked:
-                raise StoreFormatError(
-                    f"{self.path}: the commit record lacks the checksum its format version keeps"
-                )
+            self._ds = StoreDatasets.open_checked(
+                self._file,
+                [(c.name, c.codec is not None) for c in self._manifest.columns],
+                str(self.path),
+                self._manifest.format_version,
+            )
             self._rows = self._episodes_n = self._meta_n = -1
             self.refresh()
         except BaseException:
@@ -90,26 +84,9 @@ class StoreReader:
     # ----------------------------------------------------------------- snapshot
     def refresh(self) -> bool:
         """Catch up with episodes a live writer committed since; True if there were any."""
-        try:
-            # the commit record first: everything it counts was flushed before it was written
-            rows, episodes, meta = self._ds.read_commit()
-        except TorchstoreError as exc:
-            raise type(exc)(f"{self.path}: {exc}") from exc
-        try:
-            for table in self._ds.all():
-                table.refresh()
-        except Exception as exc:  # h5py: OSError, ValueError, KeyError, RuntimeError
-            raise IntegrityError(
-                f"{self.path}: the store's tables cannot be refreshed ({exc})"
-            ) from exc
+        rows, episodes, meta = self._ds.committed_counts(str(self.path))
         if (rows, episodes, meta) == (self._rows, self._episodes_n, self._meta_n):
             return False
-        for name, table in self._ds.columns.items():
-            if table.data.shape[0] < rows:
-                raise IntegrityError(
-                    f"{self.path}: column '{name}' holds {table.data.shape[0]} rows but {rows} are "
-                    "committed; the file is truncated or damaged"
-                )
         if min(rows, episodes, meta) < 0 or (episodes == 0) != (rows == 0):
             raise IntegrityError(
                 f"{self.path}: the commit record ({rows}, {episodes}, {meta}) is inconsistent"

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from torchstore.data.file.layout import StoreDatasets, read_manifest_fields
-from torchstore.errors import IntegrityError, StoreFormatError, TorchstoreError
+from torchstore.errors import IntegrityError, StoreFormatError
 from torchstore.io.hdf5.files import open_for_read
 
 __all__ = ["StoreFacts"]
@@ -56,10 +56,6 @@ class StoreFacts:
             self.manifest = read_manifest_fields(self._file, str(self.path))
             self.columns = self.manifest["columns"]
             self._ds = self._open_datasets()
-            if self.manifest["format_version"] > 1 and not self._ds.checked:
-                raise StoreFormatError(
-                    f"{self.path}: the commit record lacks the checksum its format version keeps"
-                )
             self._read_snapshot()
         except BaseException:
             self._file.close()
@@ -72,33 +68,12 @@ class StoreFacts:
             raise StoreFormatError(
                 f"{self.path}: the manifest's column list is malformed ({exc!r})"
             ) from None
-        try:
-            return StoreDatasets.open_columns(self._file, named)
-        except TorchstoreError:
-            raise
-        except Exception as exc:  # KeyError, OSError, RuntimeError from a damaged header
-            raise StoreFormatError(
-                f"{self.path}: a dataset the manifest names is missing or unreadable ({exc})"
-            ) from exc
+        return StoreDatasets.open_checked(
+            self._file, named, str(self.path), self.manifest["format_version"]
+        )
 
     def _read_snapshot(self) -> None:
-        try:
-            rows, episodes, meta = self._ds.read_commit()
-        except TorchstoreError as exc:
-            raise type(exc)(f"{self.path}: {exc}") from exc
-        try:
-            for table in self._ds.all():
-                table.refresh()
-        except Exception as exc:  # h5py: OSError, ValueError, KeyError, RuntimeError
-            raise IntegrityError(
-                f"{self.path}: the store's tables cannot be refreshed ({exc})"
-            ) from exc
-        for name, table in self._ds.columns.items():
-            if table.data.shape[0] < rows:
-                raise IntegrityError(
-                    f"{self.path}: column '{name}' holds {table.data.shape[0]} rows but {rows} are "
-                    "committed; the file is truncated or damaged"
-                )
+        rows, episodes, meta = self._ds.committed_counts(str(self.path))
         table = self._ds.ep_index.read(0, episodes, episodes)
         lengths, offsets = table[:, 0].astype(np.int64), table[:, 1].astype(np.int64)
         why = _episode_problem(lengths, offsets, rows)
