@@ -148,6 +148,7 @@ TORCH_FREE_VERBS = {
     "info STORE": (["info", "{store}"], 0),
     "info STORE --json": (["info", "{store}", "--json"], 0),
     "verify STORE": (["verify", "{store}", "--no-progress"], 0),
+    "verify CAMERA STORE (PNG packets)": (["verify", "{camera}", "--no-progress"], 0),
     "info LEROBOT": (["info", "{lerobot}"], 0),
     "verify LEROBOT": (["verify", "{lerobot}"], 0),
     "verify EMPTY": (["verify", "{empty}"], 1),
@@ -163,6 +164,19 @@ VERB_PROBE = (
 )
 
 
+def write_camera_store(path) -> None:
+    """A store with one PNG camera column, written in a process of its own (the probes
+    must start without torch; writing needs it)."""
+    code = (
+        "import sys, numpy as np, torch\n"
+        "from torchstore.data import ColumnSpec, TrajectoryStoreWriter\n"
+        "spec = ColumnSpec('cam', torch.uint8, (16, 16, 3), codec='png')\n"
+        "with TrajectoryStoreWriter(sys.argv[1], [spec]) as w:\n"
+        "    w.add_episode({'cam': np.zeros((5, 16, 16, 3), np.uint8)})\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+
+
 @pytest.fixture(scope="module")
 def verb_results(tmp_path_factory):
     import h5py
@@ -174,6 +188,7 @@ def verb_results(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verbs")
     paths = {
         "store": write_demo_store(tmp / "demo.h5", episodes=3, steps=20),
+        "camera": tmp / "camera.h5",
         "lerobot": tmp / "lerobot",
         "empty": tmp / "empty",
         "robomimic": tmp / "lift.hdf5",
@@ -182,6 +197,7 @@ def verb_results(tmp_path_factory):
     }
     record(paths["lerobot"], (5, 7))
     paths["empty"].mkdir()
+    write_camera_store(paths["camera"])
     with h5py.File(paths["robomimic"], "w") as f:
         f["data/demo_0/actions"] = np.zeros((4, 2), np.float32)
         f["data/demo_0/obs/pos"] = np.zeros((4, 3), np.float32)

@@ -37,7 +37,14 @@ import numpy as np
 
 from torchstore.data.columns import ColumnSpec
 from torchstore.data.episodes import EpisodeIndex
-from torchstore.data.file.layout import KEYFRAME
+from torchstore.data.file.layout import (
+    KEYFRAME,
+    PACKET_EXTRA,
+    PACKET_FLAGS,
+    PACKET_NBYTES,
+    PACKET_OFFSET,
+    committed_packet_bytes,
+)
 from torchstore.errors import FrameCodecError, IntegrityError
 from torchstore.io.frames.codec import EncodedFrames, FrameDecoder, FrameEncoder, StreamInfo
 from torchstore.io.hdf5.checksummed import ChecksummedDataset
@@ -53,7 +60,7 @@ __all__ = [
     "decode_threads",
 ]
 
-_OFFSET, _NBYTES, _FLAGS, _EXTRA = range(4)
+_OFFSET, _NBYTES, _FLAGS, _EXTRA = PACKET_OFFSET, PACKET_NBYTES, PACKET_FLAGS, PACKET_EXTRA
 
 #: Frames a column's encoding thread may have waiting before ``append`` waits for it: a
 #: recorder faster than its codec holds this many raw frames (and the chunk in hand) at
@@ -69,19 +76,6 @@ def _stream_info(spec: ColumnSpec, extradata: bytes) -> StreamInfo:
         width, height, channels, pix_fmt=codec.pix_fmt if codec.is_video else None,
         extradata=extradata,
     )  # fmt: skip
-
-
-def committed_packet_bytes(
-    index: ChecksummedDataset, rows: int, latest: Callable[[], int] | None = None
-) -> int:
-    """Bytes of packets the ``rows`` committed rows hold: where the last row's packet ends."""
-    if rows == 0:
-        return 0
-    last = index.read(rows - 1, rows, rows, latest)[0]
-    end = int(last[_OFFSET]) + int(last[_NBYTES])
-    if last[_OFFSET] < 0 or last[_NBYTES] < 0:
-        raise IntegrityError(f"{index.label}: row {rows - 1} has a negative packet offset")
-    return end
 
 
 class EncodedColumnWriter:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import h5py
@@ -59,6 +60,7 @@ PACKETS = "packets"
 #: an encoded column's row: its packet's byte offset in /packets/<name>, its length, flags
 #: (bit 0: a keyframe) and, on an episode's first row, the bytes of extradata before it
 PACKET_FIELDS = ("offset", "nbytes", "flags", "extradata")
+PACKET_OFFSET, PACKET_NBYTES, PACKET_FLAGS, PACKET_EXTRA = range(len(PACKET_FIELDS))
 KEYFRAME = 1
 EPISODES = "episodes"
 CHECKSUMS = "checksums"
@@ -378,3 +380,16 @@ class StoreDatasets:
                 f"the commit record ({rows} rows, {episodes} episodes, {meta} metadata bytes) "
                 f"counts more than the {size}-byte file can hold; the file is damaged"
             )
+
+
+def committed_packet_bytes(
+    index: ChecksummedDataset, rows: int, latest: Callable[[], int] | None = None
+) -> int:
+    """Bytes of packets an encoded column's ``rows`` committed rows hold: where the last
+    row's packet ends (its packet rows ``index``, read verified)."""
+    if rows == 0:
+        return 0
+    last = index.read(rows - 1, rows, rows, latest)[0]
+    if last[PACKET_OFFSET] < 0 or last[PACKET_NBYTES] < 0:
+        raise IntegrityError(f"{index.label}: row {rows - 1} has a negative packet offset")
+    return int(last[PACKET_OFFSET]) + int(last[PACKET_NBYTES])

@@ -37,6 +37,7 @@ import h5py
 import numpy as np
 import xxhash
 
+from torchstore.data.file.layout import committed_packet_bytes
 from torchstore.errors import IntegrityError, TorchstoreError
 from torchstore.io.hdf5.checksummed import chunk_file_offsets
 
@@ -298,8 +299,6 @@ def _packet_work(tables: Any, rows: int, report: Verification) -> list:
     """The packet bytes of each encoded column, up to where its last committed row's ends."""
     work = []
     for name, packets in tables.packets.items():
-        from torchstore.data.file.encoded import committed_packet_bytes  # (torch)
-
         try:
             end = committed_packet_bytes(tables.columns[name], rows)
         except TorchstoreError as exc:
