@@ -233,3 +233,25 @@ def test_block_mode_counts_the_position_on_the_host_and_shows_it_when_read():
     assert torch.equal(view, reference.randint(3, 10))
     with pytest.raises(ValueError, match="block mode"):
         PhiloxStream(2).randint_view(3, 10)
+
+
+@pytest.mark.parametrize("block", [0, 64])
+def test_a_pickled_stream_is_its_recipe_and_leaves_the_original_alone(block):
+    """torch's worker pickler moves a tensor it pickles into shared memory in place; a
+    stream pickles as (seed, stream, device, block, position) instead, so the sender's
+    tensors (and a block's cached views of them) stay as they were, and the copy draws
+    what the original draws next."""
+    import io
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (registers torch's reductions)
+
+    stream = PhiloxStream(seed=3, stream=2, block=block)
+    stream.randint(10, 100)
+    buffer = io.BytesIO()
+    ForkingPickler(buffer, pickle.HIGHEST_PROTOCOL).dump(stream)
+    assert not stream.position.is_shared() and not stream.key.is_shared()
+    copy = pickle.loads(buffer.getvalue())
+    assert torch.equal(copy.randint(7, 100), stream.randint(7, 100))
+    assert int(copy.position) == int(stream.position) == 17

@@ -318,6 +318,13 @@ class PhiloxStream:
     def device(self) -> torch.device:
         return self.key.device
 
+    def __reduce__(self):
+        """Pickled as its recipe (seed, sub-stream, device, block) and its position, never
+        its live tensors: torch's worker pickler moves tensors into shared memory in place,
+        which left a block's cached views of them dangling in the process that sent it."""
+        state = (self.seed, self.stream, str(self.device), self.block, int(self.position))
+        return (_stream_at, state)
+
     def to(self, device: torch.device | str) -> PhiloxStream:
         """Move the key and position (in place) to ``device``."""
         position = self.position  # synced
@@ -432,3 +439,10 @@ class PhiloxStream:
             f"PhiloxStream(seed={self.seed}, stream={self.stream}, device={self.device}, "
             f"block={self.block})"
         )
+
+
+def _stream_at(seed: int, stream: int, device: str, block: int, position: int) -> PhiloxStream:
+    """A :class:`PhiloxStream` at draw ``position``: what a pickled one becomes."""
+    out = PhiloxStream(seed, stream, device, block=block)
+    out.seek(position)
+    return out
