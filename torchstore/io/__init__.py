@@ -10,8 +10,9 @@ One package a medium, each saying in its docstring what it holds and what it mus
 The modules at this level are what every medium and every integration uses: safe relative
 paths (:mod:`.paths`), the rule for output paths (:mod:`.destination`), what a dataset
 folder that is not a store holds, by its marker files (:mod:`.dataset_folders`), durable
-renames (:mod:`.durable`), environment switches (:mod:`.flags`), the terminal
-(:mod:`.console`) and progress bars (:mod:`.progress`). A medium imports these and its own
+renames (:mod:`.durable`), environment switches (:mod:`.flags`), the folder caches live
+under (:mod:`.cache_root`), the terminal (:mod:`.console`) and progress bars
+(:mod:`.progress`). A medium imports these and its own
 modules, never another medium's.
 """
 
