@@ -31,7 +31,13 @@ next to its target:
    interpreter the row says it was skipped;
 5. sampling quality, printed, not a target: one epoch of draws (rows // 256 batches) from
    the windowed encoded store, counted per row and per episode, next to the same number of
-   i.i.d. uniform draws.
+   i.i.d. uniform draws;
+6. action chunks: samples/s of 64-sample batches (both cameras and ``state`` at the step,
+   ``action`` over ``--chunk`` steps, default 50) from a windowed
+   ``DemonstrationDataModule`` at ``--reuse`` against the same with single steps
+   (``action_horizon=1``), on the raw and then the encoded store, a store's two loaders in
+   turn (target: the chunk at least 0.9x the single step: each column is gathered at its
+   own offsets, so the chunk reads 50 actions a sample and never 50 frames).
 
 Sizes and timings depend on the machine; the medians and the low / high deciles of the
 per-round ratios are printed (a slow spell of a shared machine hits both sides of a round).
@@ -39,11 +45,13 @@ per-round ratios are printed (a slow spell of a shared machine hits both sides o
 Usage: python benchmarks/cameras.py [--episodes 12] [--frames 150] [--quick]
        [--steps 8] [--repeats 5] [--resident-fraction 0.25] [--reuse 4]
        [--sampling-epochs 4] [--lerobot-python PATH] [--lerobot-steps 4] [--dir DIR]
+       [--chunk 50] [--rows 1,2,3,4,5,6]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -64,7 +72,7 @@ from _timing import per_call_interleaved, print_table, ratio_spread  # noqa: E40
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter  # noqa: E402
 from torchstore.io.frames.codec import FrameCodec, write_mp4  # noqa: E402
 from torchstore.lerobot import LeRobotWriter  # noqa: E402
-from torchstore.lightning import OfflineDataModule  # noqa: E402
+from torchstore.lightning import DemonstrationDataModule, OfflineDataModule  # noqa: E402
 
 FPS = 30
 DIM = 14
@@ -83,6 +91,8 @@ DISK_TARGET = 1.1  # encoded store bytes / LeRobot dataset bytes, at most
 BATCHES_TARGET = 0.8  # encoded / raw batches/s, at least
 DECODE_TARGET = 0.9  # store decode / PyAV decode frames/s, at least
 LEROBOT_TARGET = 5.0  # torchstore encoded / LeRobotDataset batches/s, at least
+CHUNK_TARGET = 0.9  # batches with an action chunk / single-step batches, at least
+CHUNK_BATCH = 64  # samples a batch in row 6 (the size the chunk slowdown was reported at)
 DEFAULT_LEROBOT_PYTHON = "/tmp/lr06/bin/python"
 LEROBOT_VENV_HINT = "bash tests/lerobot/lerobot_venv.sh 0.6.1 /tmp/lr06"
 
@@ -153,20 +163,28 @@ def make_episode(episode: int, frames: int, sizes: dict) -> dict[str, np.ndarray
     return out
 
 
-def write_all(tmp: Path, episodes: int, frames: int, sizes: dict) -> tuple[Path, Path, Path]:
-    """The raw store, the encoded store and the LeRobot dataset, from the same frames."""
-    raw, enc, lerobot = tmp / "raw.h5", tmp / "encoded.h5", tmp / "lerobot"
+def write_all(
+    tmp: Path, episodes: int, frames: int, sizes: dict, *, lerobot: bool = True
+) -> tuple[Path, Path, Path]:
+    """The raw store, the encoded store and (unless not ``lerobot``) the LeRobot dataset,
+    from the same frames."""
+    raw, enc, root = tmp / "raw.h5", tmp / "encoded.h5", tmp / "lerobot"
     with (
         TrajectoryStoreWriter(raw, columns(sizes, None)) as w_raw,
         TrajectoryStoreWriter(enc, columns(sizes, FrameCodec.lerobot_av1())) as w_enc,
-        LeRobotWriter(lerobot, fps=FPS, features=lerobot_features(sizes)) as w_lr,
+        contextlib.ExitStack() as stack,
     ):
+        w_lr = None
+        if lerobot:
+            features = lerobot_features(sizes)
+            w_lr = stack.enter_context(LeRobotWriter(root, fps=FPS, features=features))
         for e in range(episodes):
             data = make_episode(e, frames, sizes)
             w_raw.add_episode(data)
             w_enc.add_episode(data)
-            w_lr.add_episode({LEROBOT_KEYS[k]: v for k, v in data.items()}, task="look around")
-    return raw, enc, lerobot
+            if w_lr is not None:
+                w_lr.add_episode({LEROBOT_KEYS[k]: v for k, v in data.items()}, task="look around")
+    return raw, enc, root
 
 
 def folder_bytes(root: Path, pattern: str = "**/*") -> int:
@@ -244,6 +262,69 @@ def batch_rates(enc: Path, raw: Path, budget: int, steps: int, repeats: int, reu
     for dm in dms:
         dm.close()
     return times, stats, keys
+
+
+# ---------------------------------------------------------------- 6. action chunks
+def chunk_rates(
+    enc: Path,
+    raw: Path,
+    budget: int,
+    sizes: dict,
+    steps: int,
+    repeats: int,
+    reuse: float,
+    chunk: int,
+) -> tuple[list[list[float]], list[str]]:
+    """Seconds per ``steps`` batches of windowed DemonstrationDataModules: single steps and
+    ``chunk``-step action chunks, the two of a store in turn (the raw store's pair, then the
+    encoded store's: two refill threads at a time, not four); and a chunk batch's keys."""
+    times: list[list[float]] = []
+    keys: list[str] = []
+    for path in (raw, enc):
+        dms = [chunk_datamodule(path, budget, sizes, reuse, horizon) for horizon in (1, chunk)]
+        its = [endless(dm) for dm in dms]
+        batch = next(its[1])
+        keys = [
+            f"{k if isinstance(k, str) else '/'.join(k)} {list(batch[k].shape)}"
+            for k in batch.keys(True, True)
+        ]
+        times += per_call_interleaved([run_steps(it, steps) for it in its], repeats=repeats)
+        for dm in dms:
+            dm.close()
+    return times, keys
+
+
+def chunk_datamodule(
+    path: Path, budget: int, sizes: dict, reuse: float, horizon: int
+) -> DemonstrationDataModule:
+    """Row 6's loader: both cameras and the state at the step, the action over ``horizon``
+    steps, from a window of two blocks of whole episodes (chunks never cross one)."""
+    dm = DemonstrationDataModule(
+        path,
+        batch_size=CHUNK_BATCH,
+        obs_keys=[*sizes, "state"],
+        action_keys=["action"],
+        action_horizon=horizon,
+        resident=f"{budget}B",
+        resident_blocks=2,
+        resident_reuse=reuse,
+        device="cpu",
+        val_episodes=0,
+        steps_per_epoch=10_000,
+        normalize=False,
+    )
+    dm.setup("fit")
+    return dm
+
+
+def run_steps(it, steps: int):
+    """A call taking ``steps`` batches from ``it``."""
+
+    def go():
+        for _ in range(steps):
+            next(it)
+
+    return go
 
 
 # ---------------------------------------------------------------- 3. decode
@@ -357,6 +438,188 @@ def line(name: str, idx: torch.Tensor, rows: int, episodes: int, frames: int) ->
     )
 
 
+def parse_rows(text: str) -> set[int]:
+    try:
+        rows = {int(x) for x in text.split(",") if x.strip()}
+    except ValueError:
+        rows = set()
+    if not rows or not rows <= set(range(1, 7)):
+        raise argparse.ArgumentTypeError(f"--rows ({text!r}) must list rows 1 to 6, e.g. 2,6")
+    return rows
+
+
+class Run:
+    """What the rows share: the arguments, the stores, and the targets and notes so far (a
+    plain class: the smoke test loads this file as a module of no package, which
+    dataclasses cannot resolve)."""
+
+    def __init__(self, args: argparse.Namespace, sizes: dict, budget: int, rows: int):
+        self.args, self.sizes, self.budget, self.rows = args, sizes, budget, rows
+        self.tmp = self.raw = self.enc = self.lerobot = Path()
+        self.targets: list[tuple] = []
+        self.notes: list[str] = []
+        #: row 2's batches/s (encoded, raw at reuse 1; encoded, raw at --reuse), for row 4
+        self.rates: list[float] | None = None
+        self.decode: list[tuple] = []
+
+
+def row_disk(run: Run) -> None:
+    disk, disk_ratio, rest_mib = disk_rows(run.raw, run.enc, run.lerobot, run.sizes)
+    print_table("1. disk", ("copy", "MiB", "vs encoded store"), disk)
+    run.targets.append((
+        f"encoded store <= {DISK_TARGET}x LeRobot's dataset", f"{disk_ratio:.2f}x",
+        met(disk_ratio <= DISK_TARGET),
+    ))  # fmt: skip
+    if disk_ratio > DISK_TARGET:
+        run.notes.append(
+            f"disk: the store's {rest_mib:.2f} MiB besides the packets (chunks and tables of a "
+            "fixed size) weigh on a store this small; the default sizes make them small"
+        )
+
+
+def row_batches(run: Run) -> None:
+    args = run.args
+    times, stats, keys = batch_rates(
+        run.enc, run.raw, run.budget, args.steps, args.repeats, args.reuse
+    )
+    rates = run.rates = [args.steps / statistics.median(t) for t in times]
+    table = []
+    for k, (name, reuse) in enumerate(
+        [("encoded", 1), ("raw uint8", 1), ("encoded", args.reuse), ("raw uint8", args.reuse)]
+    ):
+        pair = k - k % 2  # the encoded loader of this reuse; k + 1 - k % 2: its raw one
+        table.append((
+            name, f"{reuse:g}", f"{rates[k]:.2f}",
+            spread(times[pair + 1], times[k]) if k % 2 == 0 else "1.00x",
+            stats[k].get("refills", 0),
+            f"{stats[k].get('waits', 0)}, {stats[k].get('wait_s', 0.0):.1f} s",
+        ))  # fmt: skip
+    print_table(
+        f"2. training batches (windowed OfflineDataModule, {args.repeats} x {args.steps} "
+        f"batches each, the four in turn; batch keys {', '.join(keys)})",
+        ("store", "resident_reuse", "batches/s", "vs raw", "refills", "waits for a block"),
+        table,
+    )
+    ratios = [ratio_spread(times[1], times[0])[0], ratio_spread(times[3], times[2])[0]]
+    run.targets += [
+        (f"encoded >= {BATCHES_TARGET}x raw batches/s (resident_reuse {r:g})", f"{b:.2f}x",
+         met(b >= BATCHES_TARGET))
+        for r, b in zip((1, args.reuse), ratios)
+    ]  # fmt: skip
+
+
+def row_decode(run: Run) -> None:
+    args = run.args
+    decode = run.decode = decode_rates(run.enc, run.tmp, run.sizes, args.repeats)
+    print_table(
+        f"3. decode, one thread (one episode, {args.repeats} runs each, in turn): frames per "
+        "CPU-second (the target: read_column, a new array each time; into a reused buffer "
+        "with out=, as the window's refill decodes) and per wall second",
+        ("camera, frames", "read_column", "PyAV", "store vs PyAV",
+         "out= reused", "vs PyAV", "wall: store", "PyAV", "vs", "max |diff|"),
+        [
+            (f"{cam}, {n}", *(f"{n / statistics.median(cpu[k]):,.0f}" for k in (0, 1)),
+             spread(cpu[1], cpu[0]), f"{n / statistics.median(cpu[2]):,.0f}",
+             spread(cpu[1], cpu[2]),
+             *(f"{n / statistics.median(wall[k]):,.0f}" for k in (0, 1)),
+             spread(wall[1], wall[0]), diff)
+            for cam, n, cpu, wall, diff in decode
+        ],
+    )  # fmt: skip
+    for cam, _, cpu, _, _ in decode:
+        ratio = ratio_spread(cpu[1], cpu[0])[0]
+        run.targets.append((
+            f"store decode >= {DECODE_TARGET}x PyAV per core ({cam})", f"{ratio:.2f}x",
+            met(ratio >= DECODE_TARGET),
+        ))  # fmt: skip
+    if run.rates is not None:
+        per_row = sum(statistics.median(cpu[0]) / n for _, n, cpu, _, _ in decode)
+        reuse, rates = args.reuse, run.rates
+        if min(rates[0] / rates[1], rates[2] / rates[3]) < BATCHES_TARGET:
+            run.notes.append(
+                f"batches: a row's frames take {per_row * 1e3:.2f} ms of decode (row 3), and "
+                f"the window decodes on one refill thread: at most {1 / per_row / BATCH:.1f} "
+                f"batches/s a core at resident_reuse 1 ({reuse / per_row / BATCH:.1f} at "
+                f"{reuse:g}), against {rates[1]:.1f} and {rates[3]:.1f} from the raw store"
+            )
+
+
+def row_lerobot(run: Run) -> None:
+    args = run.args
+    theirs = lerobot_rate(args.lerobot_python, run.lerobot, args.lerobot_steps, run.tmp)
+    target = f"torchstore vs LeRobotDataset >= {LEROBOT_TARGET:g}x"
+    if isinstance(theirs, str):
+        print(f"\n4. against LeRobot: {theirs}")
+        run.targets.append((target, "skipped (row 4)", "-"))
+        return
+    ours = run.rates[0]
+    ratio = ours / theirs["batches_per_s"]
+    print_table(
+        f"4. against LeRobot ({args.lerobot_steps} batches after {theirs['warmup']}, its "
+        f"{theirs['backend']} backend, num_workers={theirs['workers']}; run after the "
+        "torchstore side; batch keys " + ", ".join(theirs["keys"]) + ")",
+        ("loader", "batches/s", "torchstore vs it"),
+        [
+            ("windowed OfflineDataModule, encoded, reuse 1 (row 2)", f"{ours:.2f}", ""),
+            ("LeRobotDataset + DataLoader", f"{theirs['batches_per_s']:.3f}", f"{ratio:.1f}x"),
+        ],
+    )
+    run.targets.append((target, f"{ratio:.1f}x", met(ratio >= LEROBOT_TARGET)))
+
+
+def row_sampling(run: Run) -> None:
+    args = run.args
+    print_table(
+        "5. sampling quality (printed, not a target; an epoch is rows // batch batches)",
+        ("draws from", "draws", "episodes drawn", "draws/episode", "rows drawn",
+         "draws/row min-max", "expected/row"),
+        draw_counts(run.enc, run.budget, run.rows, args.episodes, args.frames,
+                    args.sampling_epochs),
+    )  # fmt: skip
+
+
+def row_chunks(run: Run) -> None:
+    args = run.args
+    steps = 4 * args.steps  # a quarter of row 2's batch: four times the batches
+    row_bytes = sum(h * w * 3 for h, w in run.sizes.values()) + 2 * 4 * DIM
+    budget = max(run.budget, int(3.3 * args.frames * row_bytes))  # 2 blocks + a spare
+    times, keys = chunk_rates(
+        run.enc, run.raw, budget, run.sizes, steps, args.repeats, args.reuse, args.chunk
+    )
+    samples = [steps * CHUNK_BATCH / statistics.median(t) for t in times]
+    cases = [("raw uint8", 1), ("raw uint8", args.chunk), ("encoded", 1), ("encoded", args.chunk)]
+    table = [
+        (name, horizon, f"{samples[k]:,.0f}",
+         spread(times[k - 1], times[k]) if k % 2 else "1.00x")
+        for k, (name, horizon) in enumerate(cases)
+    ]  # fmt: skip
+    print_table(
+        f"6. action chunks (windowed DemonstrationDataModule, batch {CHUNK_BATCH}, "
+        f"{budget / 2**20:,.0f} MiB in 2 blocks of whole episodes, resident_reuse "
+        f"{args.reuse:g}, {args.repeats} x {steps} batches each, the two of a store in "
+        f"turn; chunk batch: {', '.join(keys)})",
+        ("store", "action_horizon", "samples/s", "vs single step"),
+        table,
+    )
+    for name, k in (("raw", 1), ("encoded", 3)):
+        ratio = ratio_spread(times[k - 1], times[k])[0]
+        run.targets.append((
+            f"{args.chunk}-step chunk >= {CHUNK_TARGET}x single-step batches/s ({name}, "
+            f"reuse {args.reuse:g})", f"{ratio:.2f}x", met(ratio >= CHUNK_TARGET),
+        ))  # fmt: skip
+
+
+#: the rows, in the order they run (row 4 takes row 2's rates: it runs row 2 too)
+ROWS = {
+    1: row_disk,
+    2: row_batches,
+    3: row_decode,
+    4: row_lerobot,
+    5: row_sampling,
+    6: row_chunks,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=12)
@@ -376,6 +639,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lerobot-python", default=DEFAULT_LEROBOT_PYTHON)
     parser.add_argument("--lerobot-steps", type=int, default=4)
     parser.add_argument(
+        "--chunk", type=int, default=50, help="steps of row 6's action chunk (0: skip row 6)"
+    )
+    parser.add_argument(
+        "--rows", type=parse_rows, default=set(range(1, 7)), help="the rows to run (1,2,...,6)"
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="a short check: frames 64x64 and 96x128, 6 episodes x 100, budget 50%%",
@@ -387,6 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         sizes = QUICK_SIZES
         args.episodes, args.frames, args.resident_fraction = 6, 100, 0.5
         args.steps, args.repeats, args.lerobot_steps, args.sampling_epochs = 2, 3, 2, 2
+    if args.chunk <= 0:
+        args.rows.discard(6)
     torch.set_num_threads(1)
     torch.manual_seed(0)
     rows = args.episodes * args.frames
@@ -399,106 +670,23 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.getloadavg()[0]:.1f} at start; window budget {budget / 2**20:,.0f} MiB "
         f"({budget / (rows * row_bytes):.0%} of the decoded rows) for both stores"
     )
+    run = Run(args, sizes, budget, rows)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp_name:
-        tmp = Path(tmp_name)
+        run.tmp = Path(tmp_name)
         t0 = time.perf_counter()
-        raw, enc, lerobot = write_all(tmp, args.episodes, args.frames, sizes)
-        print(f"(generated and wrote the three copies in {time.perf_counter() - t0:.0f} s)")
-
-        disk, disk_ratio, rest_mib = disk_rows(raw, enc, lerobot, sizes)
-        print_table("1. disk", ("copy", "MiB", "vs encoded store"), disk)
-
-        times, stats, keys = batch_rates(enc, raw, budget, args.steps, args.repeats, args.reuse)
-        rates = [args.steps / statistics.median(t) for t in times]
-        table = []
-        for k, (name, reuse) in enumerate(
-            [("encoded", 1), ("raw uint8", 1), ("encoded", args.reuse), ("raw uint8", args.reuse)]
-        ):
-            pair = k - k % 2  # the encoded loader of this reuse; k + 1 - k % 2: its raw one
-            table.append((
-                name, f"{reuse:g}", f"{rates[k]:.2f}",
-                spread(times[pair + 1], times[k]) if k % 2 == 0 else "1.00x",
-                stats[k].get("refills", 0),
-                f"{stats[k].get('waits', 0)}, {stats[k].get('wait_s', 0.0):.1f} s",
-            ))  # fmt: skip
-        print_table(
-            f"2. training batches (windowed OfflineDataModule, {args.repeats} x {args.steps} "
-            f"batches each, the four in turn; batch keys {', '.join(keys)})",
-            ("store", "resident_reuse", "batches/s", "vs raw", "refills", "waits for a block"),
-            table,
+        need_lerobot = bool(args.rows & {1, 4})
+        run.raw, run.enc, run.lerobot = write_all(
+            run.tmp, args.episodes, args.frames, sizes, lerobot=need_lerobot
         )
-
-        decode = decode_rates(enc, tmp, sizes, args.repeats)
-        print_table(
-            f"3. decode, one thread (one episode, {args.repeats} runs each, in turn): frames per "
-            "CPU-second (the target: read_column, a new array each time; into a reused buffer "
-            "with out=, as the window's refill decodes) and per wall second",
-            ("camera, frames", "read_column", "PyAV", "store vs PyAV",
-             "out= reused", "vs PyAV", "wall: store", "PyAV", "vs", "max |diff|"),
-            [
-                (f"{cam}, {n}", *(f"{n / statistics.median(cpu[k]):,.0f}" for k in (0, 1)),
-                 spread(cpu[1], cpu[0]), f"{n / statistics.median(cpu[2]):,.0f}",
-                 spread(cpu[1], cpu[2]),
-                 *(f"{n / statistics.median(wall[k]):,.0f}" for k in (0, 1)),
-                 spread(wall[1], wall[0]), diff)
-                for cam, n, cpu, wall, diff in decode
-            ],
-        )  # fmt: skip
-
-        theirs = lerobot_rate(args.lerobot_python, lerobot, args.lerobot_steps, tmp)
-        lerobot_target = f"torchstore vs LeRobotDataset >= {LEROBOT_TARGET:g}x"
-        if isinstance(theirs, str):
-            print(f"\n4. against LeRobot: {theirs}")
-            lerobot_row = (lerobot_target, "skipped (row 4)", "-")
-        else:
-            ratio = rates[0] / theirs["batches_per_s"]
-            print_table(
-                f"4. against LeRobot ({args.lerobot_steps} batches after {theirs['warmup']}, its "
-                f"{theirs['backend']} backend, num_workers={theirs['workers']}; run after the "
-                "torchstore side; batch keys " + ", ".join(theirs["keys"]) + ")",
-                ("loader", "batches/s", "torchstore vs it"),
-                [
-                    ("windowed OfflineDataModule, encoded, reuse 1 (row 2)", f"{rates[0]:.2f}",
-                     ""),
-                    ("LeRobotDataset + DataLoader", f"{theirs['batches_per_s']:.3f}",
-                     f"{ratio:.1f}x"),
-                ],
-            )  # fmt: skip
-            lerobot_row = (lerobot_target, f"{ratio:.1f}x", met(ratio >= LEROBOT_TARGET))
-
-        print_table(
-            "5. sampling quality (printed, not a target; an epoch is rows // batch batches)",
-            ("draws from", "draws", "episodes drawn", "draws/episode", "rows drawn",
-             "draws/row min-max", "expected/row"),
-            draw_counts(enc, budget, rows, args.episodes, args.frames, args.sampling_epochs),
-        )  # fmt: skip
-
-    batch_ratios = [ratio_spread(times[1], times[0])[0], ratio_spread(times[3], times[2])[0]]
-    decode_ratios = [(cam, ratio_spread(cpu[1], cpu[0])[0]) for cam, _, cpu, _, _ in decode]
-    targets = [
-        (f"encoded store <= {DISK_TARGET}x LeRobot's dataset", f"{disk_ratio:.2f}x",
-         met(disk_ratio <= DISK_TARGET)),
-        *((f"encoded >= {BATCHES_TARGET}x raw batches/s (resident_reuse {r:g})", f"{b:.2f}x",
-           met(b >= BATCHES_TARGET)) for r, b in zip((1, args.reuse), batch_ratios)),
-        *((f"store decode >= {DECODE_TARGET}x PyAV per core ({cam})", f"{r:.2f}x",
-           met(r >= DECODE_TARGET)) for cam, r in decode_ratios),
-        lerobot_row,
-    ]  # fmt: skip
-    print_table("targets", ("target", "measured", "met"), targets)
-    if disk_ratio > DISK_TARGET:
-        print(
-            f"\ndisk: the store's {rest_mib:.2f} MiB besides the packets (chunks and tables of "
-            "a fixed size) weigh on a store this small; the default sizes make them small"
-        )
-    if min(batch_ratios) < BATCHES_TARGET:
-        per_row = sum(statistics.median(cpu[0]) / n for _, n, cpu, _, _ in decode)
-        print(
-            f"\nbatches: a row's frames take {per_row * 1e3:.2f} ms of decode (row 3), and the "
-            f"window decodes on one refill thread: at most {1 / per_row / BATCH:.1f} batches/s "
-            f"a core at resident_reuse 1 ({args.reuse / per_row / BATCH:.1f} at "
-            f"{args.reuse:g}), against {rates[1]:.1f} and {rates[3]:.1f} from the raw store"
-        )
-    if any(ok.startswith("NO") for _, _, ok in targets):
+        copies = "three copies" if need_lerobot else "two stores"
+        print(f"(generated and wrote the {copies} in {time.perf_counter() - t0:.0f} s)")
+        for number, row in ROWS.items():
+            if number in args.rows or (number == 2 and 4 in args.rows):
+                row(run)
+    print_table("targets", ("target", "measured", "met"), run.targets)
+    for note in run.notes:
+        print(f"\n{note}")
+    if any(ok.startswith("NO") for _, _, ok in run.targets):
         print("\nmissed targets say NO above; docs/benchmarks.md gives a reading of why")
     return 0
 

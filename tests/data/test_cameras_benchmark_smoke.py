@@ -28,11 +28,17 @@ def test_a_quick_run_prints_every_row_and_its_target(cameras, tmp_path, capsys):
     code = cameras.main(["--quick", "--lerobot-python", str(missing), "--dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out
-    for title in ("1. disk", "2. training batches", "3. decode", "5. sampling quality", "targets"):
+    titles = ("1. disk", "2. training batches", "3. decode", "5. sampling quality")
+    for title in (*titles, "6. action chunks", "targets"):
         assert title in out, title
     assert f"skipped: lerobot 0.6 venv not found at {missing}" in out
     assert "lerobot_venv.sh 0.6.1" in out
-    targets = ("<= 1.1x LeRobot's dataset", ">= 0.8x raw batches/s", ">= 0.9x PyAV per core (top)")
+    targets = (
+        "<= 1.1x LeRobot's dataset",
+        ">= 0.8x raw batches/s",
+        ">= 0.9x PyAV per core (top)",
+        "50-step chunk >= 0.9x single-step batches/s (raw",
+    )
     for target in targets:
         assert target in out, target
 
@@ -47,4 +53,7 @@ def test_a_quick_run_prints_every_row_and_its_target(cameras, tmp_path, capsys):
     # one epoch from the windowed encoded store reaches every episode (6 in --quick)
     epoch = re.search(r"windowed encoded store, 1 epoch\(s\)\s+[\d,]+\s+(\d+)/(\d+)", out)
     assert epoch and epoch.group(1) == epoch.group(2) == "6"
+    # row 6's chunk batch: the cameras at one frame, the action over 50 steps
+    chunks = out.split("6. action chunks")[1].split("\n\n")[0]
+    assert "obs/top [64, 1, 96, 128, 3]" in chunks and "action/action [64, 50, 14]" in chunks
     assert not list(tmp_path.iterdir())  # the datasets lived in a folder removed at the end
