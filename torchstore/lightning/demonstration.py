@@ -54,9 +54,10 @@ one key, and ``"action"`` stays at ``("action", "action")``.
 Normalisation (``normalize=True``): every floating obs and action column is normalised on
 the device, ``(x - mean) / std`` by default or onto ``[-1, 1]`` with
 ``normalization="min_max"`` (integer and bool columns are left as they are). Statistics
-come from all committed rows of the store and are cached in ``<store>.stats.json`` (see
-:mod:`torchstore.lightning.normalizer`). ``datamodule.normalizer`` maps a policy's
-outputs back: ``normalizer.unnormalize("action", chunk)``.
+come from all committed rows of the store and are cached in a cache folder, never beside
+the data (``$TORCHSTORE_CACHE/stats``; see :mod:`torchstore.lightning.normalizer`).
+``datamodule.normalizer`` maps a policy's outputs back:
+``normalizer.unnormalize("action", chunk)``.
 """
 
 from __future__ import annotations
@@ -124,8 +125,8 @@ class DemonstrationDataModule(StoreDataModule):
         normalize: normalise floating obs and action columns (``normalizer`` is ``None``
             when ``False``).
         normalization: ``"mean_std"`` or ``"min_max"``.
-        stats_cache: cache statistics in ``<store>.stats.json``; ``False`` keeps them in
-            memory only.
+        stats_cache: cache statistics in the cache folder (``$TORCHSTORE_CACHE/stats``,
+            else ``~/.cache/torchstore/stats``); ``False`` keeps them in memory only.
         shard_episodes: under DDP, rank ``r`` samples only training episodes
             ``r, r + world_size, ...``.
         output: ``"tensordict"`` or ``"dict"``.
