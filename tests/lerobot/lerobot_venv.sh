@@ -6,7 +6,8 @@
 # VERSION: a lerobot release, 0.6.1 by default (0.6.x needs Python 3.12; 0.4.4 runs on 3.11).
 # VENV: /tmp/lr06 for 0.6.x, /tmp/lr044 for 0.4.x by default.
 # The venv holds its own torch (lerobot's pin), lerobot[dataset] (datasets, pyarrow, av,
-# torchcodec), safetensors, pytest and pytest-xdist (setup.cfg's pytest options pass -n), and
+# torchcodec), safetensors, pytest and pytest-xdist (setup.cfg's pytest options pass -n),
+# hypothesis (tests/conftest.py imports it), lightning (the DataModule interop cases), and
 # torchstore installed editable from this checkout with its dependencies.
 #
 # torch: the Python package index has no CPU-only Linux build of torch, so lerobot's pin
@@ -49,7 +50,7 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then
 fi
 "${NICE[@]}" "$V/bin/python" -m pip install -q --upgrade pip
 "${NICE[@]}" "$V/bin/pip" install -q "${INDEX[@]}" "lerobot[dataset]==$VERSION" safetensors pytest \
-    "pytest-xdist>=3.5" "${EXTRA[@]}" -e "$REPO"
+    "pytest-xdist>=3.5" "hypothesis>=6.100" "lightning>=2.4,<3" "${EXTRA[@]}" -e "$REPO"
 SP=$("$V/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 rm -rf "$SP/tests"
 "$V/bin/python" -c "import lerobot.datasets.lerobot_dataset, torch, torchstore.lerobot, safetensors; \
