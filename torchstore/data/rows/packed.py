@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import torch
@@ -267,6 +268,15 @@ class PackedColumns:
             result.append(dest)
         return out if out is not None else result
 
+    def _kernels_for(self, index: Any) -> Any:
+        """The compiled gather kernels, where they apply to ``index``: a 1-D contiguous CPU
+        int64 tensor into a block on the CPU, with kernels on and not tracing; else None."""
+        if not self.on_cpu or type(index) is not torch.Tensor or index.dtype != torch.int64:
+            return None
+        if index.ndim != 1 or not index.is_cpu or not index.is_contiguous():
+            return None
+        return gather_kernels()
+
     def _kernel_gather(
         self, index: torch.Tensor, out: list[torch.Tensor] | None = None
     ) -> list[np.ndarray] | None:
@@ -278,11 +288,7 @@ class PackedColumns:
         Raises:
             IndexError: for an index outside the block (nothing is written).
         """
-        if not self.on_cpu or type(index) is not torch.Tensor or index.dtype != torch.int64:
-            return None
-        if index.ndim != 1 or not index.is_cpu or not index.is_contiguous():
-            return None
-        kernels = gather_kernels()
+        kernels = self._kernels_for(index)
         if kernels is None:
             return None
         n = index.shape[0]
@@ -362,11 +368,7 @@ class PackedColumns:
         """:meth:`gather_column`'s copy through the compiled kernel, as ``[n, width]`` of the
         column's storage dtype; None where the kernel does not apply (as
         :meth:`_kernel_gather`)."""
-        if not self.on_cpu or type(index) is not torch.Tensor or index.dtype != torch.int64:
-            return None
-        if index.ndim != 1 or not index.is_cpu or not index.is_contiguous():
-            return None
-        kernels = gather_kernels()
+        kernels = self._kernels_for(index)
         if kernels is None:
             return None
         slot, dtype = self._slots[name], self._specs[name].storage_dtype
