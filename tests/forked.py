@@ -39,3 +39,16 @@ def run_forked(fn, *args, timeout: float = 30.0) -> tuple[str, str]:
     if os.WIFSIGNALED(status):
         return "crashed", signal.Signals(os.WTERMSIG(status)).name
     return ("ok", "") if os.WEXITSTATUS(status) == 0 else ("error", text)
+
+
+def exit_code_by(pid: int, deadline: float) -> int:
+    """The exit code of child ``pid`` once it ends, or -9 once it is SIGKILLed at
+    ``deadline`` (a ``time.monotonic()`` time) for not having ended."""
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -9

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import time
 
 import h5py
@@ -20,6 +19,7 @@ import pytest
 import torch
 
 from tests.damage import flip_chunk_byte
+from tests.forked import exit_code_by
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 from torchstore.errors import IntegrityError
 from torchstore.io.frames.codec import FrameCodec
@@ -81,15 +81,7 @@ def _stop_writer(pid: int, stop_w: int) -> int:
         os.write(stop_w, b"s")
     except OSError:
         pass
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return -9
+    return exit_code_by(pid, time.monotonic() + DEADLINE_S)
 
 
 @pytest.mark.parametrize("kind", ["png", "jpeg", "av1"])

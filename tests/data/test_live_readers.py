@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import time
 
 import numpy as np
 import torch
 
+from tests.forked import exit_code_by
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
 from torchstore.errors import IntegrityError, TorchstoreError
 
@@ -117,17 +117,6 @@ def _fork(fn, *args) -> int:
     return pid
 
 
-def _wait(pid: int, deadline: float) -> int:
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return -9
-
-
 def test_readers_following_thousands_of_tiny_commits_raise_no_false_alarm(tmp_path):
     path = tmp_path / "live.h5"
     with TrajectoryStoreWriter(path, COLUMNS) as w:
@@ -146,16 +135,16 @@ def test_readers_following_thousands_of_tiny_commits_raise_no_false_alarm(tmp_pa
         readers = [_fork(_reader, path, result_w, follow_w) for _ in range(READERS)]
         following = _read_exactly(follow_r, READERS, deadline)
         if following != b"r" * READERS:  # a reader failed to open: say why, never block
-            codes.update((pid, _wait(pid, time.monotonic() + 10)) for pid in readers)
+            codes.update((pid, exit_code_by(pid, time.monotonic() + 10)) for pid in readers)
             os.close(result_w)
             raise AssertionError(f"readers did not follow: {_results(result_r)}")
         os.write(go_w, b"g")
-        codes[writer] = _wait(writer, deadline)
+        codes[writer] = exit_code_by(writer, deadline)
         assert codes[writer] == 0, f"the writer exited with {codes[writer]}"
-        codes.update((pid, _wait(pid, deadline)) for pid in readers)
+        codes.update((pid, exit_code_by(pid, deadline)) for pid in readers)
     finally:  # whatever failed, no child outlives the test
         for pid in {writer, *readers} - codes.keys():
-            _wait(pid, time.monotonic())
+            exit_code_by(pid, time.monotonic())
     os.close(result_w)
     results = _results(result_r)
     assert [codes[pid] for pid in readers] == [0] * READERS, results
@@ -200,10 +189,10 @@ def test_a_live_reader_still_reports_real_corruption(tmp_path):
                 assert "column 'q' rows 0.." in str(exc) and "fail their checksum" in str(exc)
             else:
                 raise AssertionError("a flipped byte in committed rows was returned as data")
-        code = _wait(writer, time.monotonic() + FOLLOW_S)
+        code = exit_code_by(writer, time.monotonic() + FOLLOW_S)
     finally:
         if code is None:  # the test failed first: the writer must not outlive it
-            _wait(writer, time.monotonic())
+            exit_code_by(writer, time.monotonic())
     assert code == 0
     try:
         TrajectoryStore(path).read_slab(0, 10)
