@@ -21,6 +21,7 @@ Outputs (``outputs/bc/<time>/``, printed at the start and the end): ``config.yam
 
 from __future__ import annotations
 
+import abc
 from collections import deque
 
 import hydra
@@ -45,13 +46,14 @@ from torchstore.data.columns import column_key
 from torchstore.training import PolicyFile, masked_mse
 
 
-class ChunkRegression(L.LightningModule):
+class ChunkRegression(L.LightningModule, abc.ABC):
     """A behaviour-cloning policy's training: the masked MSE between the chunk it predicts
     for a batch (:meth:`predict_chunk`) and the batch's action chunk (:meth:`target`); steps
     of a chunk past its episode's end are padding, which ``action_mask`` leaves out."""
 
+    @abc.abstractmethod
     def predict_chunk(self, batch) -> torch.Tensor:
-        raise NotImplementedError
+        """The policy's chunk for a batch, ``[B, T_a, A]`` (each policy reads its own keys)."""
 
     def target(self, batch) -> torch.Tensor:
         return batch["action", "action"]
