@@ -62,10 +62,13 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
+from torchstore.data.columns import column_key, set_nested
 from torchstore.data.rows.packed import PackedColumns, tensordict_of
 from torchstore.data.store.store import TrajectoryStore
 from torchstore.data.store.store_set import open_store
 from torchstore.errors import ResidencyError
+from torchstore.io.frames.resize import frame_resizes, is_camera_shape
+from torchstore.lightning.augment import apply_augments, batch_augments
 from torchstore.lightning.batches import (
     Batches,
     EvalBatches,
@@ -128,6 +131,13 @@ def _in_process_group() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+def _leaf_of(tree: dict, key: str | tuple[str, ...]) -> Any:
+    """``tree[key]`` where a tuple key walks nested dicts."""
+    for part in (key,) if isinstance(key, str) else key:
+        tree = tree[part]
+    return tree
+
+
 def _check_device(device: Any) -> None:
     if device == "auto":
         return
@@ -163,6 +173,8 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         resident: int | str = "all",
         resident_blocks: int = 4,
         resident_reuse: float = 1.0,
+        resize: Any = None,
+        augment: Any = None,
     ):
         super().__init__()
         self.sampler = choice(SamplerKind, sampler, "sampler")
@@ -210,6 +222,13 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             )
             for name in self._required_columns():
                 opened.column(name)  # ColumnError naming the columns there are
+            shapes = {name: tuple(opened.column(name).shape) for name in self._read_columns(opened)}
+            #: camera columns kept at training resolution: ``{column: FrameResize}``
+            self.resize = frame_resizes(resize, shapes)
+            #: per camera column, what augments it in training batches (``augment``)
+            self.augments = batch_augments(
+                augment, [name for name, shape in shapes.items() if is_camera_shape(shape)]
+            )
             self._check_options(opened)
         self._steps_per_epoch = steps_per_epoch
         self._ready = False
@@ -259,6 +278,10 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
     @abc.abstractmethod
     def _required_columns(self) -> list[str]:
         """Implemented by each DataModule."""
+
+    def _read_columns(self, store: TrajectoryStore) -> list[str]:
+        """The columns batches hold (what ``resize`` and ``augment`` may name)."""
+        return self._required_columns()
 
     def _check_options(self, store: TrajectoryStore) -> None:
         """Validate subclass options against the open store (called from ``__init__``)."""
@@ -367,6 +390,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         self.window = BlockWindow(
             store,
             self._window_columns(),
+            resize=self.resize or None,
             segments=(rows.start, rows.length, rows.episode),
             budget=self.resident,
             resident_blocks=self.resident_blocks,
@@ -558,9 +582,41 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
 
     # ------------------------------------------------------------ dataloaders
     def train_dataloader(self) -> Batches:
-        """``steps_per_epoch`` batches per epoch, drawn on the device as they are asked for."""
+        """``steps_per_epoch`` batches per epoch, drawn on the device as they are asked for
+        (augmented when ``augment`` says so)."""
         self._ensure_ready()
-        return Batches(self._draw_train, self.steps_per_epoch)
+        return Batches(self._train_batch, self.steps_per_epoch)
+
+    def _train_batch(self) -> Any:
+        generator = self._augment_generator()
+        batch = self._draw_train()
+        if generator is not None:
+            self._augment_batch(batch, generator)
+        return batch
+
+    def _augment_generator(self) -> torch.Generator | None:
+        """A generator for one batch's augmentations, seeded from the seed, the rank and the
+        stream position before the batch is drawn (a resumed run augments as the original
+        did); None without augmentations."""
+        if not self.augments:
+            return None
+        generator = torch.Generator(device=self.device)
+        position = int(self.philox.position)
+        generator.manual_seed(hash((self.seed, self.rank, position)) & (2**63 - 1))
+        return generator
+
+    def _batch_key(self, name: str) -> str | tuple[str, ...]:
+        """Where column ``name`` lies in a batch."""
+        return column_key(name)
+
+    def _augment_batch(self, batch: Any, generator: torch.Generator) -> None:
+        """Augment the camera columns of a drawn training batch in place."""
+        for name, fns in self.augments.items():
+            key = self._batch_key(name)
+            if isinstance(batch, TensorDict):
+                batch.set(key, apply_augments(fns, batch.get(key), generator))
+            else:
+                set_nested(batch, key, apply_augments(fns, _leaf_of(batch, key), generator))
 
     def val_dataloader(self) -> EvalBatches | list:
         """The validation rows in order, ``batch_size`` at a time (``[]`` without validation)."""

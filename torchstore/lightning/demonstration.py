@@ -70,6 +70,7 @@ import torch
 from tensordict import TensorDict
 
 from torchstore.data.store.store import TrajectoryStore
+from torchstore.lightning.augment import apply_augments
 from torchstore.lightning.base import Output, SamplerKind, StoreDataModule, check_int, choice
 from torchstore.lightning.frame_selection import FrameSelection, resolve_frame_offsets
 from torchstore.lightning.normalizer import Normalization, Normalizer, load_or_compute_stats
@@ -139,6 +140,17 @@ class DemonstrationDataModule(StoreDataModule):
             :class:`~torchstore.lightning.OfflineDataModule`: every needed column
             (``"all"``, the default) or, for a store larger than memory, a budget in rows
             or bytes (``"8GiB"``) sampled block by block while the next block is read.
+        resize: camera columns kept at training resolution, cropped and resized once as
+            their frames are decoded (so a budget holds more rows): ``[H, W]`` for every
+            camera column read, ``{"height": H, "width": W, "crop": [top, left, h, w],
+            "interpolation": "area"}``, or ``{column: either}`` (see
+            :class:`~torchstore.io.frames.resize.FrameResize`).
+        augment: training batches' camera columns augmented on the device before they are
+            normalised: a callable or a list of them for every camera column, or
+            ``{column: callable or list}``; each takes frames ``[..., C, H, W]`` and returns
+            them (a torchvision v2 transform works; :mod:`torchstore.lightning.augment` has
+            per-sample ``RandomShift`` and ``ColorJitter``). Validation batches are not
+            augmented.
 
     Raises:
         ColumnError: for a column the store does not have.
@@ -181,6 +193,8 @@ class DemonstrationDataModule(StoreDataModule):
         resident: int | str = "all",
         resident_blocks: int = 4,
         resident_reuse: float = 1.0,
+        resize: Any = None,
+        augment: Any = None,
     ):
         self.obs_keys = _names(obs_keys, "obs_keys")
         self.action_keys = _names(action_keys, "action_keys")
@@ -218,8 +232,12 @@ class DemonstrationDataModule(StoreDataModule):
 
     # ------------------------------------------------------------ setup
     def _load(self, store: TrajectoryStore, device: torch.device) -> None:
-        self.obs_resident = store.resident(self.obs_keys, device=device)
-        self.action_resident = store.resident(self.action_keys, device=device)
+        self.obs_resident = store.resident(
+            self.obs_keys, device=device, resize=self._resize_of(self.obs_keys)
+        )
+        self.action_resident = store.resident(
+            self.action_keys, device=device, resize=self._resize_of(self.action_keys)
+        )
         if not self.normalize:
             return
         floating = {s.name for s in store.columns if s.dtype.is_floating_point}
@@ -234,6 +252,9 @@ class DemonstrationDataModule(StoreDataModule):
             load_or_compute_stats(store, self.action_resident, rest, cache=self.stats_cache)
         )
         self._normalizer = Normalizer(stats, self.normalization).to(device)
+
+    def _resize_of(self, keys: list[str]) -> dict | None:
+        return {k: r for k, r in self.resize.items() if k in keys} or None
 
     def _window_columns(self) -> list[str]:
         return list(dict.fromkeys(self.obs_keys + self.action_keys))
@@ -259,13 +280,32 @@ class DemonstrationDataModule(StoreDataModule):
         return self._normalizer
 
     # ------------------------------------------------------------ batches
-    def _draw_train(self) -> TensorDict | dict:
+    def _train_batch(self) -> TensorDict | dict:
+        # augmented as each camera leaf is gathered, before it is normalised
+        return self._draw_train(self._augment_generator())
+
+    def _draw_train(self, generator: torch.Generator | None = None) -> TensorDict | dict:
+        leaf = None if generator is None else self._augmenting(generator)
         if self.window is not None:
             at, row, seg, weight = self.window.draw_rows(self.philox, self.batch_size)
             window = self.window
-            return self._windows(row, seg, window.rows, weight, at=at, packed=window.packed)
+            return self._windows(
+                row, seg, window.rows, weight, at=at, packed=window.packed, leaf=leaf
+            )
         row, seg, weight = self._draw_rows(self.batch_size, segments=True)
-        return self._windows(row, seg, self.train_rows, weight)
+        return self._windows(row, seg, self.train_rows, weight, leaf=leaf)
+
+    def _augmenting(self, generator: torch.Generator):
+        """The leaf hook of a training batch: its camera columns augmented, then every
+        floating column normalised."""
+
+        def leaf(name: str, value: torch.Tensor) -> torch.Tensor:
+            fns = self.augments.get(name)
+            if fns is not None:
+                value = apply_augments(fns, value, generator)
+            return value if self._normalizer is None else self._normalize(name, value)
+
+        return leaf
 
     def _make_val(self, i: int) -> TensorDict | dict:
         row, seg = self.val_rows.locate(self._val_numbers(i))
@@ -292,9 +332,11 @@ class DemonstrationDataModule(StoreDataModule):
         at: torch.Tensor | None = None,
         packed: Any = None,
         first: torch.Tensor | None = None,
+        leaf: Any = None,
     ) -> TensorDict | dict:
         """The frames of store rows ``t``; with ``packed``, gathered around positions ``at``
-        of it (``first``: the episodes' first positions, else ``rows``')."""
+        of it (``first``: the episodes' first positions, else ``rows``'); ``leaf(name,
+        value)`` applied to each column's frames (default: normalisation)."""
         first = rows.start[seg] if first is None else first
         if packed is None:
             resident = {"obs": self.obs_resident.packed, "action": self.action_resident.packed}
@@ -306,7 +348,7 @@ class DemonstrationDataModule(StoreDataModule):
             t if at is None else at,
             first,
             rows.length[seg],
-            None if self._normalizer is None else self._normalize,
+            leaf if leaf is not None or self._normalizer is None else self._normalize,
         )
         leaves["index"] = t
         leaves["episode"] = rows.episode[seg]

@@ -127,6 +127,14 @@ class OfflineDataModule(StoreDataModule):
             store is read once per pass of draws; 4 reads it four times less often, every
             row keeping the same expected frequency, at the price of batches that share
             blocks for longer).
+        resize: camera columns kept at training resolution, cropped and resized once as
+            their frames are decoded: ``[H, W]`` for every camera column, or ``{column:
+            [H, W]}`` (see :class:`~torchstore.io.frames.resize.FrameResize`).
+        augment: training batches' camera columns augmented on the device: a callable or a
+            list of them for every camera column, or ``{column: callable or list}``; each
+            takes frames ``[..., C, H, W]`` (a torchvision v2 transform works;
+            :mod:`torchstore.lightning.augment` has per-sample ``RandomShift`` and
+            ``ColorJitter``). Validation batches are not augmented.
 
     Raises:
         ColumnError: for a column the store does not have.
@@ -162,6 +170,8 @@ class OfflineDataModule(StoreDataModule):
         resident: int | str = "all",
         resident_blocks: int = 4,
         resident_reuse: float = 1.0,
+        resize: Any = None,
+        augment: Any = None,
     ):
         self.layout = choice(Layout, layout, "layout")
         self.window_length = None if window is None else check_int("window", window, 1)
@@ -183,8 +193,11 @@ class OfflineDataModule(StoreDataModule):
     def _required_columns(self) -> list[str]:
         return list(self.columns or [])
 
+    def _read_columns(self, store: TrajectoryStore) -> list[str]:
+        return list(self.columns or [c.name for c in store.columns])
+
     def _check_options(self, store: TrajectoryStore) -> None:
-        names = self.columns or [c.name for c in store.columns]
+        names = self._read_columns(store)
         self._plan = [
             (name, self._target(name), self._unsqueeze(name, store.column(name).shape))
             for name in names
@@ -209,6 +222,9 @@ class OfflineDataModule(StoreDataModule):
             )
         self._names = names
 
+    def _batch_key(self, name: str) -> str | tuple[str, ...]:
+        return self._target(name)
+
     def _target(self, name: str) -> str | tuple[str, ...]:
         if self.layout is Layout.TORCHRL and name in TORCHRL_KEYS:
             return TORCHRL_KEYS[name]
@@ -228,7 +244,7 @@ class OfflineDataModule(StoreDataModule):
 
     # ------------------------------------------------------------ setup
     def _load(self, store: TrajectoryStore, device: torch.device) -> None:
-        self.resident_view = store.resident(self._names, device=device)
+        self.resident_view = store.resident(self._names, device=device, resize=self.resize or None)
         self._derived = self._derive_terminated(self._names)
 
     def _window_columns(self) -> list[str]:

@@ -21,6 +21,7 @@ have drawn next.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import threading
@@ -36,6 +37,7 @@ import torch
 from torchstore.data.residency.block_read import MAX_READ_BYTES, ChunkReader
 from torchstore.data.rows.packed import PackedColumns
 from torchstore.errors import ResidencyError, RowIndexError
+from torchstore.io.frames.resize import frame_resizes
 from torchstore.samplers.draws import importance_weight
 from torchstore.samplers.philox import cpu_kernels
 from torchstore.samplers.refill import RefillSchedule, cut_blocks, parse_budget
@@ -162,12 +164,21 @@ class BlockWindow:
         beta: float = 0.4,
         reuse: float = 1.0,
         lock: threading.Lock | None = None,
+        resize: Any = None,
     ):
         self.store = store
         #: whether :meth:`close` closes the store (a window opened from its recipe does)
         self._owns_store = False
         self.lock = lock if lock is not None else threading.Lock()
         specs = store.select_columns(columns)
+        #: camera columns kept at training resolution: ``{column: FrameResize}``
+        self.resize = frame_resizes(resize, {spec.name: spec.shape for spec in specs})
+        specs = [
+            spec
+            if spec.name not in self.resize
+            else dataclasses.replace(spec, shape=self.resize[spec.name].shape(spec.shape))
+            for spec in specs
+        ]
         kind, amount = parse_budget(budget)
         if kind == "all":
             raise ResidencyError("a BlockWindow needs a budget in rows or bytes, not 'all'")
@@ -176,7 +187,9 @@ class BlockWindow:
         #: refills, rows and bytes read, seconds spent reading, waits and seconds waited,
         #: chunks read straight from the file and reads through the store (block_read)
         self.stats = {"refills": 0, "rows": 0, "bytes": 0, "read_s": 0.0, "waits": 0, "wait_s": 0.0}
-        self._reader = ChunkReader(store, [s.name for s in specs], lock=self.lock, stats=self.stats)
+        self._reader = ChunkReader(
+            store, [s.name for s in specs], lock=self.lock, stats=self.stats, resize=self.resize
+        )
         self._reader.set_buffer(_buffer_bytes(kind, amount, row_bytes, k, self._reader.chunk_bytes))
         tree_item = None if priorities is None else priorities.dtype.itemsize
         budget_rows = _budget_rows(kind, amount, row_bytes, self._reader.buffer_bytes, tree_item)
@@ -207,6 +220,7 @@ class BlockWindow:
             "window": window,
             "beta": beta,
             "reuse": reuse,
+            "resize": self.resize or None,
         }
         self.schedule = RefillSchedule(
             len(self.blocks),
@@ -284,23 +298,36 @@ class BlockWindow:
         base = slot * self.block_rows
         t0 = time.perf_counter()
         self._advise([block])
-        for spec in self.packed.columns:
-            if self.device.type == "cpu":
-                # straight into the slot's strided rows, GIL released (see block_read)
-                out = self.packed.view(spec.name).numpy()[base : base + hi - lo]
-                self._reader.read(spec.name, lo, hi, out)
-            else:
-                view = self.packed.view(spec.name)
-                dtype = torch.empty((), dtype=view.dtype).numpy().dtype
-                out = np.empty((hi - lo, *view.shape[1:]), dtype=dtype)
-                self._reader.read(spec.name, lo, hi, out)
-                self.packed.write(slice(base, base + hi - lo), {spec.name: torch.from_numpy(out)})
+        if self.device.type == "cpu":
+            # straight into the slot's strided rows, GIL released, every camera decoded at
+            # once over the decode threads (see ChunkReader.read_block)
+            outs = {
+                spec.name: self.packed.view(spec.name).numpy()[base : base + hi - lo]
+                for spec in self.packed.columns
+            }
+            self._reader.read_block(lo, hi, outs)
+        else:  # read on the host, then one copy per column to the device
+            outs = self._host_rows(hi - lo)
+            self._reader.read_block(lo, hi, outs)
+            self.packed.write(
+                slice(base, base + hi - lo),
+                {name: torch.from_numpy(out) for name, out in outs.items()},
+            )
         self._advised.discard(block)
         self.stats["read_s"] += time.perf_counter() - t0
         self.stats["refills"] += 1
         self.stats["rows"] += hi - lo
         self.stats["bytes"] += (hi - lo) * self.packed.row_bytes
         self._advise(ahead)
+
+    def _host_rows(self, rows: int) -> dict[str, np.ndarray]:
+        """Empty host arrays for ``rows`` rows of each column, as the window holds them."""
+        outs = {}
+        for spec in self.packed.columns:
+            view = self.packed.view(spec.name)
+            dtype = torch.empty((), dtype=view.dtype).numpy().dtype
+            outs[spec.name] = np.empty((rows, *view.shape[1:]), dtype=dtype)
+        return outs
 
     def _prefetch(self) -> None:
         """Start reading the block the next phase brings into the spare slot (if any)."""
@@ -661,10 +688,9 @@ class BlockWindow:
     def read_rows(self, lo: int, hi: int) -> PackedColumns:
         """Rows ``[lo, hi)`` read now into their own packed block (validation batches)."""
         packed = PackedColumns(self.packed.columns, max(hi - lo, 1), self.device)
-        for spec in self.packed.columns:
-            with self.lock:
-                value = self.store.read_column(spec.name, lo, hi)
-            packed.write(slice(0, hi - lo), {spec.name: torch.from_numpy(value)})
+        outs = self._host_rows(hi - lo)
+        self._reader.read_block(lo, hi, outs)  # resized as the window's blocks are
+        packed.write(slice(0, hi - lo), {name: torch.from_numpy(out) for name, out in outs.items()})
         return packed
 
     def disk_columns(self) -> _DiskColumns:

@@ -47,6 +47,7 @@ from torchstore.data.file.layout import (
 )
 from torchstore.errors import FrameCodecError, IntegrityError
 from torchstore.io.frames.codec import EncodedFrames, FrameDecoder, FrameEncoder, StreamInfo
+from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.checksummed import ChecksummedDataset
 
 __all__ = [
@@ -57,7 +58,10 @@ __all__ = [
     "decode_packet_runs",
     "committed_packet_bytes",
     "decoder_cache",
+    "decode_pool",
     "decode_threads",
+    "submit_pieces",
+    "wait_all",
 ]
 
 _OFFSET, _NBYTES, _FLAGS, _EXTRA = PACKET_OFFSET, PACKET_NBYTES, PACKET_FLAGS, PACKET_EXTRA
@@ -452,32 +456,60 @@ def decode_packet_runs(
     decoders: dict | None = None,
     *,
     threads: int = 1,
+    resize: FrameResize | None = None,
 ) -> np.ndarray:
     """Decode ``runs`` (from :func:`read_packet_runs`) into ``out`` (``uint8 [n, H, W, C]``
-    for the ``n`` rows read). ``decoders``: a dict that keeps one decoder per stream,
+    for the ``n`` rows read; ``[n, *resize.shape(...)]`` with a ``resize``, applied as each
+    frame is decoded). ``decoders``: a dict that keeps one decoder per stream,
     reused from call to call by one thread. ``threads`` > 1 cuts the runs at their
     keyframes and decodes the pieces on that many threads at once (the decoders release
     the GIL). FrameCodecError names column, episode, frame."""
     pieces = [p for r in runs for p in r.split()] if threads > 1 else list(runs)
     if threads > 1 and len(pieces) > 1:
-        pool = _decode_pool(threads)
-        jobs = [pool.submit(_decode_piece, spec, p, out, None) for p in pieces]
-        for job in jobs:  # every piece finishes before an error is raised
-            job.exception()
-        for job in jobs:
-            job.result()
+        wait_all(submit_pieces(spec, pieces, out, threads, resize))
         return out
     for piece in pieces:
-        _decode_piece(spec, piece, out, decoders)
+        _decode_piece(spec, piece, out, decoders, resize)
     return out
 
 
-def _decode_piece(spec: ColumnSpec, r: PacketRun, out: np.ndarray, decoders: dict | None) -> None:
+def submit_pieces(
+    spec: ColumnSpec,
+    pieces: Sequence[PacketRun],
+    out: np.ndarray,
+    threads: int,
+    resize: FrameResize | None = None,
+) -> list[Future]:
+    """Start decoding ``pieces`` (runs cut at keyframes, :meth:`PacketRun.split`) into
+    ``out`` on the process's decode threads (at least ``threads`` of them); the caller
+    waits with :func:`wait_all`. Several columns' pieces submitted before one wait keep
+    every thread busy across the columns of a block (no column waits for the previous
+    one's last piece)."""
+    pool = decode_pool(threads)
+    return [pool.submit(_decode_piece, spec, p, out, None, resize) for p in pieces]
+
+
+def wait_all(jobs: Sequence[Future]) -> None:
+    """Wait for every job, then raise the first error among them (no job is left running
+    when an error is raised: each writes into memory its caller owns)."""
+    for job in jobs:
+        job.exception()
+    for job in jobs:
+        job.result()
+
+
+def _decode_piece(
+    spec: ColumnSpec,
+    r: PacketRun,
+    out: np.ndarray,
+    decoders: dict | None,
+    resize: FrameResize | None = None,
+) -> None:
     if decoders is None:  # a pool thread: its own decoders, kept between calls
         decoders = getattr(_POOL_LOCAL, "decoders", None)
         if decoders is None:
             decoders = _POOL_LOCAL.decoders = decoder_cache()
-    decoder = _decoder(spec, r.extradata, decoders)
+    decoder = _decoder(spec, r.extradata, decoders, resize)
     try:
         decoder.decode(r.packets, out[r.at : r.at + r.count], r.first, frame_base=r.frame_base)
     except FrameCodecError as exc:
@@ -493,7 +525,8 @@ _POOL_LOCK = threading.Lock()
 _POOL_LOCAL = threading.local()
 
 
-def _decode_pool(threads: int) -> ThreadPoolExecutor:
+def decode_pool(threads: int) -> ThreadPoolExecutor:
+    """The process's decode threads, at least ``threads`` of them."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None or _POOL[0] != os.getpid() or _POOL[1] < threads:
@@ -558,13 +591,17 @@ if hasattr(os, "register_at_fork"):
     )
 
 
-def _decoder(spec: ColumnSpec, extradata: bytes, cache: dict | None) -> FrameDecoder:
+def _decoder(
+    spec: ColumnSpec, extradata: bytes, cache: dict | None, resize: FrameResize | None = None
+) -> FrameDecoder:
     if cache is None:
-        return FrameDecoder(spec.codec, _stream_info(spec, extradata))
-    key = (spec.name, spec.codec, extradata)
+        return FrameDecoder(spec.codec, _stream_info(spec, extradata), resize=resize)
+    key = (spec.name, spec.codec, extradata, resize)
     decoder = cache.get(key)
     if decoder is None:
         if len(cache) >= 16:
             cache.clear()
-        decoder = cache[key] = FrameDecoder(spec.codec, _stream_info(spec, extradata))
+        decoder = cache[key] = FrameDecoder(
+            spec.codec, _stream_info(spec, extradata), resize=resize
+        )
     return decoder

@@ -41,6 +41,7 @@ from torchstore.errors import (
     TorchstoreError,
 )
 from torchstore.io.frames.codec import EncodedFrames, StreamInfo
+from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.files import open_for_read
 from torchstore.validation import positive_int
 
@@ -153,17 +154,29 @@ class StoreReader:
 
     # ----------------------------------------------------------------- reading
     def read_column(
-        self, name: str, start: int, stop: int, *, out: np.ndarray | None = None
+        self,
+        name: str,
+        start: int,
+        stop: int,
+        *,
+        out: np.ndarray | None = None,
+        resize: FrameResize | None = None,
     ) -> np.ndarray:
         """One column's rows ``[start, stop)`` in its storage dtype (verified).
 
         An encoded camera column is decoded (from the keyframe at or before ``start``),
         into ``out`` when given (``uint8 [stop - start, H, W, C]``; on the thread that
         calls, so the windowed residency's refill threads decode while training runs).
+        ``resize``: a camera column's frames cropped and resized as they are decoded (or,
+        kept raw, as they are read); then ``out`` has the resized shape.
         """
         spec = self.column(name)
+        if resize is not None:
+            resize.check_source(spec.shape, f"column '{spec.name}' of {self.path}")
         if spec.codec is None:
             value = self._ds.columns[spec.name].read(start, stop, self._rows, self._latest(0))
+            if resize is not None:
+                return resize.apply(value, out)
             if out is not None:
                 out[...] = value
                 return out
@@ -175,8 +188,9 @@ class StoreReader:
             )
         runs = self.read_packet_runs(spec.name, start, stop)
         if out is None:
-            out = np.empty((stop - start, *spec.shape), dtype=np.uint8)
-        return self.decode_packet_runs(spec.name, runs, out)
+            shape = spec.shape if resize is None else resize.shape(spec.shape)
+            out = np.empty((stop - start, *shape), dtype=np.uint8)
+        return self.decode_packet_runs(spec.name, runs, out, resize=resize)
 
     def read_packet_runs(self, name: str, start: int, stop: int) -> list[PacketRun]:
         """The packets (verified) that decode rows ``[start, stop)`` of an encoded column;
@@ -202,13 +216,19 @@ class StoreReader:
             raise _named(exc, self.path) from exc
 
     def decode_packet_runs(
-        self, name: str, runs: list[PacketRun], out: np.ndarray, *, threads: int = 1
+        self,
+        name: str,
+        runs: list[PacketRun],
+        out: np.ndarray,
+        *,
+        threads: int = 1,
+        resize: FrameResize | None = None,
     ) -> np.ndarray:
         """Decode what :meth:`read_packet_runs` read into ``out``: on this thread, or cut at
-        keyframes over ``threads`` threads."""
+        keyframes over ``threads`` threads; ``resize`` as in :meth:`read_column`."""
         try:
             return decode_packet_runs(
-                self.column(name), runs, out, self._decoders(), threads=threads
+                self.column(name), runs, out, self._decoders(), threads=threads, resize=resize
             )
         except TorchstoreError as exc:
             raise _named(exc, self.path) from exc

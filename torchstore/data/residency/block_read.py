@@ -25,12 +25,14 @@ import functools
 import os
 import threading
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import h5py
 import numpy as np
 
-from torchstore.data.file.encoded import decode_threads
+from torchstore.data.file.encoded import decode_pool, decode_threads, submit_pieces, wait_all
+from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.checksummed import chunk_file_offsets
 
 __all__ = ["ChunkReader"]
@@ -147,6 +149,9 @@ class ChunkReader:
             one smaller than :attr:`chunk_bytes` (0, say) reads everything through the store.
         lock: held around every h5py call (the store's handle is shared).
         stats: a dict to count ``direct_chunks`` and ``store_reads`` in.
+        resize: ``{column: FrameResize}``: camera columns kept at training resolution,
+            cropped and resized as they are decoded (or, kept raw, as they are read), so
+            their destinations have the resized shape.
     """
 
     def __init__(
@@ -157,9 +162,11 @@ class ChunkReader:
         buffer_bytes: int = MAX_READ_BYTES,
         lock: threading.Lock,
         stats: dict | None = None,
+        resize: Mapping[str, FrameResize] | None = None,
     ):
         self.store = store
         self.lock = lock
+        self.resize = dict(resize or {})
         self._fd = -1
         self._columns: dict[str, _Column] = {}
         with lock:
@@ -218,9 +225,53 @@ class ChunkReader:
                 return
             self._fd = fd
 
+    def read_block(self, lo: int, hi: int, outs: Mapping[str, np.ndarray]) -> None:
+        """Rows ``[lo, hi)`` of every column of ``outs`` into its array (as :meth:`read`),
+        the decoding of every camera at once: the packets of each encoded column are read
+        first (under the lock, in one read each), then all their pieces (runs cut at
+        keyframes) go to the decode threads together, as do the resizes of raw camera
+        columns, while this thread reads the plain columns. So no core waits for the
+        slowest piece of one camera while another camera has pieces left."""
+        jobs: list = []
+        copies: list[tuple[np.ndarray, np.ndarray]] = []
+        threads = decode_threads()
+        encoded = hasattr(self.store, "read_packet_runs")
+        try:
+            for name, out in outs.items():
+                if hi <= lo:
+                    continue
+                resize = self.resize.get(name)
+                if encoded and self.store.column(name).codec is not None:
+                    with self.lock:
+                        runs = self.store.read_packet_runs(name, lo, hi)
+                    target = out if out.flags.c_contiguous else np.empty(out.shape, np.uint8)
+                    if target is not out:
+                        copies.append((out, target))
+                    pieces = [piece for run in runs for piece in run.split()]
+                    spec = self.store.column(name)
+                    jobs += submit_pieces(spec, pieces, target, threads, resize)
+                    self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
+                elif resize is not None:
+                    full = np.empty((hi - lo, *self.store.column(name).shape), out.dtype)
+                    self._read_plain(name, lo, hi, full)
+                    jobs += _resize_jobs(resize, full, out, threads)
+                else:
+                    self._read_plain(name, lo, hi, out)
+        finally:
+            wait_all(jobs)  # every job ends before an error (theirs or this thread's) is raised
+        for out, target in copies:
+            out[...] = target
+
     def read(self, name: str, lo: int, hi: int, out: np.ndarray) -> None:
         """Rows ``[lo, hi)`` of column ``name`` into ``out`` (``[hi - lo, *shape]``, any
-        strides), verified against the store's checksums."""
+        strides; a resized camera column's resized shape), verified against the store's
+        checksums."""
+        if name in self.resize:
+            self.read_block(lo, hi, {name: out})
+            return
+        self._read_plain(name, lo, hi, out)
+
+    def _read_plain(self, name: str, lo: int, hi: int, out: np.ndarray) -> None:
         col = self._columns.get(name)
         if (
             col is None
@@ -478,11 +529,12 @@ class ChunkReader:
                 runs = self.store.read_packet_runs(name, lo, hi)
             target = out[at : at + hi - lo]
             threads = decode_threads()
+            resize = self.resize.get(name)
             if target.flags.c_contiguous:
-                self.store.decode_packet_runs(name, runs, target, threads=threads)
+                self.store.decode_packet_runs(name, runs, target, threads=threads, resize=resize)
             else:
                 target[...] = self.store.decode_packet_runs(
-                    name, runs, np.empty(target.shape, np.uint8), threads=threads
+                    name, runs, np.empty(target.shape, np.uint8), threads=threads, resize=resize
                 )
             self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
             return
@@ -499,3 +551,15 @@ class ChunkReader:
             os.close(self._fd)
             self._fd = -1
         self._buffer = None
+
+
+def _resize_jobs(resize: FrameResize, full: np.ndarray, out: np.ndarray, threads: int) -> list:
+    """Resize ``full`` (raw camera rows) into ``out`` on the decode threads, in ``threads``
+    parts (Pillow releases the GIL)."""
+    bounds = np.linspace(0, len(full), min(threads, len(full)) + 1).astype(int)
+    pool = decode_pool(threads)
+    return [
+        pool.submit(resize.apply, full[a:b], out[a:b])
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        if b > a
+    ]

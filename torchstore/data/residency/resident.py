@@ -8,8 +8,10 @@ torchrl ``Storage`` over it, which is what ``TrajectoryStore.resident()`` return
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -18,11 +20,14 @@ from torchstore.data.episodes import EpisodeIndex
 from torchstore.data.file.reader import StoreReader
 from torchstore.data.rows.packed import PackedColumns, PackedRows
 from torchstore.errors import RowIndexError
+from torchstore.io.frames.resize import frame_resizes
 
 __all__ = ["ResidentStore"]
 
 #: Rows read from the store per slab while loading.
 _SLAB_ROWS = 65536
+#: full-size frame bytes read at once for a resized camera column
+_RESIZE_BYTES = 64 << 20
 
 
 class ResidentStore(PackedRows):
@@ -62,17 +67,37 @@ class ResidentStore(PackedRows):
         store: StoreReader,
         columns: Sequence[str] | None = None,
         device: torch.device | str = "cpu",
+        resize: Any = None,
     ) -> ResidentStore:
         """Read ``columns`` (all when ``None``) of every committed row of ``store`` onto
-        ``device``, in contiguous slabs (checksums verified)."""
+        ``device``, in contiguous slabs (checksums verified). ``resize``: camera columns
+        kept at training resolution (see :func:`~torchstore.io.frames.resize.frame_resizes`),
+        cropped and resized as they are decoded or read."""
         specs = store.select_columns(columns)
+        resizes = frame_resizes(resize, {spec.name: spec.shape for spec in specs})
+        full = {spec.name: spec for spec in specs}
+        specs = [
+            dataclasses.replace(spec, shape=resizes[spec.name].shape(spec.shape))
+            if spec.name in resizes
+            else spec
+            for spec in specs
+        ]
         rows = store.num_rows
         packed = PackedColumns(specs, max(rows, 1), device)
-        names = [spec.name for spec in specs]
+        plain = [spec for spec in specs if spec.name not in resizes]
         for start in range(0, rows, _SLAB_ROWS):
             stop = min(start + _SLAB_ROWS, rows)
-            slab = store.read_slab(start, stop, names, raw=True)
-            packed.write(slice(start, stop), {spec.name: slab.get(spec.key) for spec in specs})
+            if plain:
+                slab = store.read_slab(start, stop, [spec.name for spec in plain], raw=True)
+                packed.write(slice(start, stop), {spec.name: slab.get(spec.key) for spec in plain})
+        for name, frame_resize in resizes.items():
+            # in parts of at most _RESIZE_BYTES of full-size frames (a raw column is read
+            # whole before it is resized)
+            step = max(1, _RESIZE_BYTES // max(full[name].row_nbytes, 1))
+            for start in range(0, rows, step):
+                stop = min(start + step, rows)
+                value = store.read_column(name, start, stop, resize=frame_resize)
+                packed.write(slice(start, stop), {name: torch.from_numpy(value)})
         return cls(packed, store.episodes.to(packed.device), store.path)
 
     @property

@@ -166,9 +166,15 @@ class TrajectoryStore(StoreReader):
 
     # ----------------------------------------------------------------- residency
     def resident(
-        self, columns: Sequence[str] | None = None, device: torch.device | str = "cpu"
+        self,
+        columns: Sequence[str] | None = None,
+        device: torch.device | str = "cpu",
+        *,
+        resize: Any = None,
     ) -> ResidentStorage:
         """Load columns into memory on ``device`` (checksums verified), for gathers and sampling.
+        ``resize``: camera columns kept at training resolution, ``[H, W]`` for every camera
+        or ``{column: [H, W]}`` (see :class:`~torchstore.io.frames.resize.FrameResize`).
 
         Returns a :class:`~torchstore.data.residency.resident_storage.ResidentStorage`: the
         :class:`ResidentStore` of those rows (``gather``, ``packed``, ``episodes``) as a
@@ -178,7 +184,9 @@ class TrajectoryStore(StoreReader):
         # the torchrl face loads torchrl, so it is imported on first use, not with the store
         from torchstore.data.residency.resident_storage import ResidentStorage
 
-        return ResidentStorage(ResidentStore.load(self, columns=columns, device=device))
+        return ResidentStorage(
+            ResidentStore.load(self, columns=columns, device=device, resize=resize)
+        )
 
     def window(
         self, rows: int, columns: Sequence[str] | None = None, device: torch.device | str = "cpu"

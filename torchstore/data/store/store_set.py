@@ -39,6 +39,7 @@ from torchstore.data.file.manifest import Manifest
 from torchstore.data.store.store import TrajectoryStore
 from torchstore.errors import ColumnError, RowIndexError, StoreFormatError
 from torchstore.io.dataset_folders import not_a_store
+from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.files import SWMR_WRITE_FLAG, superblock_flags
 from torchstore.io.hdf5.writer_lock import live_writer
 
@@ -232,8 +233,11 @@ class StoreSet(TrajectoryStore):
         return self._index() or grew
 
     # ----------------------------------------------------------------- reading
-    def read_column(self, name: str, start: int, stop: int) -> np.ndarray:
-        """One column's rows ``[start, stop)`` across shard edges, storage dtype (verified)."""
+    def read_column(
+        self, name: str, start: int, stop: int, *, resize: FrameResize | None = None
+    ) -> np.ndarray:
+        """One column's rows ``[start, stop)`` across shard edges, storage dtype (verified);
+        ``resize`` as in :meth:`~torchstore.data.TrajectoryStore.read_column`."""
         spec = self.column(name)
         if not 0 <= start <= stop <= self._rows:
             raise RowIndexError(
@@ -247,9 +251,9 @@ class StoreSet(TrajectoryStore):
                 break
             a, b = max(start, lo), min(stop, hi)
             if a < b:
-                parts.append(self._shards[i].read_column(spec.name, a - lo, b - lo))
+                parts.append(self._shards[i].read_column(spec.name, a - lo, b - lo, resize=resize))
         if not parts:
-            return self._shards[0].read_column(spec.name, 0, 0)
+            return self._shards[0].read_column(spec.name, 0, 0, resize=resize)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def episode_metadata(self, index: int) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from torchstore.io.frames.codec_types import (
     StreamInfo,
 )
 from torchstore.io.frames.codec_video import VideoPacketDecoder, VideoPacketEncoder
+from torchstore.io.frames.resize import FrameResize
 
 __all__ = [
     "FRAME_CODEC_KINDS",
@@ -208,18 +209,32 @@ class FrameDecoder:
     """Decodes runs of a column's packets, reusing one decoder (one per thread).
 
     ``threads``: decoder threads for video (1 by default; 0 lets FFmpeg pick), see
-    :mod:`torchstore.io.frames.codec_video`. Per-frame kinds ignore it.
+    :mod:`torchstore.io.frames.codec_video`. Per-frame kinds ignore it. ``resize``: a
+    :class:`~torchstore.io.frames.resize.FrameResize` the frames are cropped and resized by
+    as they are decoded (see :mod:`torchstore.io.frames.resize` for where each codec does
+    it); then frames come out as ``resize.shape(...)``.
     """
 
-    def __init__(self, codec: FrameCodec, info: StreamInfo, *, threads: int = 1) -> None:
+    def __init__(
+        self,
+        codec: FrameCodec,
+        info: StreamInfo,
+        *,
+        threads: int = 1,
+        resize: FrameResize | None = None,
+    ) -> None:
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
             raise ArgumentError(f"threads ({threads!r}) must be an int >= 0")
         codec.check_channels(info.channels)
-        self.codec, self.info = codec, info
+        if resize is not None:
+            resize.check_source(info.frame_shape, f"a {codec.kind} stream")
+        self.codec, self.info, self.resize = codec, info, resize
+        #: the shape of one decoded frame
+        self.frame_shape = info.frame_shape if resize is None else resize.shape(info.frame_shape)
         if codec.is_video:
-            self._impl = VideoPacketDecoder(codec, info, threads)
+            self._impl = VideoPacketDecoder(codec, info, threads, resize)
         else:
-            self._impl = ImageDecoder(codec, info)
+            self._impl = ImageDecoder(codec, info, resize)
 
     def decode(
         self,
@@ -240,7 +255,7 @@ class FrameDecoder:
         count = len(packets)
         if not isinstance(first, int) or isinstance(first, bool) or not 0 <= first <= count:
             raise ArgumentError(f"first ({first!r}) must be an int in [0, {count}]")
-        shape = (count - first, *self.info.frame_shape)
+        shape = (count - first, *self.frame_shape)
         target = np.empty(shape, np.uint8) if out is None else _out_array(out, shape)
         if count:
             self._impl.decode_into(packets, target, first, frame_base)
@@ -256,8 +271,9 @@ def decode_frames(
     *,
     threads: int = 1,
     frame_base: int = 0,
+    resize: FrameResize | None = None,
 ) -> Any:
     """Decode one run of packets with a decoder of its own (see :meth:`FrameDecoder.decode`)."""
-    return FrameDecoder(codec, info, threads=threads).decode(
+    return FrameDecoder(codec, info, threads=threads, resize=resize).decode(
         packets, out, first, frame_base=frame_base
     )

@@ -36,6 +36,7 @@ import numpy as np
 
 from torchstore.errors import FrameCodecError
 from torchstore.io.frames.codec_types import FrameCodec, StreamInfo
+from torchstore.io.frames.resize import FrameResize
 from torchstore.io.frames.video_container import _av_errors, _reason, require_av
 
 __all__ = ["ImageHeader", "probe_image_bytes", "check_image_bytes", "encode_image", "ImageDecoder"]
@@ -137,24 +138,62 @@ def encode_image(codec: FrameCodec, frame: np.ndarray) -> bytes:
 class ImageDecoder:
     """Decodes raw / PNG / JPEG packets into uint8 ``[n, H, W, C]`` (one per thread)."""
 
-    def __init__(self, codec: FrameCodec, info: StreamInfo) -> None:
+    def __init__(
+        self, codec: FrameCodec, info: StreamInfo, resize: FrameResize | None = None
+    ) -> None:
         if codec.is_video:
             raise FrameCodecError(f"{codec.kind} frames are a video stream, not images")
         codec.check_channels(info.channels)
-        self.codec, self.info = codec, info
+        self.codec, self.info, self.resize = codec, info, resize
         self._png = None
+        self._full: np.ndarray | None = None  # one full-size frame, decoded before a resize
 
     def decode_into(
         self, packets: Sequence, out: np.ndarray, first: int, frame_base: int = 0
     ) -> None:
-        """Decode ``packets[first:]`` into ``out`` (``out[k]`` = frame ``first + k``)."""
+        """Decode ``packets[first:]`` into ``out`` (``out[k]`` = frame ``first + k``),
+        cropped and resized by ``resize`` when there is one."""
         decode = {"raw": self._raw, "png": self._png_frame, "jpeg": self._jpeg}[self.codec.kind]
+        if self.resize is not None and self.codec.kind == "jpeg" and self.resize.crop is None:
+            decode = self._jpeg_scaled
+        elif self.resize is not None:
+            decode = self._resized(decode)
         for k in range(len(packets) - first):
             at = frame_base + first + k
             data = packets[first + k]
             if not len(data):
                 raise FrameCodecError(f"frame {at}: its packet is empty", at)
             decode(data, out[k], at)
+
+    def _resized(self, decode):
+        """``decode`` into one full-size frame, then cropped and resized into ``dst``."""
+        if self._full is None:
+            self._full = np.empty(self.info.frame_shape, np.uint8)
+
+        def run(data, dst: np.ndarray, at: int) -> None:
+            decode(data, self._full, at)
+            self.resize.apply(self._full, dst)
+
+        return run
+
+    def _jpeg_scaled(self, data, dst: np.ndarray, at: int) -> None:
+        """A JPEG decoded at the smallest of libjpeg's DCT scales (1/2, 1/4, 1/8) that is
+        still at least the target size, then resized to it exactly."""
+        self._jpeg_header(data, at)
+        try:
+            got = _simplejpeg().decode_jpeg(
+                data,
+                _JPEG_SPACES[self.info.channels],
+                fastdct=True,
+                fastupsample=False,
+                min_height=self.resize.height,
+                min_width=self.resize.width,
+            )
+        except ValueError as exc:
+            raise FrameCodecError(
+                f"frame {at}: the JPEG is corrupt or truncated ({exc})", at
+            ) from None
+        self.resize.apply(got.reshape(*got.shape[:2], self.info.channels), dst)
 
     def _raw(self, data, dst: np.ndarray, at: int) -> None:
         h, w, c = self.info.frame_shape
@@ -166,17 +205,22 @@ class ImageDecoder:
             )
         dst[...] = np.frombuffer(data, np.uint8).reshape(h, w, c)
 
-    def _jpeg(self, data, dst: np.ndarray, at: int) -> None:
+    def _jpeg_header(self, data, at: int) -> None:
+        """Refuse a packet that is not a JPEG of the stream's size."""
         shape = self.info.frame_shape
-        sj = _simplejpeg()
         try:
-            height, width, _, _ = sj.decode_jpeg_header(data)
+            height, width, _, _ = _simplejpeg().decode_jpeg_header(data)
         except ValueError as exc:
             raise FrameCodecError(f"frame {at}: not a readable JPEG ({exc})", at) from None
         if (height, width) != shape[:2]:
             raise FrameCodecError(
                 f"frame {at}: the JPEG is {height}x{width}, not {shape[0]}x{shape[1]}", at
             )
+
+    def _jpeg(self, data, dst: np.ndarray, at: int) -> None:
+        shape = self.info.frame_shape
+        sj = _simplejpeg()
+        self._jpeg_header(data, at)
         space = _JPEG_SPACES[shape[2]]
         direct = dst.flags.c_contiguous and dst.flags.writeable
         try:  # strict: libjpeg's warnings (premature end of data, bad Huffman code) raise

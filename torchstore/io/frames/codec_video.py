@@ -44,6 +44,7 @@ import numpy as np
 
 from torchstore.errors import FrameCodecError
 from torchstore.io.frames.codec_types import FrameCodec, StreamInfo
+from torchstore.io.frames.resize import FrameResize
 from torchstore.io.frames.scheduling import restore_scheduling, thread_scheduling
 from torchstore.io.frames.video_container import _av_errors, _reason, require_av
 
@@ -172,7 +173,13 @@ class VideoPacketDecoder:
     keeps one decoder per column. Not thread-safe: one decoder per thread.
     """
 
-    def __init__(self, codec: FrameCodec, info: StreamInfo, threads: int = 1) -> None:
+    def __init__(
+        self,
+        codec: FrameCodec,
+        info: StreamInfo,
+        threads: int = 1,
+        resize: FrameResize | None = None,
+    ) -> None:
         if not codec.is_video:
             raise FrameCodecError(f"{codec.kind} frames are not a video stream")
         if info.channels != 3:
@@ -194,6 +201,15 @@ class VideoPacketDecoder:
         if threads != 1:
             self._ctx.thread_type = "AUTO"
         self._rgb = av.video.reformatter.VideoReformatter()
+        # the one sws pass per frame: YUV to RGB, scaled when there is a resize and no crop
+        # (sws cannot crop); one thread, as every decode thread runs its own
+        self._resize = resize
+        self._convert: dict = {"format": "rgb24", "threads": 1}
+        if resize is not None and resize.crop is None:
+            self._convert.update(
+                width=resize.width, height=resize.height, interpolation=resize.sws_interpolation
+            )
+            self._resize = None  # done in the conversion
         self._used = False
 
     def decode_into(
@@ -260,5 +276,9 @@ class VideoPacketDecoder:
                     at,
                 )
             if k >= first:
-                out[k - first] = self._rgb.reformat(frame, format="rgb24").to_ndarray()
+                rgb = self._rgb.reformat(frame, **self._convert).to_ndarray()
+                if self._resize is None:
+                    out[k - first] = rgb
+                else:
+                    self._resize.apply(rgb, out[k - first])
             self._got += 1
