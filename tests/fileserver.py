@@ -1,5 +1,8 @@
 """A loopback HTTP file server for tests: Range, PUT, ETag/If-Match, fault injection, counters.
 
+``Range: bytes=N-`` and ``Range: bytes=A-B`` (one range) are answered ``206`` with their
+``Content-Range``.
+
 Serves (and stores ``PUT`` bodies into) a root folder, bound to 127.0.0.1 on a free port.
 
 Faults, all keyed by the URL path below the root (``"ds/data/a.bin"``):
@@ -8,7 +11,12 @@ Faults, all keyed by the URL path below the root (``"ds/data/a.bin"``):
   only ``n`` body bytes, then drops the connection (once per assignment);
 - ``flip_byte[path] = i``: byte ``i`` of every body served for ``path`` is inverted;
 - ``serve_instead[path] = bytes``: serve these bytes instead of the file;
-- ``delay_s``: sleep this long before answering any request (a slow server);
+- ``delay_s``: sleep this long before answering any request (a slow server, or a
+  round-trip latency added to every request);
+- ``rate_bytes_per_s``: send bodies no faster than this (a bandwidth cap; 0: no cap);
+- ``body_delta[path] = d``: the next range answer of ``path`` sends ``d`` bytes more (or,
+  negative, fewer) than asked, with a ``Content-Length`` that matches (once per assignment);
+- ``retry_after``: a ``Retry-After`` value sent with every ``status_for`` answer;
 - ``ignore_range``: answer every GET with the whole file (``200``), as servers without
   Range support do;
 - ``status_for[path] = [code, ...]``: answer the next requests of ``path`` with these
@@ -28,6 +36,7 @@ removed).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import threading
@@ -49,6 +58,9 @@ class FileServer(LoopbackServer):
         self.flip_byte: dict[str, int] = {}
         self.serve_instead: dict[str, bytes] = {}
         self.delay_s = 0.0
+        self.rate_bytes_per_s = 0
+        self.body_delta: dict[str, int] = {}
+        self.retry_after: str | None = None
         self.ignore_range = False
         self.status_for: dict[str, list[int]] = {}
         self.redirect: dict[str, str] = {}
@@ -59,6 +71,7 @@ class FileServer(LoopbackServer):
         self.allow_delete = False
         self.deletes: list[str] = []
         self.lock = threading.Lock()
+        self._kept: tuple[tuple | None, bytes] = (None, b"")  # the last file read
         self._serve(_make_handler(self))
 
     @property
@@ -69,6 +82,7 @@ class FileServer(LoopbackServer):
         return [r for r in self.requests if r["method"] == "GET" and r["path"] == path]
 
 
+@functools.lru_cache(maxsize=8)
 def _etag(data: bytes) -> str:
     return '"' + hashlib.sha256(data).hexdigest() + '"'
 
@@ -133,18 +147,23 @@ class _Handler(BaseHTTPRequestHandler):
         data = self._content(rel)
         if data is None:
             return self._plain(404, "not found")
-        start = self._range_start()
-        if start is not None and start >= len(data):
+        rng = self._range(len(data))
+        if rng is not None and rng[0] >= len(data):
             return self._plain(416, "", {"Content-Range": f"bytes */{len(data)}"})
-        self._send_headers(data, start)
+        body = data if rng is None else data[rng[0] : rng[1] + 1]
+        if rng is not None and rel in self.files.body_delta:
+            delta = self.files.body_delta.pop(rel)
+            body = body[: len(body) + delta] if delta < 0 else body + b"\0" * delta
+        self._send_headers(data, rng, len(body))
         if self.command == "GET":
-            self._send_body(rel, data[start or 0 :])
+            self._send_body(rel, body)
 
     def _injected_answer(self, rel: str | None) -> bool:
         """Answer with an injected status or redirect; False when there is none."""
         files = self.files
         if files.status_for.get(rel):
-            self._plain(files.status_for[rel].pop(0), "injected")
+            extra = {"Retry-After": files.retry_after} if files.retry_after else {}
+            self._plain(files.status_for[rel].pop(0), "injected", extra)
             return True
         if rel in files.redirect:
             location = files.redirect[rel]
@@ -159,7 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
         if rel in files.serve_instead:
             data = files.serve_instead[rel]
         elif file is not None and file.is_file():
-            data = file.read_bytes()
+            data = self._read(file)
         else:
             return None
         if rel in files.flip_byte and files.flip_byte[rel] < len(data):
@@ -167,21 +186,33 @@ class _Handler(BaseHTTPRequestHandler):
             data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1 :]
         return data
 
-    def _range_start(self) -> int | None:
-        """Where an open-ended ``Range: bytes=N-`` starts; None without one (or when ignored)."""
-        rng = self.headers.get("Range")
-        if not rng or not rng.startswith("bytes=") or not rng.endswith("-"):
-            return None
-        return None if self.files.ignore_range else int(rng[6:-1])
+    def _read(self, file: Path) -> bytes:
+        """The file's bytes, kept while its size and mtime stay (large stores are read and
+        hashed once, not at every range request)."""
+        st = file.stat()
+        key = (str(file), st.st_size, st.st_mtime_ns)
+        with self.files.lock:
+            if self.files._kept[0] != key:
+                self.files._kept = (key, file.read_bytes())
+            return self.files._kept[1]
 
-    def _send_headers(self, data: bytes, start: int | None) -> None:
-        """200 with the whole body, or 206 from ``start`` on."""
-        self.send_response(200 if start is None else 206)
-        self.send_header("Content-Length", str(len(data) - (start or 0)))
+    def _range(self, size: int) -> tuple[int, int] | None:
+        """``(first, last)`` byte of a ``Range: bytes=N-`` or ``bytes=A-B`` header (``last``
+        clipped to the file); None without one (or when ranges are ignored)."""
+        rng = self.headers.get("Range")
+        if not rng or not rng.startswith("bytes=") or self.files.ignore_range:
+            return None
+        first, _, last = rng[6:].partition("-")
+        return int(first), min(int(last), size - 1) if last else size - 1
+
+    def _send_headers(self, data: bytes, rng: tuple[int, int] | None, length: int) -> None:
+        """200 with the whole body, or 206 with the range ``rng``."""
+        self.send_response(200 if rng is None else 206)
+        self.send_header("Content-Length", str(length))
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("ETag", _etag(data))
-        if start is not None:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        if rng is not None:
+            self.send_header("Content-Range", f"bytes {rng[0]}-{rng[1]}/{len(data)}")
         self.end_headers()
 
     def _send_body(self, rel: str | None, body: bytes) -> None:
@@ -194,7 +225,16 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             with files.lock:
                 files.body_bytes[rel] += len(body)
-            self.wfile.write(body)
+            if files.rate_bytes_per_s:
+                self._send_capped(body, files.rate_bytes_per_s)
+            else:
+                self.wfile.write(body)
+
+    def _send_capped(self, body: bytes, rate: int) -> None:
+        step = max(1, rate // 100)  # 10 ms of bytes at a time
+        for at in range(0, len(body), step):
+            self.wfile.write(body[at : at + step])
+            time.sleep(min(step, len(body) - at) / rate)
 
     def _send_cut(self, rel: str | None, body: bytes, cut: int) -> None:
         with self.files.lock:  # counted before sending: the client may finish first

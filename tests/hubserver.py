@@ -5,7 +5,8 @@ what huggingface_hub 2.4 sends for: create_repo, repo_info/dataset_info, list_da
 list_models, list_repo_tree/list_repo_files, list_repo_refs, preupload + commit (base64
 regular files only: preupload answers ``regular`` for everything, so LFS and Xet never
 start), tags, branches, validate-yaml, and HEAD/GET resolve with ETag, X-Repo-Commit and
-Range. Typed errors carry ``X-Error-Code``. No ``X-Xet-*`` header is ever sent.
+Range (``bytes=N-`` or ``bytes=A-B``). Typed errors carry ``X-Error-Code``. No ``X-Xet-*``
+header is ever sent.
 
 Usage::
 
@@ -425,20 +426,22 @@ class _HubHandler(BaseHTTPRequestHandler):
                     404, f"{path} not found", "EntryNotFound", {"X-Repo-Commit": commit.oid}
                 )
             cut = self.hub.cut_after.pop((repo_id, path), None) if self.command == "GET" else None
-        start, status = 0, 200
+        start, end, status = 0, len(data) - 1, 200
         rng = self.headers.get("Range")
-        if rng and rng.startswith("bytes=") and rng.endswith("-"):
-            start, status = int(rng[6:-1]), 206
+        if rng and rng.startswith("bytes="):  # bytes=N- or bytes=A-B
+            first, _, last = rng[6:].partition("-")
+            start, status = int(first), 206
+            end = min(int(last), len(data) - 1) if last else len(data) - 1
             if start >= len(data):
                 return self._send(416, b"", {"Content-Range": f"bytes */{len(data)}"})
-        body = data[start:]
+        body = data[start : end + 1]
         headers = {
             "ETag": f'"{blob_sha1(data)}"',
             "X-Repo-Commit": commit.oid,
             "Accept-Ranges": "bytes",
         }
         if status == 206:
-            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+            headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(len(body)))

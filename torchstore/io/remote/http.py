@@ -12,6 +12,8 @@
   ``GET``; one that ignores them gives "last writer wins".
 - ``delete`` sends ``DELETE``; a server that does not allow it (``405``, ``501``, ``403``)
   raises :class:`TransferError`, and ``404`` (gone already) is success.
+- A ``429`` or ``503`` with ``Retry-After: <seconds>`` waits that long (at most
+  ``MAX_RETRY_AFTER_S``) before the next attempt; other retries back off exponentially.
 - Redirects are followed by hand (at most 5), and the ``Authorization`` header is sent to
   the base URL's origin only.
 - Token: ``token=`` or the ``TORCHSTORE_HTTP_TOKEN`` environment variable, sent as
@@ -68,8 +70,26 @@ def _shown(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+#: The longest ``Retry-After`` honoured before the next attempt (a longer one is cut to it).
+MAX_RETRY_AFTER_S = 30.0
+
+
 class _Retry(Exception):
-    """An attempt failed in a way another attempt may fix."""
+    """An attempt failed in a way another attempt may fix (``after``: the server's
+    ``Retry-After``, in seconds, when it sent one)."""
+
+    def __init__(self, text: str, after: float | None = None):
+        super().__init__(text)
+        self.after = after
+
+
+def _retry_after(resp: http.client.HTTPResponse) -> float | None:
+    """The seconds a ``Retry-After`` header asks for (delta-seconds form), None without one."""
+    value = (resp.getheader("Retry-After") or "").strip()
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_AFTER_S) if value else None
+    except ValueError:
+        return None  # an HTTP date: fall back to the backoff
 
 
 class HttpClient:
@@ -168,7 +188,7 @@ class HttpClient:
         resp.read(4096)
         text = f"{method} {_shown(url)}: HTTP {status} {resp.reason}"
         if status in _RETRY_STATUS:
-            raise _Retry(text)
+            raise _Retry(text, _retry_after(resp))
         if status == 404:
             raise RemoteNotFoundError(self._message(text))
         if status == 412:
@@ -185,7 +205,7 @@ class HttpClient:
             try:
                 return fn()
             except _Retry as exc:
-                last = str(exc)
+                last, after = str(exc), exc.after
                 log.debug(
                     "%s failed (attempt %d of %d): %s",
                     what,
@@ -194,7 +214,8 @@ class HttpClient:
                     self._message(last),
                 )
                 if attempt < self.retries:
-                    time.sleep(min(0.05 * 2**attempt, 2.0))
+                    backoff = min(0.05 * 2**attempt, 2.0)
+                    time.sleep(backoff if after is None else max(after, backoff))
         raise TransferError(self._message(f"{last} (gave up after {self.retries + 1} attempts)"))
 
     def _check_deadline(self, what: str) -> None:
