@@ -36,7 +36,7 @@ import numpy as np
 import xxhash
 
 from torchstore.data.file.manifest import UNCHECKED_FORMAT_VERSION, Manifest, parse_manifest_json
-from torchstore.errors import IntegrityError, StoreFormatError, TorchstoreError
+from torchstore.errors import IntegrityError, StoreFormatError, TorchstoreError, TransferError
 from torchstore.io.hdf5.checksummed import ChecksummedDataset, create_checksummed
 from torchstore.io.hdf5.files import MANIFEST_ATTR
 
@@ -343,6 +343,8 @@ class StoreDatasets:
             try:
                 self.commit.refresh()
                 record = np.asarray(self.commit[...], dtype=np.int64)
+            except TransferError:
+                raise  # a remote read failed: no damage to report
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 if attempt + 1 < _COMMIT_READ_ATTEMPTS:
                     time.sleep(0.001)

@@ -43,6 +43,8 @@ from torchstore.errors import (
 from torchstore.io.frames.codec import EncodedFrames, StreamInfo
 from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.files import open_for_read
+from torchstore.io.remote.chunk_cache import ChunkCache
+from torchstore.io.remote.ranged import is_url, open_url
 from torchstore.validation import positive_int
 
 __all__ = ["StoreReader"]
@@ -55,19 +57,36 @@ def _named(exc: TorchstoreError, path: Path) -> TorchstoreError:
     return type(exc)(f"{path}: {exc}")
 
 
+def _source(path: Path | str, cache: ChunkCache | int | str | bool):
+    """What :func:`open_for_read` opens: the local path, or a URL's ranged file object
+    (``cache``: True for the default range cache, a budget such as ``"50GiB"``, a
+    :class:`ChunkCache`, or False for none)."""
+    if not is_url(path):
+        return path
+    if not isinstance(cache, ChunkCache | bool):
+        cache = ChunkCache(budget=cache)
+    return open_url(path, cache=cache)
+
+
 class StoreReader:
     """A store file opened for reading: its committed snapshot and contiguous reads.
 
     What the reader shows is a snapshot of the committed episodes taken at open; call
     :meth:`refresh` to see episodes committed since (a live writer may keep appending).
+
+    ``path`` may be a URL (``https://...`` on a server that answers byte ranges, or
+    ``hf://datasets/NS/NAME[@REVISION]/PATH``): the store opens read-only in place, its
+    bytes fetched by range through a bounded local cache (``cache``: a budget such as
+    ``"50GiB"``, True for 10 % of the free disk, False for none); see
+    :mod:`torchstore.io.remote.ranged`.
     """
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike, *, cache: ChunkCache | int | str | bool = True):
+        self.path = path if is_url(path) else Path(path)
         self._decoder_local = threading.local()  # each thread's decoders (encoded columns)
         #: encoded column -> (committed rows, where their packets end), for the snapshot
         self._packet_ends: dict[str, tuple[int, int]] = {}
-        self._file = open_for_read(self.path)
+        self._file = open_for_read(_source(self.path, cache))
         try:
             self._manifest = read_manifest(self._file, str(self.path))
             self._ds = StoreDatasets.open_checked(
@@ -322,6 +341,9 @@ class StoreReader:
 
     # ----------------------------------------------------------------- lifetime
     def size_on_disk(self) -> int:
+        """The store file's bytes (a URL's: the remote object's)."""
+        if is_url(self.path):
+            return self._file._torchstore_fileobj.size
         return self.path.stat().st_size
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ from torchstore.errors import (
     StorageFullError,
     StoreFormatError,
     TorchstoreError,
+    UnsupportedError,
 )
 from torchstore.io.destination import check_destination
 from torchstore.io.durable import fsync_folder
@@ -50,6 +51,7 @@ from torchstore.io.hdf5.files import (
     require_hdf5,
 )
 from torchstore.io.hdf5.writer_lock import WriterLock
+from torchstore.io.remote.ranged import is_url
 
 __all__ = ["TrajectoryStoreWriter", "flatten_rows", "lossless_cast"]
 
@@ -152,6 +154,16 @@ def _row_count(value: Any) -> int:
     return len(value) if isinstance(value, EncodedFrames) else int(value.shape[0])
 
 
+def _local(path: str | os.PathLike) -> Path:
+    """A writer's path; a URL is refused (stores are written locally, then pushed)."""
+    if is_url(path):
+        raise UnsupportedError(
+            f"cannot write to {path}: writers are local; push publishes a store "
+            "(write it to a local path, then torchstore push)"
+        )
+    return Path(path)
+
+
 class TrajectoryStoreWriter:
     """Append rows and commit them as episodes into one HDF5 store file.
 
@@ -198,7 +210,7 @@ class TrajectoryStoreWriter:
         created: str | None = None,
         expected_rows: int | None = None,
     ):
-        path = Path(path)
+        path = _local(path)
         if expected_rows is not None:
             try:
                 rows_hint = -1 if isinstance(expected_rows, bool) else operator.index(expected_rows)
@@ -257,7 +269,7 @@ class TrajectoryStoreWriter:
         Works on a store whose writer was killed: uncommitted rows are dropped and the
         committed ones are verified before appending resumes.
         """
-        path = require_hdf5(path)
+        path = require_hdf5(_local(path))
         writer = cls.__new__(cls)
         lock = WriterLock.acquire(path)
         try:

@@ -32,6 +32,7 @@ import numpy as np
 from torchstore.data.file.layout import StoreDatasets, read_manifest_fields
 from torchstore.errors import IntegrityError, StoreFormatError
 from torchstore.io.hdf5.files import open_for_read
+from torchstore.io.remote.ranged import is_url, open_url
 
 __all__ = ["StoreFacts"]
 
@@ -50,8 +51,8 @@ class StoreFacts:
     """
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self._file = open_for_read(self.path)
+        self.path = path if is_url(path) else Path(path)
+        self._file = open_for_read(open_url(path) if is_url(path) else self.path)
         try:
             self.manifest = read_manifest_fields(self._file, str(self.path))
             self.columns = self.manifest["columns"]
@@ -85,6 +86,8 @@ class StoreFacts:
         self.num_rows, self.num_episodes, self.episode_lengths = rows, episodes, lengths
 
     def size_on_disk(self) -> int:
+        if is_url(self.path):
+            return self._file._torchstore_fileobj.size
         return self.path.stat().st_size
 
     def close(self) -> None:

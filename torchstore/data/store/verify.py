@@ -244,10 +244,11 @@ def verify_store(
         names each damaged column and its rows (or why the store did not open).
     """
     from torchstore.data.store.facts import StoreFacts  # the store's checks, without torch
+    from torchstore.io.remote.ranged import is_url
 
     if Path(path).is_dir():
         return _verify_set(Path(path), progress)
-    report = Verification(Path(path))
+    report = Verification(path if is_url(path) else Path(path))
     try:
         store = StoreFacts(path)
     except (TorchstoreError, OSError) as exc:

@@ -31,7 +31,7 @@ import h5py
 import numpy as np
 import xxhash
 
-from torchstore.errors import ColumnError, IntegrityError, RowIndexError
+from torchstore.errors import ColumnError, IntegrityError, RowIndexError, TransferError
 
 __all__ = [
     "ChecksummedDataset",
@@ -300,6 +300,8 @@ class ChecksummedDataset:
         try:
             self.data.refresh()
             self.sums.refresh()
+        except TransferError:
+            raise  # a remote read failed: no damage to report
         except (OSError, ValueError, KeyError, RuntimeError) as exc:
             raise IntegrityError(
                 f"{self.label} cannot be refreshed ({exc}); the file is damaged"
@@ -313,6 +315,8 @@ class ChecksummedDataset:
                 fspace = dsid.get_space()
                 fspace.select_hyperslab((start,) + (0,) * len(self.row_shape), out.shape)
                 dsid.read(h5py.h5s.create_simple(out.shape), fspace, out)
+            except TransferError:
+                raise  # a remote read failed: no damage to report
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 raise IntegrityError(
                     f"{self.label} rows {start}..{stop - 1} cannot be read ({exc}); the file is "
@@ -326,6 +330,8 @@ class ChecksummedDataset:
             committed_blocks = math.ceil(committed_rows / self.block_rows)
             try:
                 table = self.sums[:committed_blocks]
+            except TransferError:
+                raise  # a remote read failed: no damage to report
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 raise IntegrityError(f"{self.label} checksum table cannot be read ({exc})") from exc
             if table.shape[0] < committed_blocks:
@@ -401,6 +407,8 @@ class ChecksummedDataset:
                 avail = min(a + b, max(before, committed_rows))
                 try:
                     row = self.sums[block]
+                except TransferError:
+                    raise  # a remote read failed: no damage to report
                 except (OSError, ValueError, KeyError, RuntimeError, IndexError) as exc:
                     raise IntegrityError(
                         f"{self.label} checksum table cannot be read ({exc})"

@@ -8,6 +8,7 @@ creation under a temporary name so a writer killed while creating leaves nothing
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -17,8 +18,10 @@ import resource
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import h5py
 
@@ -205,12 +208,16 @@ _READERS: dict[tuple[int, int], _SharedReadFile] = {}
 _READERS_LOCK = threading.Lock()
 
 
-def open_for_read(path: str | os.PathLike) -> h5py.File:
+def open_for_read(path: str | os.PathLike | BinaryIO) -> h5py.File:
     """Open read-only in SWMR mode (live writers allowed) with capped metadata retries.
 
     Opens of the same file in one process share one handle (see ``_SharedReadFile``);
-    close each one when done.
+    close each one when done. ``path`` may also be a readable, seekable binary file object
+    (a remote object read by byte range): it is opened through h5py's ``fileobj`` driver,
+    not shared, and closed with the file.
     """
+    if hasattr(path, "readinto") and hasattr(path, "seek"):
+        return _open_fileobj_for_read(path)
     path = require_hdf5(path)
     stat = path.stat()
     key = (stat.st_dev, stat.st_ino)
@@ -240,6 +247,52 @@ def open_for_read(path: str | os.PathLike) -> h5py.File:
         shared._torchstore_objects = {}
         _READERS[key] = shared
         return shared
+
+
+class _FileObjFile(h5py.File):
+    """A read-only file over a file object; closing it closes the file object too."""
+
+    def close(self) -> None:
+        _FILEOBJ_FILES.discard(self)
+        super().close()
+        self._torchstore_fileobj.close()
+
+
+#: Files open over file objects, closed at exit before h5py's own exit handler runs (left
+#: to it, HDF5 called into a half-finalized file object and crashed the interpreter).
+_FILEOBJ_FILES: weakref.WeakSet[_FileObjFile] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_fileobj_files() -> None:
+    for f in list(_FILEOBJ_FILES):
+        with contextlib.suppress(Exception):
+            f.close()
+
+
+def _open_fileobj_for_read(fileobj: BinaryIO) -> h5py.File:
+    name = str(getattr(fileobj, "name", "file object"))
+    fileobj.seek(0)
+    if fileobj.read(len(_HDF5_SIGNATURE)) != _HDF5_SIGNATURE:
+        fileobj.close()
+        raise StoreFormatError(f"{name} is not an HDF5 file (no HDF5 signature found)")
+    fapl = _fapl(read_attempts=SWMR_READ_ATTEMPTS)
+    fapl.set_fileobj_driver(h5py.h5fd.fileobj_driver, fileobj)
+    try:
+        fid = h5py.h5f.open(os.fsencode(name), h5py.h5f.ACC_RDONLY, fapl=fapl)
+    except OSError as exc:
+        fileobj.close()
+        if "superblock version" in str(exc) or "libver" in str(exc):
+            raise StoreFormatError(
+                f"{name} is an HDF5 file in an older format; it was not written by torchstore"
+            ) from exc
+        raise StoreFormatError(
+            f"{name} cannot be opened as a store (damaged or truncated?): {exc}"
+        ) from exc
+    f = _FileObjFile(fid)
+    f._torchstore_fileobj = fileobj
+    _FILEOBJ_FILES.add(f)
+    return f
 
 
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"

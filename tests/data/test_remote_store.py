@@ -1,0 +1,226 @@
+"""A store opened by URL (loopback HTTP with Range, the loopback Hub through huggingface_hub):
+the same rows as the local file, a few pages fetched at open, pins, faults and secrets."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+
+import pytest
+import torch
+
+from tests.remote.conftest import _isolated_env, file_server, hub, hub_server  # noqa: F401
+from torchstore import ColumnSpec, Quantize, TrajectoryStore, TrajectoryStoreWriter
+from torchstore.data.store.facts import StoreFacts
+from torchstore.data.store.summary import summarize
+from torchstore.data.store.verify import verify_store
+from torchstore.errors import (
+    IntegrityError,
+    RemoteChangedError,
+    RemoteNotFoundError,
+    UnsupportedError,
+)
+
+COLUMNS = [
+    ColumnSpec("obs", torch.float32, (5,)),
+    ColumnSpec("action", torch.float32, (2,)),
+    ColumnSpec("reward", torch.float32),
+    ColumnSpec("done", torch.bool),
+    ColumnSpec("pixels", torch.float32, (8, 8, 3), quantize=Quantize(0.0, 1.0)),
+    ColumnSpec("step", torch.int64),
+]
+
+
+def _rows(spec: ColumnSpec, n: int, g: torch.Generator) -> torch.Tensor:
+    if spec.dtype == torch.bool:
+        return torch.arange(n) == n - 1
+    if spec.dtype == torch.int64:
+        return torch.arange(n)
+    return torch.rand(n, *spec.shape, generator=g)
+
+
+def _write(path, episodes: int, rows: int = 50, columns=COLUMNS) -> None:
+    g = torch.Generator().manual_seed(episodes)
+    with TrajectoryStoreWriter(path, columns, env_id="Pendulum-v1", seed=3, overwrite=True) as w:
+        for e in range(episodes):
+            n = rows + e % 7
+            w.append({spec.name: _rows(spec, n, g) for spec in columns})
+            w.end_episode(metadata={"episode": e})
+
+
+@pytest.fixture
+def served_store(file_server, tmp_path):  # noqa: F811
+    path = file_server.root / "runs.h5"
+    _write(path, 40)
+    return file_server, f"{file_server.url}/runs.h5", path
+
+
+def _same_store(remote: TrajectoryStore, local: TrajectoryStore) -> None:
+    assert len(remote) == len(local) and remote.num_episodes == local.num_episodes
+    assert remote.manifest == local.manifest
+    a, b = remote.read_slab(0, len(local)), local.read_slab(0, len(local))
+    for spec in local.columns:
+        key = tuple(spec.name.split("/"))
+        assert torch.equal(a[key], b[key]), spec.name
+    assert torch.equal(remote.episodes.lengths, local.episodes.lengths)
+    assert remote.episode_metadata(7) == local.episode_metadata(7) == {"episode": 7}
+
+
+def test_a_store_opened_by_https_url_reads_every_column_as_the_local_file(served_store):
+    server, url, path = served_store
+    with TrajectoryStore(url) as remote, TrajectoryStore(path) as local:
+        assert remote.path == url and repr(remote).startswith(f"TrajectoryStore('{url}'")
+        _same_store(remote, local)
+        assert remote.size_on_disk() == path.stat().st_size
+        again = pickle.loads(pickle.dumps(remote))  # a worker reopens it by its URL
+        assert again.path == url and torch.equal(again[5]["obs"], local[5]["obs"])
+        again.close()
+
+
+def test_residency_and_windows_read_a_url_store(served_store):
+    server, url, path = served_store
+    with TrajectoryStore(url) as remote, TrajectoryStore(path) as local:
+        rows = torch.arange(0, len(local), 7)
+        a, b = remote.resident().gather(rows), local.resident().gather(rows)
+        assert torch.equal(a["obs"], b["obs"]) and torch.equal(a["pixels"], b["pixels"])
+        win, ref = remote.window(500), local.window(500)
+        win.refill(900), ref.refill(900)
+        rows = torch.arange(win.start, win.stop, 3)
+        assert torch.equal(win.gather(rows)["action"], ref.gather(rows)["action"])
+
+
+def test_info_and_verify_take_a_url(served_store):
+    server, url, path = served_store
+    with StoreFacts(url) as facts:
+        info = summarize(facts)
+    assert info["path"] == url and info["episodes"] == 40 and info["size_on_disk"] > 0
+    report = verify_store(url)
+    assert (
+        str(report.path) == url
+        and not report.problems
+        and report.rows == len(TrajectoryStore(path))
+    )
+
+
+def test_opening_fetches_under_one_percent_of_a_store_of_many_episodes(file_server, tmp_path):  # noqa: F811
+    path = file_server.root / "many.h5"
+    _write(path, 3000, rows=40, columns=COLUMNS[:3] + [ColumnSpec("big", torch.float32, (64,))])
+    size = path.stat().st_size
+    store = TrajectoryStore(f"{file_server.url}/many.h5", cache=False)
+    fetched = store._file._torchstore_fileobj.bytes_fetched
+    assert store.num_episodes == 3000
+    assert fetched < 0.01 * size, (fetched, size)
+    assert file_server.body_bytes["many.h5"] == fetched + 1  # and the open's 1-byte probe
+    store.close()
+
+
+def test_a_second_open_comes_from_the_cache(served_store, tmp_path):
+    server, url, path = served_store
+    with TrajectoryStore(url, cache="64MiB") as s:
+        first = s.read_slab(0, len(s))
+    gets = len(server.gets("runs.h5"))
+    with TrajectoryStore(url, cache="64MiB") as s:
+        again = s.read_slab(0, len(s))
+        assert s._file._torchstore_fileobj.bytes_fetched == 0
+    assert torch.equal(first["obs"], again["obs"])
+    assert [r["range"] for r in server.gets("runs.h5")[gets:]] == ["bytes=0-0"]  # the pin
+
+
+def test_a_flipped_byte_on_the_server_is_caught_by_the_block_checksums(served_store):
+    server, url, path = served_store
+    with TrajectoryStore(path) as local:
+        offset = local._ds.columns["obs"].data.id.get_chunk_info(0).byte_offset
+    server.flip_byte["runs.h5"] = offset + 17
+    with TrajectoryStore(url, cache=False) as remote:
+        with pytest.raises(IntegrityError, match="checksum"):
+            remote.read_slab(0, 10)
+
+
+def test_a_store_changed_after_open_is_refused_not_mixed(served_store, tmp_path):
+    server, url, path = served_store
+    remote = TrajectoryStore(url, cache=False)
+    shutil.copy(path, tmp_path / "old.h5")
+    _write(path, 41)  # republished: a new ETag
+    with pytest.raises(RemoteChangedError, match=r"runs\.h5 changed since it was opened"):
+        remote.read_slab(0, len(remote))
+    remote.close()
+
+
+def test_faults_during_reads_are_retried(served_store):
+    server, url, path = served_store
+    with TrajectoryStore(url, cache=False) as remote, TrajectoryStore(path) as local:
+        server.status_for["runs.h5"] = [503, 500]
+        server.cut_after["runs.h5"] = 100
+        server.body_delta["runs.h5"] = -3
+        _same_store(remote, local)
+
+
+def test_writers_refuse_a_url(served_store):
+    server, url, path = served_store
+    with pytest.raises(UnsupportedError, match="writers are local; push publishes a store"):
+        TrajectoryStoreWriter(url, COLUMNS)
+    with pytest.raises(UnsupportedError, match="writers are local; push publishes a store"):
+        TrajectoryStoreWriter.resume(url)
+
+
+def test_a_missing_store_url_names_it_without_the_token(file_server, monkeypatch):  # noqa: F811
+    secret = "tok-3b9c1e"
+    monkeypatch.setenv("TORCHSTORE_HTTP_TOKEN", secret)
+    with pytest.raises(RemoteNotFoundError, match=r"/data/nope\.h5") as e:
+        TrajectoryStore(f"{file_server.url}/nope.h5?key={secret}")
+    assert secret not in str(e.value)
+
+
+# ----------------------------------------------------------------- the Hub
+def _publish(hub, tmp_path, name="ds", episodes=30):  # noqa: F811
+    from huggingface_hub import HfApi
+
+    path = tmp_path / f"{name}.h5"
+    _write(path, episodes)
+    api = HfApi(endpoint=hub.endpoint)
+    repo = f"{hub.namespace}/{name}"
+    api.create_repo(repo, repo_type="dataset")
+    info = api.upload_file(
+        path_or_fileobj=str(path), path_in_repo="data/runs.h5", repo_id=repo, repo_type="dataset"
+    )
+    return api, repo, path, info.oid
+
+
+def test_a_store_on_the_hub_opens_in_place_and_stays_at_its_commit(hub, tmp_path):  # noqa: F811
+    api, repo, path, commit = _publish(hub, tmp_path)
+    url = f"hf://datasets/{repo}/data/runs.h5"
+    remote = TrajectoryStore(url, cache=False)
+    local = TrajectoryStore(path)
+    _same_store(remote, local)
+    _write(tmp_path / "next.h5", 31)
+    api.upload_file(
+        path_or_fileobj=str(tmp_path / "next.h5"),
+        path_in_repo="data/runs.h5",
+        repo_id=repo,
+        repo_type="dataset",
+    )
+    ranged = remote._file._torchstore_fileobj
+    ranged._block.memory.clear()
+    before = ranged.bytes_fetched
+    # fetched again from the Hub after the new commit: the bytes of the commit it opened
+    assert ranged.fetch_ranges([(0, ranged.size)]) == [path.read_bytes()]
+    assert ranged.bytes_fetched == before + ranged.size
+    _same_store(remote, local)
+    remote.close()
+    local.close()
+    pinned_url = f"hf://datasets/{repo}@{commit}/data/runs.h5"
+    with TrajectoryStore(url) as latest, TrajectoryStore(pinned_url) as pinned:
+        assert latest.num_episodes == 31 and pinned.num_episodes == 30
+
+
+def test_hub_errors_name_the_file_and_never_the_token(hub, tmp_path, monkeypatch):  # noqa: F811
+    api, repo, _, _ = _publish(hub, tmp_path)
+    secret = "hf_" + "x" * 30
+    monkeypatch.setenv("HF_TOKEN", secret)
+    with pytest.raises(RemoteNotFoundError, match=r"data/missing\.h5") as e:
+        TrajectoryStore(f"hf://datasets/{repo}/data/missing.h5")
+    assert secret not in str(e.value)
+    store = TrajectoryStore(f"hf://datasets/{repo}/data/runs.h5", cache=False)
+    assert any(r.get("authorization") == f"Bearer {secret}" for r in hub.requests[-3:])
+    assert secret not in repr(store) and secret not in str(store.path)
+    store.close()
