@@ -176,3 +176,18 @@ def test_is_url_and_bad_hub_urls():
     assert not is_url("/tmp/x.h5") and not is_url(b"http://x")
     with pytest.raises(ValueError, match="must be hf://datasets/NAMESPACE/NAME"):
         locate("hf://datasets/only-one")
+
+
+def test_sequential_long_reads_fetch_ahead_in_few_requests(file_server):
+    data = os.urandom(64 * BLOCK)
+    (file_server.root / "obj.bin").write_bytes(data)
+    url = f"{file_server.url}/obj.bin"
+    with _open(url) as f:
+        # two interleaved streams (two columns of a slab), each read one block at a time
+        for i in range(32):
+            for base in (0, 32):
+                a = (base + i) * BLOCK
+                assert f.pread(a, a + BLOCK) == data[a : a + BLOCK]
+        # every block once, and at most one window fetched past where the first stream ends
+        assert len(data) <= f.bytes_fetched <= len(data) + 8 * BLOCK
+    assert len(_range_gets(file_server)) <= 16  # 64 blocks, in windows of up to 8

@@ -77,8 +77,12 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 #: Requests in flight at once in :meth:`RangedFile.fetch_ranges`.
 PARALLEL_REQUESTS = 8
 #: Pages and blocks kept in memory by one file object, each (HDF5 reads metadata a few
-#: bytes at a time).
-_MEMORY_UNITS = 16
+#: bytes at a time; a slab read follows a few streams, each up to ``_MAX_READAHEAD`` ahead).
+_MEMORY_UNITS = 32
+#: The most blocks fetched ahead of a stream of sequential long reads (one request of 8 MiB:
+#: 42 ms at 200 MB/s, beside a 20 ms round trip), and the streams followed at once.
+_MAX_READAHEAD = 8
+_STREAMS = 8
 #: The slowest transfer rate a request is allowed beyond ``timeout`` (a dripping server).
 _MIN_RATE = 64 * 1024
 _SCHEMES = ("http://", "https://", "hf://")
@@ -365,6 +369,7 @@ class RangedFile(io.RawIOBase):
         self._memory_lock = threading.Lock()
         self._pos = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._streams: OrderedDict[int, int] = OrderedDict()  # last block -> readahead
 
     def __repr__(self) -> str:
         return f"RangedFile({self.obj.shown!r}, size={self.obj.size})"
@@ -433,8 +438,25 @@ class RangedFile(io.RawIOBase):
         stop = min(stop, self.obj.size)
         if stop <= start:
             return b""
-        tier = self._page if stop - start < 4 * self._page.unit else self._block
-        return self._read(tier, [(start, stop)])[0]
+        if stop - start < 4 * self._page.unit:
+            return self._read(self._page, [(start, stop)])[0]
+        return self._read(self._block, [(start, stop)], ahead=self._ahead(start, stop))[0]
+
+    def _ahead(self, start: int, stop: int) -> int:
+        """Blocks to fetch past a long read that continues a stream of reads (one column's
+        chunks; a slab reads several columns at once, so up to ``_STREAMS`` streams are
+        followed): doubling while the stream goes on, up to ``_MAX_READAHEAD``; none for a
+        read that continues no stream."""
+        u = self._block.unit
+        first, last = start // u, (stop - 1) // u
+        with self._memory_lock:
+            streams = self._streams
+            end = next((e for e in (first, first - 1) if e in streams), None)
+            ahead = 0 if end is None else min(max(2 * streams.pop(end), 1), _MAX_READAHEAD)
+            streams[last] = ahead
+            while len(streams) > _STREAMS:
+                streams.popitem(last=False)
+        return ahead
 
     def fetch_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each half-open range, in the order given.
@@ -449,12 +471,16 @@ class RangedFile(io.RawIOBase):
                 )
         return self._read(self._block, ranges)
 
-    def _read(self, tier: _Tier, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+    def _read(self, tier: _Tier, ranges: Sequence[tuple[int, int]], ahead: int = 0) -> list[bytes]:
         u = tier.unit
         wanted: set[int] = set()
         for a, z in ranges:
             if z > a:
                 wanted.update(range(a // u, (z - 1) // u + 1))
+        if ahead and wanted and max(wanted) + 1 not in tier.memory:
+            # the stream's next block is not here yet: fetch a window of them in one go
+            last, end = max(wanted), -(-self.obj.size // u)
+            wanted.update(range(last + 1, min(last + 1 + ahead, end)))
         units = self._units(tier, sorted(wanted))
         out = []
         for a, z in ranges:
