@@ -419,10 +419,10 @@ class RangedFile(io.RawIOBase):
         stop = min(self._pos + len(view), self.obj.size)
         if stop <= self._pos:
             return 0
-        data = self.pread(self._pos, stop)
-        view[: len(data)] = data
+        n = stop - self._pos
+        view[:n] = self._view(self._pos, stop)
         self._pos = stop
-        return len(data)
+        return n
 
     def close(self) -> None:
         if self._pool is not None:
@@ -435,7 +435,9 @@ class RangedFile(io.RawIOBase):
     # ----------------------------------------------------------------- reads
     def pread(self, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` (clipped to the object), through pages or blocks."""
-        stop = min(stop, self.obj.size)
+        return bytes(self._view(start, min(stop, self.obj.size)))
+
+    def _view(self, start: int, stop: int) -> memoryview | bytes:
         if stop <= start:
             return b""
         if stop - start < 4 * self._page.unit:
@@ -469,9 +471,12 @@ class RangedFile(io.RawIOBase):
                 raise ValueError(
                     f"byte range [{a}, {z}) is outside {self.obj.shown} ({self.obj.size} bytes)"
                 )
-        return self._read(self._block, ranges)
+        return [bytes(v) for v in self._read(self._block, ranges)]
 
-    def _read(self, tier: _Tier, ranges: Sequence[tuple[int, int]], ahead: int = 0) -> list[bytes]:
+    def _read(
+        self, tier: _Tier, ranges: Sequence[tuple[int, int]], ahead: int = 0
+    ) -> list[memoryview | bytes]:
+        """Views of the bytes of each range (no copy for a range inside one unit)."""
         u = tier.unit
         wanted: set[int] = set()
         for a, z in ranges:
@@ -487,9 +492,12 @@ class RangedFile(io.RawIOBase):
             if z <= a:
                 out.append(b"")
                 continue
-            first = a // u
-            data = b"".join(units[i] for i in range(first, (z - 1) // u + 1))
-            out.append(data[a - first * u : z - first * u])
+            first, last = a // u, (z - 1) // u
+            if first == last:
+                out.append(memoryview(units[first])[a - first * u : z - first * u])
+                continue
+            data = b"".join(units[i] for i in range(first, last + 1))
+            out.append(memoryview(data)[a - first * u : z - first * u])
         return out
 
     def _units(self, tier: _Tier, indices: Sequence[int]) -> dict[int, bytes]:
