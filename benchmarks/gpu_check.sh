@@ -2,12 +2,14 @@
 # The CUDA checks in one command, from a machine that has only this repository, a CUDA GPU
 # with its driver, and a Python with pip:
 #
-#   1. installs what is missing (this package without touching an installed CUDA torch, plus
-#      pytest and hypothesis), from the package index or, with --wheels DIR, from wheels in
-#      DIR alone (for a machine without an index);
+#   1. installs what is missing (this package with its video extra, without touching an
+#      installed CUDA torch, plus simplejpeg, pytest and hypothesis), from the package index
+#      or, with --wheels DIR, from wheels in DIR alone (for a machine without an index);
 #   2. runs the gpu-marked tests;
 #   3. runs benchmarks/device_sampling.py on CUDA: graph-replayed sample_into against
-#      torchrl's eager rb.sample() on the same GPU (target >= 10x), and the other device cases.
+#      torchrl's eager rb.sample() on the same GPU (target >= 10x), and the other device cases;
+#   4. runs benchmarks/gpu_decode.py: video decoded on the GPU's decoder (decode_device="cuda")
+#      against the CPU's decoders on the same packets.
 #
 # Every step is bounded in time (the whole run takes under 5 minutes once installed) and the
 # run ends with the wall time of each step.
@@ -37,7 +39,8 @@ missing=$("$PY" - <<'PY'
 import importlib.util
 needed = {"torch": "torch", "tensordict": "tensordict", "torchrl": "torchrl", "h5py": "h5py",
           "xxhash": "xxhash", "numpy": "numpy", "numba": "numba", "pytest": "pytest",
-          "hypothesis": "hypothesis", "torchstore": "torchstore"}
+          "hypothesis": "hypothesis", "av": "av", "simplejpeg": "simplejpeg",
+          "torchstore": "torchstore"}
 print(" ".join(pkg for mod, pkg in needed.items() if importlib.util.find_spec(mod) is None))
 PY
 )
@@ -49,7 +52,8 @@ if [ -n "$missing" ]; then
     fi
     source_args=()
     if [ -n "$WHEELS" ]; then source_args=(--no-index --find-links "$WHEELS"); fi
-    if ! timeout 600 "$PY" -m pip install -q "${source_args[@]}" -e . pytest hypothesis "${pins[@]}"; then
+    if ! timeout 600 "$PY" -m pip install -q "${source_args[@]}" -e ".[video]" simplejpeg pytest \
+        hypothesis "${pins[@]}"; then
         echo "gpu_check.sh: installing $missing failed (see pip's message above)" >&2
         exit 1
     fi
@@ -69,7 +73,7 @@ PY
 # 2. the gpu-marked tests
 t=$SECONDS
 timeout 150 "$PY" -m pytest -m gpu -q -p no:cacheprovider -p no:randomly -o addopts="" \
-    tests/samplers/test_device.py
+    tests/samplers/test_device.py tests/io/test_decode_device.py
 step_done "gpu tests" "exit $?" "$t"
 
 # 3. graph-replayed sampling against torchrl eager, on the GPU (and the CPU cases beside it)
@@ -77,6 +81,11 @@ t=$SECONDS
 timeout 150 "$PY" benchmarks/device_sampling.py --no-compile --rows "$ROWS" --threads 0 \
     --repeats 21
 step_done "device_sampling.py" "exit $?" "$t"
+
+# 4. video decode on the GPU's decoder against the CPU's, same packets
+t=$SECONDS
+timeout 150 "$PY" benchmarks/gpu_decode.py --frames 240 --repeats 3
+step_done "gpu_decode.py" "exit $?" "$t"
 
 echo
 echo "gpu_check.sh: $(( SECONDS - START )) s in all"

@@ -47,7 +47,7 @@ from hydra.experimental.callback import Callback as HydraCallback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from torchstore.errors import StoreFormatError
+from torchstore.errors import ArgumentError, ColumnError, ResidencyError, StoreFormatError
 from torchstore.training import MetricsLog, RunFolder
 
 if TYPE_CHECKING:
@@ -592,6 +592,12 @@ def recipe_run(cfg: DictConfig, name: str) -> Iterator[Run]:
     try:
         yield run
         run.check()  # a signal that a callback swallowed still ends the run as interrupted
+    except (ResidencyError, ArgumentError, ColumnError) as exc:
+        # an option the data does not allow (a budget too small for an episode, a resize
+        # naming no camera): one line that says which, the traceback in the run's log only
+        _into_log_files(log, "the run failed:", sys.exc_info())
+        run.metrics.close()
+        refuse(f"{exc} (the traceback is in {folder.path / (name + '.log')})")
     except Exception:
         # Hydra prints the traceback on the console only: the run's log keeps it too
         _into_log_files(log, "the run failed:", sys.exc_info())

@@ -47,6 +47,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from torch import nn
 
 from torchstore.data.columns import column_key
+from torchstore.io.frames.resize import frame_resizes
 from torchstore.tasks import TASK_ID
 from torchstore.training import PolicyFile, describe_validation
 
@@ -146,7 +147,14 @@ class CameraChunkedPolicy:
     float state) made into the columns the policy trained on, a history per key, a chunk
     re-planned every ``exec_horizon`` steps and mapped back to task units."""
 
-    def __init__(self, model: VisuomotorPolicy, normalizer, columns: dict, exec_horizon: int):
+    def __init__(
+        self,
+        model: VisuomotorPolicy,
+        normalizer,
+        columns: dict,
+        exec_horizon: int,
+        resizes: dict | None = None,
+    ):
         if not 1 <= exec_horizon <= model.horizon:
             raise ValueError(
                 f"exec_horizon ({exec_horizon}) must be in [1, action_horizon={model.horizon}]"
@@ -159,6 +167,7 @@ class CameraChunkedPolicy:
                 "give observation columns offsets <= 0"
             )
         self.columns = columns  # obs key -> its ColumnSpec in the store
+        self.resizes = dict(resizes or {})  # camera key -> the FrameResize it trained at
         self.reset()
 
     def reset(self) -> None:
@@ -167,7 +176,10 @@ class CameraChunkedPolicy:
 
     def _column_value(self, key: str, value) -> torch.Tensor:
         """A task observation as the store's column holds it (then normalised like a batch)."""
-        spec, x = self.columns[key], torch.as_tensor(np.asarray(value))
+        spec, value = self.columns[key], np.asarray(value)
+        if key in self.resizes:  # the frames it trained on were resized as they were read
+            value = self.resizes[key].apply(value)
+        x = torch.as_tensor(value)
         if spec.quantize is not None and x.dtype == torch.uint8:
             x = spec.quantize.decode(x)  # the reach demo keeps pixels as Quantize(0, 1)
         x = x.to(spec.dtype)
@@ -252,7 +264,12 @@ def policy_from_weights(cfg: DictConfig, state: dict[str, torch.Tensor]) -> Came
     normalizer = saved.normalizer(cfg.datamodule.get("normalization", "mean_std"))
     store = open_demo_store(cfg.store)
     columns = {k: store.column(k) for k in [*cfg.obs.low_dim, *cfg.obs.rgb]}
-    return CameraChunkedPolicy(model, normalizer, columns, cfg.exec_horizon)
+    resize = cfg.datamodule.get("resize")
+    resizes = frame_resizes(
+        OmegaConf.to_container(resize) if OmegaConf.is_config(resize) else resize,
+        {k: columns[k].shape for k in cfg.obs.rgb},
+    )
+    return CameraChunkedPolicy(model, normalizer, columns, cfg.exec_horizon, resizes)
 
 
 def rollout_saved(cfg: DictConfig, policy, episodes: int | None = None) -> str:
@@ -314,7 +331,7 @@ def train(cfg: DictConfig, recipe: str) -> float:
             )
             return float(val) if val is not None else float("nan")
         columns = {k: store.column(k) for k in keys}
-        learned = CameraChunkedPolicy(model, dm.normalizer, columns, cfg.exec_horizon)
+        learned = CameraChunkedPolicy(model, dm.normalizer, columns, cfg.exec_horizon, dm.resize)
         policies = {"learned": learned, **reach_baselines(store, cfg.seed)}
         results = evaluate_policies(run, cfg, reach_task(store), policies, trainer.global_step)
     return results["learned"]["success_rate"]

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from torchstore.data import TrajectoryStore
 from torchstore.data.columns import ColumnSpec
@@ -78,3 +79,23 @@ def test_a_column_hdf5_cannot_hold_is_a_column_error_before_any_file(tmp_path, s
         TrajectoryStoreWriter(path, [ColumnSpec("wide", "uint8", shape)])
     assert words in str(refused.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_new_store_whose_first_episode_is_refused_is_not_left_behind(tmp_path):
+    """A first write refused (a wrong frame size, say) leaves no empty store where the store
+    was to be, ``overwrite=True`` or not; one committed episode keeps the store."""
+    columns = [ColumnSpec("cam", torch.uint8, (8, 8, 3)), ColumnSpec("a", torch.float32, (2,))]
+    good = {"cam": np.zeros((3, 8, 8, 3), np.uint8), "a": np.zeros((3, 2), np.float32)}
+    bad = {"cam": np.zeros((3, 4, 4, 3), np.uint8), "a": np.zeros((3, 2), np.float32)}
+    path = tmp_path / "new.h5"
+    for overwrite in (False, True):
+        with pytest.raises(ColumnError, match="expects rows of shape"):
+            with TrajectoryStoreWriter(path, columns, overwrite=overwrite) as writer:
+                writer.add_episode(bad)
+        assert not path.exists()
+    with pytest.raises(ColumnError):
+        with TrajectoryStoreWriter(path, columns) as writer:
+            writer.add_episode(good)
+            writer.add_episode(bad)
+    with TrajectoryStore(path) as store:
+        assert store.num_episodes == 1

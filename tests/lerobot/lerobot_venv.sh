@@ -56,7 +56,21 @@ rm -rf "$SP/tests"
 "$V/bin/python" -c "import lerobot.datasets.lerobot_dataset, torch, torchstore.lerobot, safetensors; \
 from importlib.metadata import version; print('lerobot', version('lerobot'), 'torch', torch.__version__)"
 if ! "$V/bin/python" -c "from torchcodec.decoders import VideoDecoder" 2>/dev/null; then
-    echo "torchcodec cannot load FFmpeg's shared libraries: its tests will skip" \
-        "(apt-get install ffmpeg, or FFmpeg 4-8 libraries on the library path, runs them)" >&2
+    # PyAV's wheel carries FFmpeg's libraries under hashed names (av.libs/libavutil-1a2b.so.59):
+    # linked under their sonames in $V/ffmpeg-libs, torchcodec loads them from there
+    # (benchmarks/cameras.py puts that folder on LD_LIBRARY_PATH for LeRobot's side)
+    LIBS="$SP/av.libs"
+    mkdir -p "$V/ffmpeg-libs"
+    for f in "$LIBS"/libav*.so.* "$LIBS"/libsw*.so.*; do
+        b=$(basename "$f")
+        ln -sf "$f" "$V/ffmpeg-libs/${b%%-*}.so.$(echo "$b" | sed -E 's/.*\.so\.([0-9]+).*/\1/')"
+    done
+    if LD_LIBRARY_PATH="$V/ffmpeg-libs" "$V/bin/python" -c \
+        "import torch; from torchcodec.decoders import VideoDecoder" 2>/dev/null; then
+        echo "torchcodec loads PyAV's FFmpeg from $V/ffmpeg-libs (LD_LIBRARY_PATH=$V/ffmpeg-libs)"
+    else
+        echo "torchcodec cannot load FFmpeg's shared libraries: its tests will skip" \
+            "(apt-get install ffmpeg, or FFmpeg 4-8 libraries on the library path, runs them)" >&2
+    fi
 fi
 echo "ready: $V/bin/python -m pytest tests/lerobot/test_lerobot_interop.py -q -rs"

@@ -93,10 +93,14 @@ def test_bc_camera_trains_from_an_imported_lerobot_camera_dataset(tmp_path):
 def test_bc_camera_takes_per_column_frames_and_rolls_out_with_them(tmp_path):
     """``datamodule.frame_offsets`` sizes the policy (a camera frame from 4 steps back and
     now, a 6-step chunk), and the saved policy, rebuilt from its run folder, picks the same
-    frames from its history in a rollout as the run's own evaluation did."""
+    frames from its history in a rollout as the run's own evaluation did. Its camera is
+    kept at 24x24 (``datamodule.resize``) and shifted in training (``datamodule.augment``):
+    the saved policy resizes the task's frames as the run's evaluation did."""
     run = tmp_path / "run"
     args = [
         "datamodule.frame_offsets={pixels: [-4, 0], state: [0], action: [0, 1, 2, 3, 4, 5]}",
+        "datamodule.resize=[24, 24]",
+        "datamodule.augment=[{_target_: torchstore.lightning.augment.RandomShift, pad: 2}]",
         "exec_horizon=3",
         "trainer.max_steps=6",
         "eval.episodes=2",
@@ -112,4 +116,22 @@ def test_bc_camera_takes_per_column_frames_and_rolls_out_with_them(tmp_path):
     saved = load_policy(run)
     assert saved.policy.model.obs_frames == {"state": (0,), "pixels": (-4, 0)}
     assert saved.policy.model.horizon == 6
+    from torchstore.io.frames.resize import FrameResize
+
+    assert saved.policy.resizes == {"pixels": FrameResize(24, 24)}
     assert learned[0] in saved.rollout().splitlines()
+
+
+def test_a_budget_too_small_for_an_episode_ends_in_one_line(tmp_path):
+    """A window budget that cannot hold a whole episode is said in one ``error:`` line with
+    status 2 (the traceback goes to the run's log), not a traceback on the console."""
+    cmd = [
+        sys.executable, str(ROOT / "recipes" / "bc_camera.py"), "datamodule.resident=30",
+        "trainer.max_steps=2", f"hydra.run.dir={tmp_path / 'run'}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert "more than a block of the resident budget holds" in line
+    assert "Traceback" in (tmp_path / "run" / "bc_camera.log").read_text()

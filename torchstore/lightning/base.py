@@ -67,6 +67,7 @@ from torchstore.data.rows.packed import PackedColumns, tensordict_of
 from torchstore.data.store.store import TrajectoryStore
 from torchstore.data.store.store_set import open_store
 from torchstore.errors import ResidencyError
+from torchstore.io.frames.decode_device import check_decode_device
 from torchstore.io.frames.resize import frame_resizes, is_camera_shape
 from torchstore.lightning.augment import apply_augments, batch_augments
 from torchstore.lightning.batches import (
@@ -175,8 +176,11 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
         resident_reuse: float = 1.0,
         resize: Any = None,
         augment: Any = None,
+        decode_device: str = "cpu",
     ):
         super().__init__()
+        #: where video frames are decoded (``"cuda"``: the GPU's decoder, where there is one)
+        self.decode_device = check_decode_device(decode_device)
         self.sampler = choice(SamplerKind, sampler, "sampler")
         self._set_residency(resident, resident_blocks, resident_reuse, ere, shard_episodes)
         #: the :class:`~torchstore.window.block_window.BlockWindow` sampled with a budget
@@ -391,6 +395,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             store,
             self._window_columns(),
             resize=self.resize or None,
+            decode_device=self.decode_device,
             segments=(rows.start, rows.length, rows.episode),
             budget=self.resident,
             resident_blocks=self.resident_blocks,

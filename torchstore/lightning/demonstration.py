@@ -151,6 +151,9 @@ class DemonstrationDataModule(StoreDataModule):
             them (a torchvision v2 transform works; :mod:`torchstore.lightning.augment` has
             per-sample ``RandomShift`` and ``ColorJitter``). Validation batches are not
             augmented.
+        decode_device: where video frames are decoded: ``"cpu"`` (the default) or ``"cuda"``
+            (the GPU's video decoder, NVDEC; where there is none, the CPU after one warning;
+            see :mod:`torchstore.io.frames.decode_device`).
 
     Raises:
         ColumnError: for a column the store does not have.
@@ -195,6 +198,7 @@ class DemonstrationDataModule(StoreDataModule):
         resident_reuse: float = 1.0,
         resize: Any = None,
         augment: Any = None,
+        decode_device: str = "cpu",
     ):
         self.obs_keys = _names(obs_keys, "obs_keys")
         self.action_keys = _names(action_keys, "action_keys")
@@ -236,7 +240,10 @@ class DemonstrationDataModule(StoreDataModule):
             self.obs_keys, device=device, resize=self._resize_of(self.obs_keys)
         )
         self.action_resident = store.resident(
-            self.action_keys, device=device, resize=self._resize_of(self.action_keys)
+            self.action_keys,
+            device=device,
+            resize=self._resize_of(self.action_keys),
+            decode_device=self.decode_device,
         )
         if not self.normalize:
             return

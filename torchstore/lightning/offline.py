@@ -135,6 +135,9 @@ class OfflineDataModule(StoreDataModule):
             takes frames ``[..., C, H, W]`` (a torchvision v2 transform works;
             :mod:`torchstore.lightning.augment` has per-sample ``RandomShift`` and
             ``ColorJitter``). Validation batches are not augmented.
+        decode_device: where video frames are decoded: ``"cpu"`` (the default) or ``"cuda"``
+            (the GPU's video decoder, NVDEC; where there is none, the CPU after one warning;
+            see :mod:`torchstore.io.frames.decode_device`).
 
     Raises:
         ColumnError: for a column the store does not have.
@@ -172,6 +175,7 @@ class OfflineDataModule(StoreDataModule):
         resident_reuse: float = 1.0,
         resize: Any = None,
         augment: Any = None,
+        decode_device: str = "cpu",
     ):
         self.layout = choice(Layout, layout, "layout")
         self.window_length = None if window is None else check_int("window", window, 1)
@@ -244,7 +248,9 @@ class OfflineDataModule(StoreDataModule):
 
     # ------------------------------------------------------------ setup
     def _load(self, store: TrajectoryStore, device: torch.device) -> None:
-        self.resident_view = store.resident(self._names, device=device, resize=self.resize or None)
+        self.resident_view = store.resident(
+            self._names, device=device, resize=self.resize or None, decode_device=self.decode_device
+        )
         self._derived = self._derive_terminated(self._names)
 
     def _window_columns(self) -> list[str]:

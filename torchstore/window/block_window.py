@@ -165,6 +165,7 @@ class BlockWindow:
         reuse: float = 1.0,
         lock: threading.Lock | None = None,
         resize: Any = None,
+        decode_device: str = "cpu",
     ):
         self.store = store
         #: whether :meth:`close` closes the store (a window opened from its recipe does)
@@ -188,7 +189,12 @@ class BlockWindow:
         #: chunks read straight from the file and reads through the store (block_read)
         self.stats = {"refills": 0, "rows": 0, "bytes": 0, "read_s": 0.0, "waits": 0, "wait_s": 0.0}
         self._reader = ChunkReader(
-            store, [s.name for s in specs], lock=self.lock, stats=self.stats, resize=self.resize
+            store,
+            [s.name for s in specs],
+            lock=self.lock,
+            stats=self.stats,
+            resize=self.resize,
+            decode_device=decode_device,
         )
         self._reader.set_buffer(_buffer_bytes(kind, amount, row_bytes, k, self._reader.chunk_bytes))
         tree_item = None if priorities is None else priorities.dtype.itemsize
@@ -221,6 +227,7 @@ class BlockWindow:
             "beta": beta,
             "reuse": reuse,
             "resize": self.resize or None,
+            "decode_device": decode_device,
         }
         self.schedule = RefillSchedule(
             len(self.blocks),

@@ -457,19 +457,22 @@ def decode_packet_runs(
     *,
     threads: int = 1,
     resize: FrameResize | None = None,
+    decode_device: str = "cpu",
 ) -> np.ndarray:
     """Decode ``runs`` (from :func:`read_packet_runs`) into ``out`` (``uint8 [n, H, W, C]``
     for the ``n`` rows read; ``[n, *resize.shape(...)]`` with a ``resize``, applied as each
     frame is decoded). ``decoders``: a dict that keeps one decoder per stream,
     reused from call to call by one thread. ``threads`` > 1 cuts the runs at their
     keyframes and decodes the pieces on that many threads at once (the decoders release
-    the GIL). FrameCodecError names column, episode, frame."""
+    the GIL). ``decode_device``: ``"cuda"`` decodes video on the GPU's decoder where there
+    is one (see :mod:`torchstore.io.frames.decode_device`). FrameCodecError names column,
+    episode, frame."""
     pieces = [p for r in runs for p in r.split()] if threads > 1 else list(runs)
     if threads > 1 and len(pieces) > 1:
-        wait_all(submit_pieces(spec, pieces, out, threads, resize))
+        wait_all(submit_pieces(spec, pieces, out, threads, resize, decode_device))
         return out
     for piece in pieces:
-        _decode_piece(spec, piece, out, decoders, resize)
+        _decode_piece(spec, piece, out, decoders, resize, decode_device)
     return out
 
 
@@ -479,6 +482,7 @@ def submit_pieces(
     out: np.ndarray,
     threads: int,
     resize: FrameResize | None = None,
+    decode_device: str = "cpu",
 ) -> list[Future]:
     """Start decoding ``pieces`` (runs cut at keyframes, :meth:`PacketRun.split`) into
     ``out`` on the process's decode threads (at least ``threads`` of them); the caller
@@ -486,7 +490,7 @@ def submit_pieces(
     every thread busy across the columns of a block (no column waits for the previous
     one's last piece)."""
     pool = decode_pool(threads)
-    return [pool.submit(_decode_piece, spec, p, out, None, resize) for p in pieces]
+    return [pool.submit(_decode_piece, spec, p, out, None, resize, decode_device) for p in pieces]
 
 
 def wait_all(jobs: Sequence[Future]) -> None:
@@ -504,12 +508,13 @@ def _decode_piece(
     out: np.ndarray,
     decoders: dict | None,
     resize: FrameResize | None = None,
+    decode_device: str = "cpu",
 ) -> None:
     if decoders is None:  # a pool thread: its own decoders, kept between calls
         decoders = getattr(_POOL_LOCAL, "decoders", None)
         if decoders is None:
             decoders = _POOL_LOCAL.decoders = decoder_cache()
-    decoder = _decoder(spec, r.extradata, decoders, resize)
+    decoder = _decoder(spec, r.extradata, decoders, resize, decode_device)
     try:
         decoder.decode(r.packets, out[r.at : r.at + r.count], r.first, frame_base=r.frame_base)
     except FrameCodecError as exc:
@@ -592,16 +597,19 @@ if hasattr(os, "register_at_fork"):
 
 
 def _decoder(
-    spec: ColumnSpec, extradata: bytes, cache: dict | None, resize: FrameResize | None = None
+    spec: ColumnSpec,
+    extradata: bytes,
+    cache: dict | None,
+    resize: FrameResize | None = None,
+    device: str = "cpu",
 ) -> FrameDecoder:
+    info = _stream_info(spec, extradata)
     if cache is None:
-        return FrameDecoder(spec.codec, _stream_info(spec, extradata), resize=resize)
-    key = (spec.name, spec.codec, extradata, resize)
+        return FrameDecoder(spec.codec, info, resize=resize, device=device)
+    key = (spec.name, spec.codec, extradata, resize, device)
     decoder = cache.get(key)
     if decoder is None:
         if len(cache) >= 16:
             cache.clear()
-        decoder = cache[key] = FrameDecoder(
-            spec.codec, _stream_info(spec, extradata), resize=resize
-        )
+        decoder = cache[key] = FrameDecoder(spec.codec, info, resize=resize, device=device)
     return decoder

@@ -180,6 +180,7 @@ class StoreReader:
         *,
         out: np.ndarray | None = None,
         resize: FrameResize | None = None,
+        decode_device: str = "cpu",
     ) -> np.ndarray:
         """One column's rows ``[start, stop)`` in its storage dtype (verified).
 
@@ -187,7 +188,8 @@ class StoreReader:
         into ``out`` when given (``uint8 [stop - start, H, W, C]``; on the thread that
         calls, so the windowed residency's refill threads decode while training runs).
         ``resize``: a camera column's frames cropped and resized as they are decoded (or,
-        kept raw, as they are read); then ``out`` has the resized shape.
+        kept raw, as they are read); then ``out`` has the resized shape. ``decode_device``:
+        ``"cuda"`` decodes video on the GPU's decoder where there is one.
         """
         spec = self.column(name)
         if resize is not None:
@@ -209,7 +211,9 @@ class StoreReader:
         if out is None:
             shape = spec.shape if resize is None else resize.shape(spec.shape)
             out = np.empty((stop - start, *shape), dtype=np.uint8)
-        return self.decode_packet_runs(spec.name, runs, out, resize=resize)
+        return self.decode_packet_runs(
+            spec.name, runs, out, resize=resize, decode_device=decode_device
+        )
 
     def read_packet_runs(self, name: str, start: int, stop: int) -> list[PacketRun]:
         """The packets (verified) that decode rows ``[start, stop)`` of an encoded column;
@@ -242,13 +246,16 @@ class StoreReader:
         *,
         threads: int = 1,
         resize: FrameResize | None = None,
+        decode_device: str = "cpu",
     ) -> np.ndarray:
         """Decode what :meth:`read_packet_runs` read into ``out``: on this thread, or cut at
-        keyframes over ``threads`` threads; ``resize`` as in :meth:`read_column`."""
+        keyframes over ``threads`` threads; ``resize`` and ``decode_device`` as in
+        :meth:`read_column`."""
         try:
             return decode_packet_runs(
-                self.column(name), runs, out, self._decoders(), threads=threads, resize=resize
-            )
+                self.column(name), runs, out, self._decoders(), threads=threads, resize=resize,
+                decode_device=decode_device,
+            )  # fmt: skip
         except TorchstoreError as exc:
             raise _named(exc, self.path) from exc
 

@@ -261,6 +261,9 @@ class TrajectoryStoreWriter:
                 ) from exc
             raise
         self._attach(path, manifest, durable, file=file, lock=lock, aside=aside)
+        #: this writer made the file at ``path`` (neither resumed nor written aside): left
+        #: by an error before its first commit, it is removed, not left as an empty store
+        self._made_here = aside is None
 
     @classmethod
     def resume(cls, path: str | os.PathLike, *, durable: bool = False) -> TrajectoryStoreWriter:
@@ -729,8 +732,9 @@ class TrajectoryStoreWriter:
         """Close without putting a replacement in place: the store that was there stays.
 
         For a writer that replaces an existing store (``overwrite=True``) the new store is
-        deleted; for any other writer this is :meth:`close` (committed episodes stay).
-        Leaving a ``with`` block by an exception aborts.
+        deleted, as is a new store with no episode committed yet; for any other writer this
+        is :meth:`close` (committed episodes stay). Leaving a ``with`` block by an exception
+        aborts.
         """
         self._finish(replace=False)
 
@@ -749,6 +753,8 @@ class TrajectoryStoreWriter:
                     fsync_folder(self.path.parent, best_effort=True)
                 else:
                     self._aside.unlink(missing_ok=True)
+            elif not replace and getattr(self, "_made_here", False) and self._episodes == 0:
+                self.path.unlink(missing_ok=True)  # nothing committed: no empty store left
         finally:
             self._lock.release()
 

@@ -32,6 +32,7 @@ import h5py
 import numpy as np
 
 from torchstore.data.file.encoded import decode_pool, decode_threads, submit_pieces, wait_all
+from torchstore.io.frames.decode_device import check_decode_device
 from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.checksummed import chunk_file_offsets
 
@@ -152,6 +153,8 @@ class ChunkReader:
         resize: ``{column: FrameResize}``: camera columns kept at training resolution,
             cropped and resized as they are decoded (or, kept raw, as they are read), so
             their destinations have the resized shape.
+        decode_device: where video frames are decoded, ``"cpu"`` or ``"cuda"`` (see
+            :mod:`torchstore.io.frames.decode_device`).
     """
 
     def __init__(
@@ -163,10 +166,12 @@ class ChunkReader:
         lock: threading.Lock,
         stats: dict | None = None,
         resize: Mapping[str, FrameResize] | None = None,
+        decode_device: str = "cpu",
     ):
         self.store = store
         self.lock = lock
         self.resize = dict(resize or {})
+        self.decode_device = check_decode_device(decode_device)
         self._fd = -1
         self._columns: dict[str, _Column] = {}
         with lock:
@@ -249,7 +254,7 @@ class ChunkReader:
                         copies.append((out, target))
                     pieces = [piece for run in runs for piece in run.split()]
                     spec = self.store.column(name)
-                    jobs += submit_pieces(spec, pieces, target, threads, resize)
+                    jobs += submit_pieces(spec, pieces, target, threads, resize, self.decode_device)
                     self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
                 elif resize is not None:
                     full = np.empty((hi - lo, *self.store.column(name).shape), out.dtype)
@@ -530,11 +535,12 @@ class ChunkReader:
             target = out[at : at + hi - lo]
             threads = decode_threads()
             resize = self.resize.get(name)
+            options = {"threads": threads, "resize": resize, "decode_device": self.decode_device}
             if target.flags.c_contiguous:
-                self.store.decode_packet_runs(name, runs, target, threads=threads, resize=resize)
+                self.store.decode_packet_runs(name, runs, target, **options)
             else:
                 target[...] = self.store.decode_packet_runs(
-                    name, runs, np.empty(target.shape, np.uint8), threads=threads, resize=resize
+                    name, runs, np.empty(target.shape, np.uint8), **options
                 )
             self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
             return

@@ -68,11 +68,13 @@ class ResidentStore(PackedRows):
         columns: Sequence[str] | None = None,
         device: torch.device | str = "cpu",
         resize: Any = None,
+        decode_device: str = "cpu",
     ) -> ResidentStore:
         """Read ``columns`` (all when ``None``) of every committed row of ``store`` onto
         ``device``, in contiguous slabs (checksums verified). ``resize``: camera columns
         kept at training resolution (see :func:`~torchstore.io.frames.resize.frame_resizes`),
-        cropped and resized as they are decoded or read."""
+        cropped and resized as they are decoded or read. ``decode_device``: where video is
+        decoded (``"cuda"``: the GPU's decoder where there is one)."""
         specs = store.select_columns(columns)
         resizes = frame_resizes(resize, {spec.name: spec.shape for spec in specs})
         full = {spec.name: spec for spec in specs}
@@ -84,19 +86,27 @@ class ResidentStore(PackedRows):
         ]
         rows = store.num_rows
         packed = PackedColumns(specs, max(rows, 1), device)
-        plain = [spec for spec in specs if spec.name not in resizes]
+        # read column by column: resized cameras, and video decoded on the GPU
+        apart: dict[str, Any] = dict(resizes)
+        if decode_device != "cpu":
+            for spec in specs:
+                if spec.codec is not None and spec.codec.is_video:
+                    apart.setdefault(spec.name, None)
+        plain = [spec for spec in specs if spec.name not in apart]
         for start in range(0, rows, _SLAB_ROWS):
             stop = min(start + _SLAB_ROWS, rows)
             if plain:
                 slab = store.read_slab(start, stop, [spec.name for spec in plain], raw=True)
                 packed.write(slice(start, stop), {spec.name: slab.get(spec.key) for spec in plain})
-        for name, frame_resize in resizes.items():
+        for name, frame_resize in apart.items():
             # in parts of at most _RESIZE_BYTES of full-size frames (a raw column is read
             # whole before it is resized)
             step = max(1, _RESIZE_BYTES // max(full[name].row_nbytes, 1))
             for start in range(0, rows, step):
                 stop = min(start + step, rows)
-                value = store.read_column(name, start, stop, resize=frame_resize)
+                value = store.read_column(
+                    name, start, stop, resize=frame_resize, decode_device=decode_device
+                )
                 packed.write(slice(start, stop), {name: torch.from_numpy(value)})
         return cls(packed, store.episodes.to(packed.device), store.path)
 

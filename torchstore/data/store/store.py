@@ -171,10 +171,12 @@ class TrajectoryStore(StoreReader):
         device: torch.device | str = "cpu",
         *,
         resize: Any = None,
+        decode_device: str = "cpu",
     ) -> ResidentStorage:
         """Load columns into memory on ``device`` (checksums verified), for gathers and sampling.
         ``resize``: camera columns kept at training resolution, ``[H, W]`` for every camera
-        or ``{column: [H, W]}`` (see :class:`~torchstore.io.frames.resize.FrameResize`).
+        or ``{column: [H, W]}`` (see :class:`~torchstore.io.frames.resize.FrameResize`);
+        ``decode_device="cuda"`` decodes video on the GPU's decoder where there is one.
 
         Returns a :class:`~torchstore.data.residency.resident_storage.ResidentStorage`: the
         :class:`ResidentStore` of those rows (``gather``, ``packed``, ``episodes``) as a
@@ -185,7 +187,9 @@ class TrajectoryStore(StoreReader):
         from torchstore.data.residency.resident_storage import ResidentStorage
 
         return ResidentStorage(
-            ResidentStore.load(self, columns=columns, device=device, resize=resize)
+            ResidentStore.load(
+                self, columns=columns, device=device, resize=resize, decode_device=decode_device
+            )
         )
 
     def window(

@@ -234,10 +234,17 @@ class StoreSet(TrajectoryStore):
 
     # ----------------------------------------------------------------- reading
     def read_column(
-        self, name: str, start: int, stop: int, *, resize: FrameResize | None = None
+        self,
+        name: str,
+        start: int,
+        stop: int,
+        *,
+        resize: FrameResize | None = None,
+        decode_device: str = "cpu",
     ) -> np.ndarray:
         """One column's rows ``[start, stop)`` across shard edges, storage dtype (verified);
-        ``resize`` as in :meth:`~torchstore.data.TrajectoryStore.read_column`."""
+        ``resize`` and ``decode_device`` as in
+        :meth:`~torchstore.data.TrajectoryStore.read_column`."""
         spec = self.column(name)
         if not 0 <= start <= stop <= self._rows:
             raise RowIndexError(
@@ -251,9 +258,15 @@ class StoreSet(TrajectoryStore):
                 break
             a, b = max(start, lo), min(stop, hi)
             if a < b:
-                parts.append(self._shards[i].read_column(spec.name, a - lo, b - lo, resize=resize))
+                parts.append(
+                    self._shards[i].read_column(
+                        spec.name, a - lo, b - lo, resize=resize, decode_device=decode_device
+                    )
+                )
         if not parts:
-            return self._shards[0].read_column(spec.name, 0, 0, resize=resize)
+            return self._shards[0].read_column(
+                spec.name, 0, 0, resize=resize, decode_device=decode_device
+            )
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def episode_metadata(self, index: int) -> dict[str, Any]:

@@ -212,7 +212,9 @@ class FrameDecoder:
     :mod:`torchstore.io.frames.codec_video`. Per-frame kinds ignore it. ``resize``: a
     :class:`~torchstore.io.frames.resize.FrameResize` the frames are cropped and resized by
     as they are decoded (see :mod:`torchstore.io.frames.resize` for where each codec does
-    it); then frames come out as ``resize.shape(...)``.
+    it); then frames come out as ``resize.shape(...)``. ``device``: ``"cuda"`` decodes video
+    on the GPU's decoder where there is one, else on the CPU after one warning (see
+    :mod:`torchstore.io.frames.decode_device`).
     """
 
     def __init__(
@@ -222,6 +224,7 @@ class FrameDecoder:
         *,
         threads: int = 1,
         resize: FrameResize | None = None,
+        device: str = "cpu",
     ) -> None:
         if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
             raise ArgumentError(f"threads ({threads!r}) must be an int >= 0")
@@ -232,7 +235,7 @@ class FrameDecoder:
         #: the shape of one decoded frame
         self.frame_shape = info.frame_shape if resize is None else resize.shape(info.frame_shape)
         if codec.is_video:
-            self._impl = VideoPacketDecoder(codec, info, threads, resize)
+            self._impl = VideoPacketDecoder(codec, info, threads, resize, device)
         else:
             self._impl = ImageDecoder(codec, info, resize)
 

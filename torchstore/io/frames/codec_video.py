@@ -44,6 +44,7 @@ import numpy as np
 
 from torchstore.errors import FrameCodecError
 from torchstore.io.frames.codec_types import FrameCodec, StreamInfo
+from torchstore.io.frames.decode_device import HARDWARE_DECODERS, hardware_decode
 from torchstore.io.frames.resize import FrameResize
 from torchstore.io.frames.scheduling import restore_scheduling, thread_scheduling
 from torchstore.io.frames.video_container import _av_errors, _reason, require_av
@@ -179,6 +180,7 @@ class VideoPacketDecoder:
         info: StreamInfo,
         threads: int = 1,
         resize: FrameResize | None = None,
+        device: str = "cpu",
     ) -> None:
         if not codec.is_video:
             raise FrameCodecError(f"{codec.kind} frames are not a video stream")
@@ -193,7 +195,12 @@ class VideoPacketDecoder:
         self.codec, self.info = codec, info
         self._av = av
         self._errors = _av_errors()
-        self._ctx = av.CodecContext.create(DECODERS[codec.kind], "r")
+        hwaccel = hardware_decode(codec.kind, device)
+        #: the FFmpeg decoder in use, and the pixel formats its frames may come in (NVDEC
+        #: hands 4:2:0 frames back as NV12, the same samples interleaved)
+        self.decoder = DECODERS[codec.kind] if hwaccel is None else HARDWARE_DECODERS[codec.kind]
+        self._formats = {info.pix_fmt} if hwaccel is None else {info.pix_fmt, "nv12", "yuv444p"}
+        self._ctx = av.CodecContext.create(self.decoder, "r", hwaccel=hwaccel)
         self._ctx.options = dict(DECODER_OPTIONS[codec.kind])
         if info.extradata:
             self._ctx.extradata = info.extradata
@@ -244,7 +251,7 @@ class VideoPacketDecoder:
         except self._errors as exc:
             late = "" if self._ctx.thread_count == 1 else "; threaded decoders report it late"
             raise FrameCodecError(
-                f"frame {at}: the {DECODERS[self.codec.kind]} decoder refused its packet "
+                f"frame {at}: the {self.decoder} decoder refused its packet "
                 f"({_reason(exc)}): a corrupt or truncated packet here, or a damaged or "
                 f"missing one just before it{late}",
                 at,
@@ -269,7 +276,7 @@ class VideoPacketDecoder:
                     f"{self.info.width}x{self.info.height}",
                     at,
                 )
-            if frame.format.name != self.info.pix_fmt:
+            if frame.format.name not in self._formats:
                 raise FrameCodecError(
                     f"frame {at} decodes as {frame.format.name}, not the stream's "
                     f"{self.info.pix_fmt}",
