@@ -102,6 +102,21 @@ def test_info_and_verify_take_a_url(served_store):
     )
 
 
+def test_the_cli_info_and_verify_take_a_url(served_store, capsys):
+    from torchstore.cli.main import main
+
+    server, url, path = served_store
+    assert main(["info", "--json", url]) == 0
+    assert f'"path": "{url}"' in capsys.readouterr().out
+    assert main(["verify", "--no-progress", url]) == 0
+    assert capsys.readouterr().out.startswith(f"{url}: OK (6 columns")
+    with TrajectoryStore(path) as local:
+        offset = local._ds.columns["action"].data.id.get_chunk_info(0).byte_offset
+    server.flip_byte["runs.h5"] = offset + 3  # a new ETag: a new version, fetched anew
+    assert main(["verify", "--no-progress", url]) == 1
+    assert "DAMAGED: column 'action' rows 0.." in capsys.readouterr().err
+
+
 def test_opening_fetches_under_one_percent_of_a_store_of_many_episodes(file_server, tmp_path):  # noqa: F811
     path = file_server.root / "many.h5"
     _write(path, 3000, rows=40, columns=COLUMNS[:3] + [ColumnSpec("big", torch.float32, (64,))])

@@ -31,6 +31,7 @@ __all__ = [
     "seed",
     "finite_float",
     "existing_path",
+    "store_path",
     "existing_file",
     "existing_folder",
     "output_file",
@@ -113,6 +114,17 @@ def existing_path(text: str) -> Path:
 
 
 existing_path = _named(existing_path, "path")
+
+
+def store_path(text: str) -> Path | str:
+    """An input that exists, or a store's URL (``https://``, ``http://``, ``hf://``), kept as
+    typed: it is opened read-only in place."""
+    from torchstore.io.remote.ranged import is_url
+
+    return text if is_url(text) else existing_path(text)
+
+
+store_path = _named(store_path, "path")
 
 
 def existing_file(text: str) -> Path:

@@ -169,9 +169,11 @@ def summarize_lerobot(root: str | os.PathLike) -> dict:
 
 
 def summarize_path(path: str | os.PathLike) -> dict:
-    """The summary of a store file or a LeRobot folder at ``path``."""
-    path = Path(path)
-    if path.is_dir():
+    """The summary of a store file (or its URL) or a LeRobot folder at ``path``."""
+    from torchstore.io.remote.ranged import is_url
+
+    path = path if is_url(path) else Path(path)
+    if isinstance(path, Path) and path.is_dir():
         if (path / "meta" / "info.json").is_file():
             return summarize_lerobot(path)
         data = _minari_data(path)

@@ -154,7 +154,11 @@ def _verify(args: argparse.Namespace) -> None:
     from torchstore.errors import IntegrityError, StoreFormatError
     from torchstore.io.dataset_folders import folder_format, not_a_store
 
-    if folder_format(args.path) == "lerobot":  # checked as far as its format allows
+    if isinstance(args.path, str):  # a URL: the store, read in place
+        from torchstore.data.store.verify import verify_store
+
+        report = verify_store(args.path, progress=not args.no_progress)
+    elif folder_format(args.path) == "lerobot":  # checked as far as its format allows
         from torchstore.lerobot.check import check_folder
 
         report = check_folder(args.path)
@@ -206,7 +210,9 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
         help="summarise a store or a LeRobot dataset folder: columns, rows, episodes, size",
     )
     p.add_argument(
-        "path", type=types.existing_path, help="a store file, or a LeRobot dataset folder"
+        "path",
+        type=types.store_path,
+        help="a store file (or its https:// or hf:// URL), or a LeRobot dataset folder",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_info)
@@ -336,8 +342,9 @@ def _add_core_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "path",
-        type=types.existing_path,
-        help="the store file (or folder of shards), or a LeRobot dataset folder, to check",
+        type=types.store_path,
+        help="the store file (or folder of shards, or a store's https:// or hf:// URL), or a "
+        "LeRobot dataset folder, to check",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_verify)
