@@ -30,8 +30,8 @@ Faults, all keyed by the URL path below the root (``"ds/data/a.bin"``):
 then it removes the file (``204``; ``404`` if there is none); ``status_for`` applies to it.
 
 Counters: ``body_bytes[path]`` (body bytes actually sent), ``requests`` (one dict per
-request: method, path, range, authorization), ``puts`` (paths written), ``deletes`` (paths
-removed).
+request: method, path, range, authorization, client address: one per connection), ``puts``
+(paths written), ``deletes`` (paths removed).
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "path": rel,
                     "range": self.headers.get("Range"),
                     "authorization": self.headers.get("Authorization"),
+                    "client": self.client_address,
                 }
             )
         if files.delay_s:

@@ -191,3 +191,16 @@ def test_sequential_long_reads_fetch_ahead_in_few_requests(file_server):
         # every block once, and at most one window fetched past where the first stream ends
         assert len(data) <= f.bytes_fetched <= len(data) + 8 * BLOCK
     assert len(_range_gets(file_server)) <= 16  # 64 blocks, in windows of up to 8
+
+
+def test_requests_reuse_one_connection_until_one_fails(served):
+    server, url, data = served
+    with _open(url) as f:
+        for a in range(0, 10 * PAGE, PAGE):
+            assert f.pread(a, a + 10) == data[a : a + 10]
+        server.cut_after["obj.bin"] = 100  # this connection drops; the retry opens another
+        assert f.pread(20 * PAGE, 20 * PAGE + 10) == data[20 * PAGE : 20 * PAGE + 10]
+        assert f.pread(30 * PAGE, 30 * PAGE + 10) == data[30 * PAGE : 30 * PAGE + 10]
+    clients = [r["client"] for r in server.gets("obj.bin")]
+    assert len(clients) == 14  # the probe, 10 pages, the dropped one and its retry, one more
+    assert len(set(clients[:12])) == 1 and len(set(clients)) == 2

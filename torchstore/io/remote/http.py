@@ -143,12 +143,7 @@ class HttpClient:
         """Send one request (following same-method redirects); the caller closes the response."""
         for _ in range(_MAX_REDIRECTS + 1):
             parts = urlsplit(url)
-            cls = (
-                http.client.HTTPSConnection
-                if parts.scheme == "https"
-                else http.client.HTTPConnection
-            )
-            conn = cls(parts.hostname, parts.port, timeout=self.timeout, blocksize=_CHUNK)
+            conn = self._connect(parts)
             target = parts.path or "/"
             if parts.query:
                 target += "?" + parts.query
@@ -177,10 +172,16 @@ class HttpClient:
                     else urlunsplit((parts.scheme, parts.netloc, location, "", ""))
                 )
                 continue
+            resp.torchstore_connection = conn  # for a client that keeps connections
             return resp
         raise TransferError(
             self._message(f"{method} {_shown(url)}: more than {_MAX_REDIRECTS} redirects")
         )
+
+    def _connect(self, parts) -> http.client.HTTPConnection:
+        """A connection to ``parts``' origin: a new one for each request here."""
+        cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        return cls(parts.hostname, parts.port, timeout=self.timeout, blocksize=_CHUNK)
 
     def _fail(self, method: str, url: str, resp: http.client.HTTPResponse) -> None:
         """Raise for a non-success status: retryable ones as :class:`_Retry`."""

@@ -125,6 +125,51 @@ def _etag(value: str | None) -> str | None:
     return value[2:] if value.startswith("W/") else value
 
 
+class _PooledClient(HttpClient):
+    """An :class:`HttpClient` that keeps one connection per thread and origin between range
+    requests (a new TCP and TLS handshake for each 16 KiB page would cost more round trips
+    than the pages). A connection goes back to the pool only after an answer whose body was
+    read whole; any other ends with it closed. One that the server closed while idle fails
+    its next request, which is retried on a new connection like any dropped connection."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._local = threading.local()
+
+    def _pool(self) -> dict:
+        if not hasattr(self._local, "conns"):
+            self._local.conns = {}
+        return self._local.conns
+
+    def _connect(self, parts) -> http.client.HTTPConnection:
+        key = (parts.scheme, parts.hostname, parts.port)
+        conn = self._pool().pop(key, None)
+        if conn is None:
+            conn = super()._connect(parts)
+            conn.torchstore_key = key
+        return conn
+
+    def close_connections(self) -> None:
+        """Close this thread's kept connections (a pool thread's close when it ends)."""
+        for conn in self._pool().values():
+            conn.close()
+        self._pool().clear()
+
+    def release(self, resp: http.client.HTTPResponse, reusable: bool) -> None:
+        """Close ``resp``; keep its connection for the next request if ``reusable``."""
+        conn = getattr(resp, "torchstore_connection", None)
+        resp.close()
+        if conn is None:
+            return
+        if reusable and not resp.will_close:
+            old = self._pool().pop(conn.torchstore_key, None)
+            if old is not None and old is not conn:
+                old.close()
+            self._pool()[conn.torchstore_key] = conn
+        else:
+            conn.close()
+
+
 # ----------------------------------------------------------------- locating
 def _parse_hf(url: str) -> tuple[str, str, str | None, str]:
     """``(repo_type, repo_id, revision, path)`` of ``hf://datasets/NS/NAME[@REV]/PATH``
@@ -145,11 +190,12 @@ def locate(
     """The object at ``url`` (its size and version, one request) and the client that reads it."""
     if url.startswith("hf://"):
         return _locate_hub(url, token=token, timeout=timeout, retries=retries)
-    client = HttpClient(url, timeout=timeout, retries=retries, token=token)
+    client = _PooledClient(url, timeout=timeout, retries=retries, token=token)
     shown = _shown(url)
 
     def once() -> RemoteObject:
         resp = client._open("GET", url, headers={"Range": "bytes=0-0"})
+        whole = False
         try:
             if resp.status == 200:
                 resp.close()
@@ -162,10 +208,10 @@ def locate(
             match = _CONTENT_RANGE.fullmatch(resp.getheader("Content-Range", ""))
             if not match or match.group(3) == "*":
                 raise _Retry(f"GET {shown} bytes 0-0: no usable Content-Range in the answer")
-            resp.read(2)
+            whole = len(resp.read(2)) == 1
             return RemoteObject(url, shown, int(match.group(3)), _etag(resp.getheader("ETag")))
         finally:
-            resp.close()
+            client.release(resp, reusable=whole)
 
     return client._attempts(f"GET {shown}", once), client
 
@@ -194,7 +240,7 @@ def _locate_hub(
     headers = hf.utils.build_hf_headers(token=token)
     auth = headers.get("authorization") or headers.get("Authorization") or ""
     bearer = auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
-    client = HttpClient(pinned, timeout=timeout, retries=retries, token=bearer or "")
+    client = _PooledClient(pinned, timeout=timeout, retries=retries, token=bearer or "")
     version = commit or _etag(meta.etag)
     return RemoteObject(pinned, url, int(meta.size), version, hub=True), client
 
@@ -225,6 +271,7 @@ class _Fetcher:
         with self._lock:
             self.requests += 1
         resp = self.client._open("GET", obj.url, headers={"Range": f"bytes={start}-{stop - 1}"})
+        whole = False
         try:
             if resp.status == 200:
                 raise _Retry(f"{what}: answered 200 (the whole object) where 206 was asked")
@@ -237,9 +284,14 @@ class _Fetcher:
                 self.client._fail("GET", obj.url, resp)
             self._check_version(what, resp)
             self._check_range(what, resp, start, stop)
-            return self._body(what, resp, n)
+            body = self._body(what, resp, n)
+            whole = True
+            return body
         finally:
-            resp.close()
+            if isinstance(self.client, _PooledClient):
+                self.client.release(resp, reusable=whole)
+            else:
+                resp.close()
 
     def _check_version(self, what: str, resp: http.client.HTTPResponse) -> None:
         obj = self.obj
@@ -430,6 +482,8 @@ class RangedFile(io.RawIOBase):
             self._pool = None
         for tier in (self._page, self._block):
             tier.memory.clear()
+        if isinstance(self._fetcher.client, _PooledClient):
+            self._fetcher.client.close_connections()
         super().close()
 
     # ----------------------------------------------------------------- reads
