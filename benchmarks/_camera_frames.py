@@ -10,6 +10,11 @@ bilinear filter at sub-pixel crop positions, plus a little sensor noise. Every e
 follows a path of its own, drawn from ``(seed, episode)``, so the same call always gives
 the same frames.
 
+:func:`sim_frames` is the other kind a robot dataset holds: a simulator's renders, here the
+bundled reach task's top-down camera (flat shading, anti-aliased discs for the agent and the
+target, a wall) with the agent on a smooth path: large flat areas and one moving object, the
+easy end for a codec, where the photograph is the hard one.
+
 Used by ``benchmarks/cameras.py`` and, through ``sys.path``, by ``tests/io``.
 """
 
@@ -19,7 +24,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["camera_frames"]
+__all__ = ["camera_frames", "sim_frames", "FRAME_SOURCES"]
 
 _MOTIONS = 3  # sinusoids summed per axis: smooth, never periodic within an episode
 
@@ -80,3 +85,40 @@ def camera_frames(
             frame = frame + rng.normal(0.0, noise, frame.shape).astype(np.float32)
         out[k] = np.clip(frame, 0, 255)
     return out
+
+
+def sim_frames(
+    count: int,
+    height: int = 224,
+    width: int = 224,
+    *,
+    episode: int = 0,
+    seed: int = 0,
+    fps: float = 30.0,
+) -> np.ndarray:
+    """``count`` renders of the reach task's camera, uint8 ``[count, height, width, 3]``: the
+    agent on a smooth path, the target still, rendered square (at most 256 pixels a side,
+    the renderer's cost grows with its area; then scaled up bilinearly to the larger side,
+    as a camera's upscaled stream would be) and cut to ``height x width`` around the
+    centre."""
+    from PIL import Image
+
+    from torchstore.tasks.reach import render_frame
+
+    rng = np.random.default_rng([seed, episode, 1])
+    size = max(height, width)
+    drawn = min(size, 256)
+    top, left = (size - height) // 2, (size - width) // 2
+    target = rng.uniform(-0.6, 0.6, 2)
+    x, y = 0.8 * _path(rng, count, fps), 0.8 * _path(rng, count, fps)
+    out = np.empty((count, height, width, 3), np.uint8)
+    for k in range(count):
+        frame = render_frame(np.array([x[k], y[k]]), target, drawn, 0.05)
+        if drawn != size:
+            frame = np.asarray(Image.fromarray(frame).resize((size, size), Image.BILINEAR))
+        out[k] = frame[top : top + height, left : left + width]
+    return out
+
+
+#: the frame sources a benchmark can take, by name
+FRAME_SOURCES = {"photo": camera_frames, "sim": sim_frames}

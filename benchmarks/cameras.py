@@ -1,11 +1,13 @@
 """Encoded camera columns: disk, training batches, decode and sampling, side by side in one run.
 
-Two cameras (``wrist`` 224x224 and ``top`` 480x640 by default) of camera-like frames
-(``benchmarks/_camera_frames.py``: a photograph panned and zoomed, never noise), plus
-``state`` and ``action`` float32[14], episodes at 30 fps. Every episode is generated once
-and written three times: a raw uint8 store, an encoded store at LeRobot's default AV1
-settings (``FrameCodec.lerobot_av1()``: GOP 2, crf 30, preset 12, encoded by the store's
-writer from the raw frames) and a LeRobot v3 dataset of the same frames
+Cameras of camera-like frames (``benchmarks/_camera_frames.py``, never noise: ``--source
+photo``, a photograph panned and zoomed by a moving camera, or ``--source sim``, the reach
+task's renders) in one of two layouts (``--shape aloha``: a 480x640 camera and a 240x320
+one, 12 episodes of 150 frames; ``--shape droid``: three 180x320 cameras, 6 episodes of
+400), plus ``state`` and ``action`` float32[14], episodes at 30 fps. Every episode is
+generated once and written three times: a raw uint8 store, an encoded store at LeRobot's
+default AV1 settings (``FrameCodec.lerobot_av1()``: GOP 2, crf 30, preset 12, encoded by
+the store's writer from the raw frames) and a LeRobot v3 dataset of the same frames
 (``torchstore.lerobot.LeRobotWriter``, AV1 MP4 at LeRobot's defaults). Rows, each printed
 next to its target:
 
@@ -21,14 +23,18 @@ next to its target:
    MP4 by ``write_mp4`` (``av.open(...).decode(video=0)``, ``frame.to_ndarray(format=
    "rgb24")``, ``thread_count`` 1), one thread each, timed in turn (target: at least 0.9x
    the frames per CPU-second, the per-core figure; frames per wall second printed too);
-4. against LeRobot: row 2's encoded batches/s against ``LeRobotDataset`` + a torch
-   ``DataLoader`` (batch 256, ``shuffle=True``, ``num_workers`` = the cores) on the
-   dataset's MP4 files, ``--lerobot-steps`` batches timed after the ``2 * workers + 1``
-   that drain what its workers prefetched while starting (target: at least 5x). lerobot
-   0.6 needs Python 3.12, so that side runs as a script under ``--lerobot-python``
-   (default ``/tmp/lr06/bin/python``, made by ``bash tests/lerobot/lerobot_venv.sh 0.6.1
-   /tmp/lr06``), after the torchstore side (not interleaved with it); without that
-   interpreter the row says it was skipped;
+4. against LeRobot, at ``resident_reuse`` 1 (every row decoded once per draw): samples/s
+   of 64-sample batches from a windowed ``DemonstrationDataModule`` over the encoded store
+   (every camera and ``state`` at the step; ``action`` at the step, then over ``--chunk``
+   steps) against ``LeRobotDataset`` + a torch ``DataLoader`` (batch 64, ``shuffle=True``,
+   ``num_workers`` = the cores; for the chunk, ``delta_timestamps`` on ``action``) on the
+   dataset's MP4 files with its default torchcodec backend (PyAV where torchcodec cannot
+   load), ``--lerobot-steps`` batches timed after the ``2 * workers + 1`` that drain what
+   its workers prefetched while starting (target: at least 6x, both). lerobot 0.6 needs
+   Python 3.12, so that side runs as a script under ``--lerobot-python`` (default
+   ``/tmp/lr06/bin/python``, made by ``bash tests/lerobot/lerobot_venv.sh 0.6.1
+   /tmp/lr06``, which also links PyAV's FFmpeg for torchcodec), after the torchstore side
+   (not interleaved with it); without that interpreter the row says it was skipped;
 5. sampling quality, printed, not a target: one epoch of draws (rows // 256 batches) from
    the windowed encoded store, counted per row and per episode, next to the same number of
    i.i.d. uniform draws;
@@ -37,15 +43,23 @@ next to its target:
    ``DemonstrationDataModule`` at ``--reuse`` against the same with single steps
    (``action_horizon=1``), on the raw and then the encoded store, a store's two loaders in
    turn (target: the chunk at least 0.9x the single step: each column is gathered at its
-   own offsets, so the chunk reads 50 actions a sample and never 50 frames).
+   own offsets, so the chunk reads 50 actions a sample and never 50 frames);
+7. decode at the ceiling: rows decoded per second by row 4's single-step loader (reuse 1)
+   against the ceiling, the cores times one thread's sequential decode of the same streams
+   (row 3's ``out=`` figure, every camera of a row; target: at least 0.85x), printed with
+   the cores the process got (its CPU seconds per second: on a busy machine other
+   processes take the rest) and its CPU a row against one thread's decode;
+8. resize in the refill: single-step samples/s and rows per GiB of budget with every camera
+   resized to 224x224 as it is decoded (``resize=``; 48x48 with ``--quick``) against full
+   size, at reuse 1 and ``--reuse`` (printed, not a target).
 
 Sizes and timings depend on the machine; the medians and the low / high deciles of the
 per-round ratios are printed (a slow spell of a shared machine hits both sides of a round).
 
-Usage: python benchmarks/cameras.py [--episodes 12] [--frames 150] [--quick]
-       [--steps 8] [--repeats 5] [--resident-fraction 0.25] [--reuse 4]
-       [--sampling-epochs 4] [--lerobot-python PATH] [--lerobot-steps 4] [--dir DIR]
-       [--chunk 50] [--rows 1,2,3,4,5,6]
+Usage: python benchmarks/cameras.py [--shape aloha|droid] [--source photo|sim]
+       [--episodes N] [--frames N] [--quick] [--steps 8] [--repeats 5]
+       [--resident-fraction 0.25] [--reuse 4] [--sampling-epochs 4] [--lerobot-python PATH]
+       [--lerobot-steps 4] [--dir DIR] [--chunk 50] [--rows 1,2,3,4,5,6,7,8]
 """
 
 from __future__ import annotations
@@ -66,7 +80,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _camera_frames import camera_frames  # noqa: E402
+from _camera_frames import FRAME_SOURCES  # noqa: E402
 from _timing import per_call_interleaved, print_table, ratio_spread  # noqa: E402
 
 from torchstore.data import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter  # noqa: E402
@@ -77,15 +91,23 @@ from torchstore.lightning import DemonstrationDataModule, OfflineDataModule  # n
 FPS = 30
 DIM = 14
 BATCH = 256
-#: camera name in the stores -> LeRobot feature key; sizes come from the command line
-LEROBOT_KEYS = {
-    "wrist": "observation.images.wrist",
-    "top": "observation.images.top",
-    "state": "observation.state",
-    "action": "action",
+#: the camera layouts (--shape): cameras and their sizes, episodes and frames per episode
+#: by default. ALOHA's: a 480x640 camera and a 240x320 one; DROID's (as LeRobot's port of
+#: it keeps them): three 180x320 cameras and longer episodes
+SHAPES = {
+    "aloha": ({"top": (480, 640), "wrist": (240, 320)}, 12, 150),
+    "droid": ({"exterior_1": (180, 320), "exterior_2": (180, 320), "wrist": (180, 320)}, 6, 400),
 }
-FULL_SIZES = {"wrist": (224, 224), "top": (480, 640)}
 QUICK_SIZES = {"wrist": (64, 64), "top": (96, 128)}
+
+
+def lerobot_key(name: str) -> str:
+    """A store column's LeRobot feature key."""
+    if name in ("state", "action"):
+        return "observation.state" if name == "state" else "action"
+    return f"observation.images.{name}"
+
+
 #: targets
 DISK_TARGET = 1.1  # encoded store bytes / LeRobot dataset bytes, at most
 BATCHES_TARGET = 0.8  # encoded / raw batches/s, at least
@@ -99,27 +121,16 @@ LEROBOT_VENV_HINT = "bash tests/lerobot/lerobot_venv.sh 0.6.1 /tmp/lr06"
 
 #: the LeRobot side, run by the lerobot interpreter: prints one JSON line
 LEROBOT_SCRIPT = r"""
-import json, sys, time
+import json, pathlib, sys, time
 import torch
 from torch.utils.data import DataLoader
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-root, batch, workers, warmup, steps, chunk = sys.argv[1], *map(int, sys.argv[2:7])
-try:
-    from torchcodec.decoders import VideoDecoder  # noqa: F401  (LeRobot's default backend)
-    backend = "torchcodec"
-except Exception:  # torchcodec without FFmpeg's shared libraries: LeRobot's PyAV backend
-    backend = "pyav"
-torch.set_num_threads(1)
-out = {"backend": backend, "cases": []}
-for horizon in (1, chunk) if chunk > 1 else (1,):
-    fps = LeRobotDataset("local/cameras", root=root, video_backend=backend).fps
-    deltas = None if horizon == 1 else {"action": [i / fps for i in range(horizon)]}
-    dataset = LeRobotDataset(
-        "local/cameras", root=root, video_backend=backend, delta_timestamps=deltas
-    )
+
+def time_loader(dataset, batch, workers, warmup, steps, context=None):
     loader = DataLoader(dataset, batch_size=batch, shuffle=True, num_workers=workers,
-                        drop_last=True, persistent_workers=workers > 0)
+                        drop_last=True, persistent_workers=workers > 0,
+                        multiprocessing_context=context if workers > 0 else None)
 
     def forever():
         while True:
@@ -133,11 +144,47 @@ for horizon in (1, chunk) if chunk > 1 else (1,):
         item = next(batches)
     seconds = time.perf_counter() - t0
     shapes = {k: list(v.shape) for k, v in item.items() if hasattr(v, "shape")}
-    out["cases"].append(
-        {"horizon": horizon, "samples_per_s": steps * batch / seconds, "shapes": shapes}
-    )
-    del batches, loader
-print(json.dumps(out))
+    return steps * batch / seconds, shapes
+
+
+def main():
+    root, (batch, workers, warmup, steps, chunk), lance_dir = (
+        sys.argv[1], map(int, sys.argv[2:7]), sys.argv[7])
+    try:
+        from torchcodec.decoders import VideoDecoder  # noqa: F401  (LeRobot's default)
+        backend = "torchcodec"
+    except Exception:  # torchcodec without FFmpeg's shared libraries: its PyAV backend
+        backend = "pyav"
+    try:  # lerobot's Lance-backed loader, where lerobot-lancedb is installed beside it
+        from lerobot_lancedb import LanceDBDataset
+        from lerobot_lancedb.convert import convert
+        from lerobot_lancedb.reader import lance_mp_context
+    except Exception:
+        LanceDBDataset = None
+    torch.set_num_threads(1)
+    fps = LeRobotDataset("local/cameras", root=root, video_backend=backend).fps
+    out = {"backend": backend, "cases": [], "lance": LanceDBDataset is not None}
+    if LanceDBDataset is not None:
+        convert(pathlib.Path(lance_dir), root=pathlib.Path(root))
+    timing = (batch, workers, warmup, steps)
+    for horizon in (1, chunk) if chunk > 1 else (1,):
+        deltas = None if horizon == 1 else {"action": [i / fps for i in range(horizon)]}
+        dataset = LeRobotDataset(
+            "local/cameras", root=root, video_backend=backend, delta_timestamps=deltas
+        )
+        rate, shapes = time_loader(dataset, *timing)
+        out["cases"].append({"loader": "LeRobotDataset", "horizon": horizon,
+                             "samples_per_s": rate, "shapes": shapes})
+        if LanceDBDataset is not None:
+            lance = LanceDBDataset(root=lance_dir, delta_timestamps=deltas, return_uint8=True)
+            rate, _ = time_loader(lance, *timing, lance_mp_context())
+            out["cases"].append({"loader": "LanceDBDataset", "horizon": horizon,
+                                 "samples_per_s": rate, "shapes": shapes})
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
 """
 
 
@@ -151,7 +198,7 @@ def columns(sizes: dict[str, tuple[int, int]], codec: FrameCodec | None) -> list
 
 def lerobot_features(sizes: dict[str, tuple[int, int]]) -> dict[str, dict]:
     out = {
-        LEROBOT_KEYS[cam]: {
+        lerobot_key(cam): {
             "dtype": "video",
             "shape": [h, w, 3],
             "names": ["height", "width", "channels"],
@@ -159,23 +206,32 @@ def lerobot_features(sizes: dict[str, tuple[int, int]]) -> dict[str, dict]:
         for cam, (h, w) in sizes.items()
     }
     for name in ("state", "action"):
-        out[LEROBOT_KEYS[name]] = {"dtype": "float32", "shape": [DIM], "names": None}
+        out[lerobot_key(name)] = {"dtype": "float32", "shape": [DIM], "names": None}
     return out
 
 
-def make_episode(episode: int, frames: int, sizes: dict) -> dict[str, np.ndarray]:
-    """One episode: each camera on a path of its own, smooth state and action."""
+def make_episode(
+    episode: int, frames: int, sizes: dict, source: str = "photo"
+) -> dict[str, np.ndarray]:
+    """One episode: each camera on a path of its own (``source``: a panned photograph or
+    the reach task's renders), smooth state and action."""
     rng = np.random.default_rng([7, episode])
     t = np.arange(frames, dtype=np.float32)[:, None] / FPS
     state = np.sin(rng.uniform(0.2, 1.5, DIM) * t + rng.uniform(0, 6.3, DIM)).astype(np.float32)
     out = {"state": state, "action": np.roll(state, -1, axis=0)}
     for k, (cam, (h, w)) in enumerate(sizes.items()):
-        out[cam] = camera_frames(frames, h, w, episode=episode, seed=k)
+        out[cam] = FRAME_SOURCES[source](frames, h, w, episode=episode, seed=k)
     return out
 
 
 def write_all(
-    tmp: Path, episodes: int, frames: int, sizes: dict, *, lerobot: bool = True
+    tmp: Path,
+    episodes: int,
+    frames: int,
+    sizes: dict,
+    *,
+    lerobot: bool = True,
+    source: str = "photo",
 ) -> tuple[Path, Path, Path]:
     """The raw store, the encoded store and (unless not ``lerobot``) the LeRobot dataset,
     from the same frames."""
@@ -190,11 +246,11 @@ def write_all(
             features = lerobot_features(sizes)
             w_lr = stack.enter_context(LeRobotWriter(root, fps=FPS, features=features))
         for e in range(episodes):
-            data = make_episode(e, frames, sizes)
+            data = make_episode(e, frames, sizes, source)
             w_raw.add_episode(data)
             w_enc.add_episode(data)
             if w_lr is not None:
-                w_lr.add_episode({LEROBOT_KEYS[k]: v for k, v in data.items()}, task="look around")
+                w_lr.add_episode({lerobot_key(k): v for k, v in data.items()}, task="look around")
     return raw, enc, root
 
 
@@ -462,7 +518,7 @@ def lerobot_rate(python: str, root: Path, steps: int, tmp: Path, chunk: int) -> 
     # the workers prefetch 2 batches each while starting: drain those before the clock runs
     warmup = 2 * workers + 1
     cmd = [python, str(script), str(root), str(CHUNK_BATCH), str(workers), str(warmup),
-           str(steps), str(chunk)]  # fmt: skip
+           str(steps), str(chunk), str(tmp / "lance")]  # fmt: skip
     env = dict(os.environ)
     libs = Path(python).parent.parent / "ffmpeg-libs"
     if libs.is_dir():
@@ -663,16 +719,22 @@ def row_lerobot(run: Run) -> None:
         run.targets.append((target, "skipped (row 4)", "-"))
         return
     table = []
-    for k, case in enumerate(theirs["cases"]):
-        ratio = ours[k] / case["samples_per_s"]
-        horizon = case["horizon"]
-        table += [
-            ("windowed DemonstrationDataModule, encoded, reuse 1", horizon, f"{ours[k]:,.1f}", ""),
-            ("LeRobotDataset + DataLoader", horizon, f"{case['samples_per_s']:,.1f}",
-             f"{ratio:.1f}x"),
-        ]  # fmt: skip
-        run.targets.append((f"{target} (action horizon {horizon})", f"{ratio:.1f}x",
-                            met(ratio >= LEROBOT_TARGET)))  # fmt: skip
+    horizons = [1, args.chunk] if args.chunk > 1 else [1]
+    for k, horizon in enumerate(horizons):
+        table.append(
+            ("windowed DemonstrationDataModule, encoded, reuse 1", horizon, f"{ours[k]:,.1f}", "")
+        )
+        for case in theirs["cases"]:
+            if case["horizon"] != horizon:
+                continue
+            ratio = ours[k] / case["samples_per_s"]
+            table.append((f"{case['loader']} + DataLoader", horizon,
+                          f"{case['samples_per_s']:,.1f}", f"{ratio:.1f}x"))  # fmt: skip
+            if case["loader"] == "LeRobotDataset":
+                run.targets.append((f"{target} (action horizon {horizon})", f"{ratio:.1f}x",
+                                    met(ratio >= LEROBOT_TARGET)))  # fmt: skip
+    if not theirs.get("lance"):
+        run.notes.append("LanceDBDataset: not timed (lerobot-lancedb is not in the lerobot venv)")
     shapes = ", ".join(f"{k} {v}" for k, v in theirs["cases"][-1]["shapes"].items())
     print_table(
         f"4. against LeRobot (batch {CHUNK_BATCH}, samples/s; its {theirs['backend']} "
@@ -790,8 +852,15 @@ ROWS = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=12)
-    parser.add_argument("--frames", type=int, default=150, help="frames per episode")
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), default="aloha", help="the cameras (see SHAPES)"
+    )
+    parser.add_argument(
+        "--source", choices=sorted(FRAME_SOURCES), default="photo",
+        help="the frames: a photograph panned by a moving camera, or the reach task's renders",
+    )  # fmt: skip
+    parser.add_argument("--episodes", type=int, default=None, help="default: the shape's")
+    parser.add_argument("--frames", type=int, default=None, help="frames per episode")
     parser.add_argument("--steps", type=int, default=8, help="batches per timed sample")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument(
@@ -819,7 +888,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", default=None, help="where the temporary datasets go")
     args = parser.parse_args(argv)
-    sizes = FULL_SIZES
+    sizes, episodes, frames = SHAPES[args.shape]
+    args.episodes = episodes if args.episodes is None else args.episodes
+    args.frames = frames if args.frames is None else args.frames
     if args.quick:
         sizes = QUICK_SIZES
         args.episodes, args.frames, args.resident_fraction = 6, 100, 0.5
@@ -833,7 +904,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = int(rows * row_bytes * args.resident_fraction)
     cams = ", ".join(f"{cam} {h}x{w}" for cam, (h, w) in sizes.items())
     print(
-        f"{args.episodes} episodes x {args.frames} frames at {FPS} fps; cameras {cams}; "
+        f"{args.episodes} episodes x {args.frames} frames at {FPS} fps; cameras {cams} "
+        f"({args.shape}, frames: {args.source}); "
         f"state, action f32[{DIM}]; batch {BATCH}; {os.cpu_count()} cores, load average "
         f"{os.getloadavg()[0]:.1f} at start; window budget {budget / 2**20:,.0f} MiB "
         f"({budget / (rows * row_bytes):.0%} of the decoded rows) for both stores"
@@ -844,7 +916,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         need_lerobot = bool(args.rows & {1, 4})
         run.raw, run.enc, run.lerobot = write_all(
-            run.tmp, args.episodes, args.frames, sizes, lerobot=need_lerobot
+            run.tmp, args.episodes, args.frames, sizes, lerobot=need_lerobot, source=args.source
         )
         copies = "three copies" if need_lerobot else "two stores"
         print(f"(generated and wrote the {copies} in {time.perf_counter() - t0:.0f} s)")

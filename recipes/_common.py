@@ -76,6 +76,10 @@ class RunRefused(Exception):
     """A run that cannot start as asked: said in one line, before anything is written."""
 
 
+#: what a run stops on in one ``error:`` line: an option its data does not allow
+_OPTION_ERRORS = (ResidencyError, ArgumentError, ColumnError)
+
+
 def refuse(message: str) -> None:
     """End the process with ``error: message`` on stderr and status 2 (no traceback).
 
@@ -592,17 +596,16 @@ def recipe_run(cfg: DictConfig, name: str) -> Iterator[Run]:
     try:
         yield run
         run.check()  # a signal that a callback swallowed still ends the run as interrupted
-    except (ResidencyError, ArgumentError, ColumnError) as exc:
+    except Exception as exc:
         # an option the data does not allow (a budget too small for an episode, a resize
-        # naming no camera): one line that says which, the traceback in the run's log only
+        # naming no camera; raised by the data module, or inside Hydra's instantiate): one
+        # line that says which, the traceback in the run's log only
+        refused = exc if isinstance(exc, _OPTION_ERRORS) else exc.__cause__
         _into_log_files(log, "the run failed:", sys.exc_info())
         run.metrics.close()
-        refuse(f"{exc} (the traceback is in {folder.path / (name + '.log')})")
-    except Exception:
-        # Hydra prints the traceback on the console only: the run's log keeps it too
-        _into_log_files(log, "the run failed:", sys.exc_info())
-        run.metrics.close()
-        raise
+        if isinstance(refused, _OPTION_ERRORS):
+            refuse(f"{refused} (the traceback is in {folder.path / (name + '.log')})")
+        raise  # Hydra prints the traceback on the console only: the run's log keeps it too
     except RunInterrupted as exc:
         for s in previous:  # a second Ctrl-C must not cut the files short
             signal.signal(s, signal.SIG_IGN)

@@ -29,7 +29,7 @@ def test_a_quick_run_prints_every_row_and_its_target(cameras, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     titles = ("1. disk", "2. training batches", "3. decode", "5. sampling quality")
-    for title in (*titles, "6. action chunks", "targets"):
+    for title in (*titles, "6. action chunks", "7. decode at the ceiling", "8. resize", "targets"):
         assert title in out, title
     assert f"skipped: lerobot 0.6 venv not found at {missing}" in out
     assert "lerobot_venv.sh 0.6.1" in out
@@ -38,6 +38,7 @@ def test_a_quick_run_prints_every_row_and_its_target(cameras, tmp_path, capsys):
         ">= 0.8x raw batches/s",
         ">= 0.9x PyAV per core (top)",
         "50-step chunk >= 0.9x single-step batches/s (raw",
+        "decoded rows/s >= 0.85x the ceiling (reuse 1)",
     )
     for target in targets:
         assert target in out, target

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -122,16 +124,24 @@ def test_bc_camera_takes_per_column_frames_and_rolls_out_with_them(tmp_path):
     assert learned[0] in saved.rollout().splitlines()
 
 
-def test_a_budget_too_small_for_an_episode_ends_in_one_line(tmp_path):
-    """A window budget that cannot hold a whole episode is said in one ``error:`` line with
-    status 2 (the traceback goes to the run's log), not a traceback on the console."""
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("datamodule.resident=30", "more than a block of the resident budget holds"),
+        ("datamodule.resize={state: [8, 8]}", "'state' holds [6] rows, not camera frames"),
+    ],
+)
+def test_an_option_the_data_does_not_allow_ends_in_one_line(tmp_path, override, said):
+    """A window budget that cannot hold a whole episode, or a resize of a state column, is
+    said in one ``error:`` line with status 2 (the traceback goes to the run's log), not a
+    traceback on the console (whether the data module or Hydra's instantiate raised it)."""
     cmd = [
-        sys.executable, str(ROOT / "recipes" / "bc_camera.py"), "datamodule.resident=30",
+        sys.executable, str(ROOT / "recipes" / "bc_camera.py"), override,
         "trainer.max_steps=2", f"hydra.run.dir={tmp_path / 'run'}",
     ]  # fmt: skip
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
-    assert "more than a block of the resident budget holds" in line
+    assert said in line
     assert "Traceback" in (tmp_path / "run" / "bc_camera.log").read_text()
