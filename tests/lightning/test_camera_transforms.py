@@ -164,3 +164,23 @@ def test_bad_transform_options_are_refused_naming_the_column(store):
     with pytest.raises(ArgumentError, match="returned"):
         dm = _demo(store, augment=lambda x: x[:, 0])
         next(iter(dm.train_dataloader()))
+
+
+def test_torchrl_replay_buffer_over_a_window_storage_samples_resized_frames(store):
+    from torchrl.data import TensorDictReplayBuffer
+
+    from torchstore.window import WindowSampler, WindowStorage
+
+    storage = WindowStorage(store, resident="1MB", resize={"cam": [20, 24]})
+    try:
+        buffer = TensorDictReplayBuffer(
+            storage=storage, sampler=WindowSampler(storage), batch_size=8
+        )
+        batch, info = buffer.sample(return_info=True)
+        assert batch["cam"].shape == (8, 20, 24, 3) and batch["cam"].dtype == torch.uint8
+        row = int(info["index"][0])
+        with TrajectoryStore(store) as source:
+            expected = source.read_column("cam", row, row + 1, resize=FrameResize(20, 24))
+        assert np.array_equal(batch["cam"][0].numpy(), expected[0])
+    finally:
+        storage.close()

@@ -72,6 +72,11 @@ class WindowStorage(TensorStorage):
             share of every epoch's blocks.
         reuse: draws per row per time its block is read (see
             :class:`~torchstore.samplers.refill.RefillSchedule`).
+        resize: camera columns held at training resolution, cropped and resized once as
+            they are decoded: ``[H, W]`` for every camera column, or ``{column: [H, W]}``
+            (see :class:`~torchstore.io.frames.resize.FrameResize`).
+        decode_device: where video frames are decoded, ``"cpu"`` or ``"cuda"`` (the GPU's
+            decoder where there is one; see :mod:`torchstore.io.frames.decode_device`).
     """
 
     def __init__(
@@ -91,6 +96,8 @@ class WindowStorage(TensorStorage):
         rank: int = 0,
         world_size: int = 1,
         reuse: float = 1.0,
+        resize: Any = None,
+        decode_device: str = "cpu",
     ):
         #: the batch size the schedule counts its phases in; None until the first sample
         self.batch_size = positive_int("batch_size", batch_size, allow_none=True)
@@ -108,6 +115,8 @@ class WindowStorage(TensorStorage):
             "rank": rank,
             "world_size": world_size,
             "reuse": reuse,
+            "resize": resize,
+            "decode_device": decode_device,
         }
         self._owns_store = not isinstance(store, TrajectoryStore)
         self.source = store if self._owns_store else store.path
@@ -137,6 +146,8 @@ class WindowStorage(TensorStorage):
             priorities=None if self.prioritized is None else self.prioritized.tree,
             beta=beta,
             reuse=reuse,
+            resize=resize,
+            decode_device=decode_device,
         )
         self.store = opened
         super().__init__(storage=None, max_size=max(n, 1), device=self.window.device)
