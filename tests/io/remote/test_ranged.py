@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests.forked import run_forked
 from torchstore.errors import RemoteChangedError, RemoteNotFoundError, TransferError
 from torchstore.io.remote import http
 from torchstore.io.remote.ranged import RangedFile, coalesce, is_url, locate, open_url
@@ -204,3 +205,20 @@ def test_requests_reuse_one_connection_until_one_fails(served):
     clients = [r["client"] for r in server.gets("obj.bin")]
     assert len(clients) == 14  # the probe, 10 pages, the dropped one and its retry, one more
     assert len(set(clients[:12])) == 1 and len(set(clients)) == 2
+
+
+def _child_reads(f: RangedFile, data: bytes) -> None:
+    assert f.pread(3 * BLOCK, 3 * BLOCK + 10) == data[3 * BLOCK : 3 * BLOCK + 10]
+    got = f.fetch_ranges([(0, 10), (5 * BLOCK, 5 * BLOCK + 10)])  # through the thread pool
+    assert got == [data[:10], data[5 * BLOCK : 5 * BLOCK + 10]]
+
+
+def test_a_forked_child_reads_on_connections_and_threads_of_its_own(served):
+    server, url, data = served
+    with _open(url) as f:
+        f.fetch_ranges([(0, 10), (5 * BLOCK, 5 * BLOCK + 10)])  # the parent's pool and sockets
+        f._page.memory.clear(), f._block.memory.clear()
+        assert run_forked(_child_reads, f, data, timeout=60) == ("ok", "")
+        assert f.pread(0, 10) == data[:10]  # the parent's own connection still works
+    clients = {r["client"] for r in server.gets("obj.bin")}
+    assert len(clients) >= 3

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import http.client
 import io
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -135,8 +136,11 @@ class _PooledClient(HttpClient):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._local = threading.local()
+        self._pid = os.getpid()
 
     def _pool(self) -> dict:
+        if self._pid != os.getpid():  # a forked child: its parent's sockets are not its own
+            self._local, self._pid = threading.local(), os.getpid()
         if not hasattr(self._local, "conns"):
             self._local.conns = {}
         return self._local.conns
@@ -419,6 +423,7 @@ class RangedFile(io.RawIOBase):
             for unit in (page_bytes, block_bytes)
         )
         self._memory_lock = threading.Lock()
+        self._pid = os.getpid()
         self._pos = 0
         self._pool: ThreadPoolExecutor | None = None
         self._streams: OrderedDict[int, int] = OrderedDict()  # last block -> readahead
@@ -492,6 +497,7 @@ class RangedFile(io.RawIOBase):
         return bytes(self._view(start, min(stop, self.obj.size)))
 
     def _view(self, start: int, stop: int) -> memoryview | bytes:
+        self._after_fork()
         if stop <= start:
             return b""
         if stop - start < 4 * self._page.unit:
@@ -554,8 +560,15 @@ class RangedFile(io.RawIOBase):
             out.append(memoryview(data)[a - first * u : z - first * u])
         return out
 
+    def _after_fork(self) -> None:
+        """In a forked child (a ``DataLoader`` worker that inherited this file): a lock of
+        its own and no thread pool (the parent's threads do not exist here)."""
+        if self._pid != os.getpid():
+            self._memory_lock, self._pool, self._pid = threading.Lock(), None, os.getpid()
+
     def _units(self, tier: _Tier, indices: Sequence[int]) -> dict[int, bytes]:
         """The units at ``indices``: from memory, the cache, or fetched (and then kept)."""
+        self._after_fork()
         out: dict[int, bytes] = {}
         missing = []
         with self._memory_lock:
