@@ -77,6 +77,27 @@ def test_a_store_opened_by_https_url_reads_every_column_as_the_local_file(served
         again.close()
 
 
+def test_forked_dataloader_workers_read_a_url_store(served_store):
+    from _store_rows import StoreRows
+    from torch.utils.data import DataLoader
+
+    server, url, path = served_store
+    with TrajectoryStore(url) as remote, TrajectoryStore(path) as local:
+        remote.read_slab(0, 10)  # the parent has fetched, with its connections and threads
+        loader = DataLoader(
+            StoreRows(remote),
+            batch_size=100,
+            num_workers=2,
+            multiprocessing_context="fork",
+            timeout=120,
+        )
+        batches = list(loader)
+        assert torch.equal(
+            torch.cat([b["obs"] for b in batches]), local.read_slab(0, len(local))["obs"]
+        )
+    assert len({int(p) for b in batches for p in b["pid"]}) == 2
+
+
 def test_residency_and_windows_read_a_url_store(served_store):
     server, url, path = served_store
     with TrajectoryStore(url) as remote, TrajectoryStore(path) as local:
