@@ -222,3 +222,22 @@ def test_a_forked_child_reads_on_connections_and_threads_of_its_own(served):
         assert f.pread(0, 10) == data[:10]  # the parent's own connection still works
     clients = {r["client"] for r in server.gets("obj.bin")}
     assert len(clients) >= 3
+
+
+def test_prefetch_fetches_in_the_background_what_a_later_read_finds(served, tmp_path):
+    from torchstore.io.remote.chunk_cache import ChunkCache
+
+    server, url, data = served
+    with open_url(url, cache=ChunkCache(tmp_path / "c"), page_bytes=PAGE, block_bytes=BLOCK) as f:
+        ranges = [(10, 20_000), (40_000, 70_000), (150_000, 151_000)]
+        f.prefetch(ranges).result(timeout=30)
+        before = len(_range_gets(server))
+        assert before == 2  # blocks 0-2 in one request, block 4 in another
+        assert f.fetch_ranges(ranges) == [data[a:z] for a, z in ranges]
+        assert len(_range_gets(server)) == before
+        server.status_for["obj.bin"] = [404] * 10
+        f.prefetch([(180_000, 190_000)]).result(timeout=30)  # a failure is not raised here...
+        with pytest.raises(RemoteNotFoundError):
+            f.pread(180_000, 190_000)  # ...but by the read that needs the bytes
+        with pytest.raises(ValueError, match="outside"):
+            f.prefetch([(0, SIZE + 1)])

@@ -36,12 +36,13 @@ from __future__ import annotations
 
 import http.client
 import io
+import logging
 import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -87,6 +88,8 @@ _STREAMS = 8
 #: The slowest transfer rate a request is allowed beyond ``timeout`` (a dripping server).
 _MIN_RATE = 64 * 1024
 _SCHEMES = ("http://", "https://", "hf://")
+
+log = logging.getLogger(__name__)
 
 
 def is_url(path: object) -> bool:
@@ -426,6 +429,7 @@ class RangedFile(io.RawIOBase):
         self._pid = os.getpid()
         self._pos = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._prefetcher: ThreadPoolExecutor | None = None
         self._streams: OrderedDict[int, int] = OrderedDict()  # last block -> readahead
 
     def __repr__(self) -> str:
@@ -482,6 +486,9 @@ class RangedFile(io.RawIOBase):
         return n
 
     def close(self) -> None:
+        if self._prefetcher is not None:
+            self._prefetcher.shutdown(wait=True, cancel_futures=True)
+            self._prefetcher = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -533,6 +540,28 @@ class RangedFile(io.RawIOBase):
                 )
         return [bytes(v) for v in self._read(self._block, ranges)]
 
+    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> Future:
+        """Start fetching the blocks ``ranges`` cover, in the background, and return at once
+        (the remote counterpart of ``posix_fadvise(WILLNEED)``): they land in the cache (and
+        memory), where the read that needs them finds them. A failure is logged and left
+        for that read to meet again and raise."""
+        self._after_fork()
+        ranges = [(int(a), int(z)) for a, z in ranges]
+        for a, z in ranges:
+            if not 0 <= a <= z <= self.obj.size:
+                raise ValueError(
+                    f"byte range [{a}, {z}) is outside {self.obj.shown} ({self.obj.size} bytes)"
+                )
+        if self._prefetcher is None:
+            self._prefetcher = ThreadPoolExecutor(1, thread_name_prefix="ts-prefetch")
+        return self._prefetcher.submit(self._prefetch, ranges)
+
+    def _prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        try:
+            self._read(self._block, ranges)
+        except Exception as exc:  # the read that needs these bytes raises it for real
+            log.debug("prefetch of %s failed: %s", self.obj.shown, exc)
+
     def _read(
         self, tier: _Tier, ranges: Sequence[tuple[int, int]], ahead: int = 0
     ) -> list[memoryview | bytes]:
@@ -564,7 +593,8 @@ class RangedFile(io.RawIOBase):
         """In a forked child (a ``DataLoader`` worker that inherited this file): a lock of
         its own and no thread pool (the parent's threads do not exist here)."""
         if self._pid != os.getpid():
-            self._memory_lock, self._pool, self._pid = threading.Lock(), None, os.getpid()
+            self._memory_lock, self._pid = threading.Lock(), os.getpid()
+            self._pool = self._prefetcher = None
 
     def _units(self, tier: _Tier, indices: Sequence[int]) -> dict[int, bytes]:
         """The units at ``indices``: from memory, the cache, or fetched (and then kept)."""
