@@ -255,8 +255,18 @@ def test_runs_cut_at_keyframes_decode_the_same_on_several_threads(tmp_path, kind
         spec = store.column("obs/cam")
         for a, b in [(0, n), (3, n - 5), (9, 10), (60, 80)]:
             runs = store.read_packet_runs("obs/cam", a, b)
-            pieces = [p for r in runs for p in r.split()]
-            assert sum(p.count for p in pieces) == b - a
+            for min_frames in (1, 5, 17, 1000):
+                pieces = [p for r in runs for p in r.split(min_frames)]
+                assert sum(p.count for p in pieces) == b - a
+                # a piece is at least min_frames packets unless its run is shorter
+                for r in runs:
+                    mine = r.split(min_frames)
+                    if len(mine) > 1:
+                        assert min(len(p.packets) for p in mine) >= min_frames
+                out = np.zeros((b - a, H, W, 3), np.uint8)
+                for p in pieces:  # every piece decodes alone, into its own rows
+                    decode_packet_runs(spec, [p], out)
+                assert np.array_equal(out, whole[a:b]), (a, b, min_frames)
             out = np.zeros((b - a, H, W, 3), np.uint8)
             decode_packet_runs(spec, runs, out, threads=3)
             assert np.array_equal(out, whole[a:b]), (a, b)

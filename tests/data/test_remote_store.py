@@ -260,3 +260,60 @@ def test_hub_errors_name_the_file_and_never_the_token(hub, tmp_path, monkeypatch
     assert any(r.get("authorization") == f"Bearer {secret}" for r in hub.requests[-3:])
     assert secret not in repr(store) and secret not in str(store.path)
     store.close()
+
+
+def test_the_window_fetches_its_coming_blocks_ahead_by_coalesced_ranges(file_server, tmp_path):  # noqa: F811
+    """``ChunkReader.advise`` on a URL store fetches the chunks of the next block (plain
+    columns, an AV1 column's packet rows and the packet bytes they point at) into the cache
+    in the background: the refill's read of that block then sends no request; and a
+    windowed DataModule over the URL gives the local file's batches."""
+    import numpy as np
+
+    from torchstore.data.residency.block_read import ChunkReader
+    from torchstore.io.frames.codec import FrameCodec
+    from torchstore.lightning import DemonstrationDataModule
+
+    columns = [
+        ColumnSpec("cam", torch.uint8, (24, 32, 3), codec=FrameCodec("av1", gop=4)),
+        ColumnSpec("state", torch.float32, (4,)),
+        ColumnSpec("action", torch.float32, (2,)),
+    ]
+    path = file_server.root / "cams.h5"
+    g = torch.Generator().manual_seed(0)
+    with TrajectoryStoreWriter(path, columns) as writer:
+        for _ in range(12):
+            writer.add_episode({
+                "cam": torch.randint(0, 255, (40, 24, 32, 3), dtype=torch.uint8, generator=g),
+                "state": torch.rand(40, 4, generator=g), "action": torch.rand(40, 2, generator=g),
+            })  # fmt: skip
+    url = f"{file_server.url}/cams.h5"
+    with TrajectoryStore(url) as remote:
+        reader = ChunkReader(remote, ["cam", "state"], lock=__import__("threading").Lock())
+        assert reader._remote is not None
+        reader.advise(["cam", "state"], 200, 320)
+        ranged = remote._file._torchstore_fileobj
+        ranged._prefetcher.submit(lambda: None).result()  # the prefetch queued before it ran
+        before = len(file_server.requests)
+        outs = {
+            "cam": np.empty((120, 24, 32, 3), np.uint8),
+            "state": np.empty((120, 4), np.float32),
+        }
+        reader.read_block(200, 320, outs)
+        assert len(file_server.requests) == before  # every byte was fetched ahead
+        with TrajectoryStore(path) as local:
+            assert np.array_equal(outs["cam"], local.read_column("cam", 200, 320))
+            assert np.array_equal(outs["state"], local.read_column("state", 200, 320))
+        reader.close()
+    batches = []
+    for store in (url, path):
+        dm = DemonstrationDataModule(
+            store, batch_size=16, obs_keys=["cam", "state"], action_keys=["action"],
+            action_horizon=3, resident="600KB", device="cpu", stats_cache=False, seed=2,
+        )  # fmt: skip
+        dm.setup("fit")
+        it = iter(dm.train_dataloader())
+        batches.append([next(it) for _ in range(20)])
+        dm.close()
+    for a, b in zip(*batches, strict=True):
+        assert torch.equal(a["obs", "cam"], b["obs", "cam"])
+        assert torch.equal(a["action", "action"], b["action", "action"])

@@ -54,7 +54,6 @@ import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum, StrEnum
-from pathlib import Path
 from typing import Any, TypeVar
 
 import lightning.pytorch as pl
@@ -65,7 +64,7 @@ from torch import Tensor
 from torchstore.data.columns import column_key, set_nested
 from torchstore.data.rows.packed import PackedColumns, tensordict_of
 from torchstore.data.store.store import TrajectoryStore
-from torchstore.data.store.store_set import open_store
+from torchstore.data.store.store_set import open_store, store_location
 from torchstore.errors import ResidencyError
 from torchstore.io.frames.decode_device import check_decode_device
 from torchstore.io.frames.resize import frame_resizes, is_camera_shape
@@ -213,7 +212,7 @@ class StoreDataModule(pl.LightningDataModule, abc.ABC):
             self.store_path = store.path
         elif isinstance(store, (str, os.PathLike)):
             self._store = None
-            self.store_path = Path(store)
+            self.store_path = store_location(store)  # a URL stays one (read in place)
         else:
             raise TypeError(
                 f"store must be a path or a TrajectoryStore, got {type(store).__name__}"

@@ -31,7 +31,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from torchstore.data.file.encoded import decode_pool, decode_threads, submit_pieces, wait_all
+from torchstore.data.file.encoded import (
+    decode_pool,
+    decode_threads,
+    split_runs,
+    submit_pieces,
+    wait_all,
+)
+from torchstore.data.file.layout import PACKET_EXTRA, PACKET_NBYTES, PACKET_OFFSET
 from torchstore.io.frames.decode_device import check_decode_device
 from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.checksummed import chunk_file_offsets
@@ -170,6 +177,8 @@ class ChunkReader:
     ):
         self.store = store
         self.lock = lock
+        #: a store opened by URL: the chunks of the blocks to come are fetched ahead
+        self._remote: _RemoteAhead | None = None
         self.resize = dict(resize or {})
         self.decode_device = check_decode_device(decode_device)
         self._fd = -1
@@ -203,11 +212,15 @@ class ChunkReader:
 
     def _open(self, names: list[str]) -> None:
         """Find which columns can be read from their chunks; open the file once for them."""
-        if not hasattr(os, "preadv"):  # Windows: every read goes through the store
-            return
         f = getattr(self.store, "_file", None)
         ds = getattr(self.store, "_ds", None)
         if not isinstance(f, h5py.File) or ds is None or f.userblock_size != 0:
+            return
+        ranged = getattr(f, "_torchstore_fileobj", None)
+        if ranged is not None and hasattr(ranged, "prefetch"):
+            self._remote = _RemoteAhead(self, ranged, ds, names)
+            return
+        if not hasattr(os, "preadv"):  # Windows: every read goes through the store
             return
         if f.id.get_access_plist().get_driver() != h5py.h5fd.SEC2:
             return
@@ -241,22 +254,29 @@ class ChunkReader:
         copies: list[tuple[np.ndarray, np.ndarray]] = []
         threads = decode_threads()
         encoded = hasattr(self.store, "read_packet_runs")
+        decoded: dict[str, tuple[list, np.ndarray]] = {}  # column -> (its runs, the target)
         try:
             for name, out in outs.items():
-                if hi <= lo:
-                    continue
-                resize = self.resize.get(name)
-                if encoded and self.store.column(name).codec is not None:
+                if hi > lo and encoded and self.store.column(name).codec is not None:
                     with self.lock:
                         runs = self.store.read_packet_runs(name, lo, hi)
                     target = out if out.flags.c_contiguous else np.empty(out.shape, np.uint8)
                     if target is not out:
                         copies.append((out, target))
-                    pieces = [piece for run in runs for piece in run.split()]
-                    spec = self.store.column(name)
-                    jobs += submit_pieces(spec, pieces, target, threads, resize, self.decode_device)
-                    self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
-                elif resize is not None:
+                    decoded[name] = (runs, target)
+            # pieces sized over every camera's frames together: the threads' shares even
+            # out to the end of the block, with as few decoder flushes as that allows
+            frames = sum(len(r.packets) for runs, _ in decoded.values() for r in runs)
+            for name, (runs, target) in decoded.items():
+                pieces = split_runs(runs, threads, frames)
+                spec, resize = self.store.column(name), self.resize.get(name)
+                jobs += submit_pieces(spec, pieces, target, threads, resize, self.decode_device)
+                self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
+            for name, out in outs.items():
+                resize = self.resize.get(name)
+                if hi <= lo or name in decoded:
+                    continue
+                if resize is not None:
                     full = np.empty((hi - lo, *self.store.column(name).shape), out.dtype)
                     self._read_plain(name, lo, hi, full)
                     jobs += _resize_jobs(resize, full, out, threads)
@@ -314,7 +334,11 @@ class ChunkReader:
     def advise(self, names: list[str], lo: int, hi: int) -> None:
         """Ask the kernel to start reading the chunks of rows ``[lo, hi)`` of ``names`` now
         (``POSIX_FADV_WILLNEED``): a block not in the page cache then has all its reads in
-        flight at once instead of one after the other."""
+        flight at once instead of one after the other. A store opened by URL: fetch them
+        into its cache in the background instead (see :class:`_RemoteAhead`)."""
+        if self._remote is not None and hi > lo:
+            self._remote.advise(names, lo, hi)
+            return
         if self._fd < 0 or hi <= lo or not hasattr(os, "posix_fadvise"):
             return
         for name in names:
@@ -569,3 +593,73 @@ def _resize_jobs(resize: FrameResize, full: np.ndarray, out: np.ndarray, threads
         for a, b in zip(bounds[:-1], bounds[1:], strict=True)
         if b > a
     ]
+
+
+class _RemoteAhead:
+    """The read-ahead of a store opened by URL (a ``RangedFile`` under h5py's file-object
+    driver): the window's hint for its coming blocks (:meth:`ChunkReader.advise`) becomes a
+    background fetch of exactly their chunks (their byte spans in the file, adjacent chunks
+    coalesced into one range) into the file's cache, so the refill's reads through h5py
+    find the bytes local. Plain columns: the chunks of rows ``[lo, hi)``; encoded columns:
+    their packet rows, and the packet bytes those rows point at (from the first packet of
+    the episode ``lo`` falls in, where decoding may start, with its extradata)."""
+
+    def __init__(self, reader: ChunkReader, ranged: Any, ds: Any, names: list[str]):
+        self.reader, self.ranged = reader, ranged
+        self.tables: dict[str, _Column] = {}
+        self.packets: dict[str, tuple[_Column, Any]] = {}
+        store = reader.store
+        for name in names:
+            spec = store.column(name)
+            table = ds.columns.get(spec.name)
+            if table is None or getattr(table, "data", None) is None:
+                continue
+            self.tables[name] = _Column(table)
+            if spec.codec is not None and spec.name in ds.packets:
+                self.packets[name] = (_Column(ds.packets[spec.name]), store.episodes)
+
+    def advise(self, names: list[str], lo: int, hi: int) -> None:
+        spans: list[tuple[int, int]] = []
+        for name in names:
+            col = self.tables.get(name)
+            if col is None:
+                continue
+            spans += self._chunk_spans(col, lo, hi)
+            if name in self.packets:
+                spans += self._packet_spans(name, lo, hi)
+        if spans:
+            self.ranged.prefetch(spans)
+
+    def _chunk_spans(self, col: _Column, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Byte spans of the chunks holding rows ``[lo, hi)`` of ``col`` (known chunks only:
+        one not stored whole is read through the store when it is needed)."""
+        first, last = lo // col.rows, (hi - 1) // col.rows
+        if last >= len(col.offsets):  # the chunks there are now (the store may have grown)
+            with self.reader.lock:
+                col.load_offsets(-(-int(col.table.data.shape[0]) // col.rows))
+        offsets = col.offsets[first : last + 1]
+        offsets = np.sort(offsets[offsets >= 0])
+        spans: list[tuple[int, int]] = []
+        for at in offsets.tolist():
+            if spans and at - spans[-1][1] <= MAX_GAP_BYTES:
+                spans[-1] = (spans[-1][0], at + col.chunk_nbytes)
+            else:
+                spans.append((at, at + col.chunk_nbytes))
+        return spans
+
+    def _packet_spans(self, name: str, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Byte spans of the packet chunks rows ``[lo, hi)`` of encoded column ``name`` decode
+        from (its packet rows read now, through the cache the spans above fill)."""
+        packets, episodes = self.packets[name]
+        table = self.tables[name].table
+        start = int(episodes.offsets[int(episodes.episode_of(lo))])
+        committed = int(self.reader.store._rows)
+        with self.reader.lock:
+            rows = table.read(start, min(hi, committed), committed)
+        if not len(rows):
+            return []
+        a = int(rows[0, PACKET_OFFSET]) - int(rows[0, PACKET_EXTRA])
+        z = int(rows[-1, PACKET_OFFSET]) + int(rows[-1, PACKET_NBYTES])
+        if not 0 <= a < z:
+            return []  # damaged rows: the read reports them
+        return self._chunk_spans(packets, a, z)

@@ -42,6 +42,7 @@ from torchstore.io.dataset_folders import not_a_store
 from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.files import SWMR_WRITE_FLAG, superblock_flags
 from torchstore.io.hdf5.writer_lock import live_writer
+from torchstore.io.remote.ranged import is_url
 
 __all__ = ["StoreSet", "SHARD_SUFFIXES", "find_shards", "open_store"]
 
@@ -98,9 +99,16 @@ def find_shards(folder: str | os.PathLike) -> list[Path]:
     )
 
 
+def store_location(path: str | os.PathLike) -> str | Path:
+    """Where a store is: a URL as it is (``https://``, ``hf://``: read in place), else a path."""
+    return path if isinstance(path, str) and is_url(path) else Path(path)
+
+
 def open_store(path: str | os.PathLike) -> TrajectoryStore:
-    """A folder of shards as a :class:`StoreSet`, a file as a :class:`TrajectoryStore`."""
-    return StoreSet(path) if Path(path).is_dir() else TrajectoryStore(path)
+    """A folder of shards as a :class:`StoreSet`; a file, or a URL, as a
+    :class:`TrajectoryStore`."""
+    where = store_location(path)
+    return StoreSet(where) if isinstance(where, Path) and where.is_dir() else TrajectoryStore(where)
 
 
 def _same_columns(a: TrajectoryStore, b: TrajectoryStore) -> str | None:

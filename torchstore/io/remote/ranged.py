@@ -508,6 +508,14 @@ class RangedFile(io.RawIOBase):
         if stop <= start:
             return b""
         if stop - start < 4 * self._page.unit:
+            # a block in memory (fetched ahead for the window, say) serves a short read too
+            u = self._block.unit
+            if start // u == (stop - 1) // u:
+                with self._memory_lock:
+                    block = self._block.memory.get(start // u)
+                if block is not None:
+                    at = start - start // u * u
+                    return memoryview(block)[at : at + stop - start]
             return self._read(self._page, [(start, stop)])[0]
         return self._read(self._block, [(start, stop)], ahead=self._ahead(start, stop))[0]
 
