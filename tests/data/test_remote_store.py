@@ -265,8 +265,9 @@ def test_hub_errors_name_the_file_and_never_the_token(hub, tmp_path, monkeypatch
 def test_the_window_fetches_its_coming_blocks_ahead_by_coalesced_ranges(file_server, tmp_path):  # noqa: F811
     """``ChunkReader.advise`` on a URL store fetches the chunks of the next block (plain
     columns, an AV1 column's packet rows and the packet bytes they point at) into the cache
-    in the background: the refill's read of that block then sends no request; and a
-    windowed DataModule over the URL gives the local file's batches."""
+    in the background: the refill's read of that block then sends no request, and reads the
+    plain chunks from those bytes (verified) as it reads a local file's; and a windowed
+    DataModule over the URL gives the local file's batches."""
     import numpy as np
 
     from torchstore.data.residency.block_read import ChunkReader
@@ -300,6 +301,8 @@ def test_the_window_fetches_its_coming_blocks_ahead_by_coalesced_ranges(file_ser
         }
         reader.read_block(200, 320, outs)
         assert len(file_server.requests) == before  # every byte was fetched ahead
+        # the plain column was read chunk by chunk from the fetched bytes, verified
+        assert reader.stats["direct_chunks"] > 0 and reader.stats["store_reads"] == 0
         with TrajectoryStore(path) as local:
             assert np.array_equal(outs["cam"], local.read_column("cam", 200, 320))
             assert np.array_equal(outs["state"], local.read_column("state", 200, 320))

@@ -208,7 +208,9 @@ class ChunkReader:
             # a direct read holds the rows of its first and last chunk that are not asked
             # for, and the gaps, in the buffer
             room = 2 * col.chunk_nbytes + min(MAX_GAP_BYTES, col.chunk_nbytes // 8)
-            col.direct = col.row_nbytes >= least and self.buffer_bytes >= room
+            col.direct = (
+                self._remote is None and col.row_nbytes >= least and self.buffer_bytes >= room
+            )
 
     def _open(self, names: list[str]) -> None:
         """Find which columns can be read from their chunks; open the file once for them."""
@@ -217,12 +219,14 @@ class ChunkReader:
         if not isinstance(f, h5py.File) or ds is None or f.userblock_size != 0:
             return
         ranged = getattr(f, "_torchstore_fileobj", None)
-        if ranged is not None and hasattr(ranged, "prefetch"):
+        remote = ranged is not None and hasattr(ranged, "fetch_ranges")
+        if remote:
+            # a store opened by URL: the same chunk reads, their bytes by range requests
+            # (through the file's cache) instead of preadv, and fetched ahead (advise)
             self._remote = _RemoteAhead(self, ranged, ds, names)
+        elif not hasattr(os, "preadv"):  # Windows: every read goes through the store
             return
-        if not hasattr(os, "preadv"):  # Windows: every read goes through the store
-            return
-        if f.id.get_access_plist().get_driver() != h5py.h5fd.SEC2:
+        elif f.id.get_access_plist().get_driver() != h5py.h5fd.SEC2:
             return
         for name in names:
             if self.store.column(name).codec is not None:
@@ -234,7 +238,7 @@ class ChunkReader:
             if data.id.get_create_plist().get_nfilters() != 0:
                 continue
             self._columns[name] = _Column(table)
-        if self._columns:
+        if self._columns and not remote:
             fd = os.open(f.filename, os.O_RDONLY)
             st, ref = os.fstat(fd), os.stat(self.store.path)
             if (st.st_dev, st.st_ino) != (ref.st_dev, ref.st_ino):
@@ -427,7 +431,7 @@ class ChunkReader:
             if dst is not None and dst.strides[0] == rnb:
                 to = dst.__array_interface__["data"][0] - (s - a) * rnb
             landing = self._landing(first, at[-1] + counts[-1] * rnb, to)
-            got = os.preadv(self._fd, [landing], first)
+            got = self._pread(landing, first)
         bad = []
         for i in range(end - c):
             ca, n = a + i * col.rows, counts[i]
@@ -450,6 +454,15 @@ class ChunkReader:
         self.stats["direct_chunks"] += end - c - len(bad)
         for chunk in bad:  # what the store's verified read returns instead
             self._chunk_via_store(col, name, chunk, lo, hi, out)
+
+    def _pread(self, landing: np.ndarray, offset: int) -> int:
+        """Fill ``landing`` from the file at ``offset``: ``preadv`` for a local file, one
+        range (from the cache, or fetched) for a store opened by URL; the bytes read."""
+        if self._remote is None:
+            return os.preadv(self._fd, [landing], offset)
+        (data,) = self._remote.ranged.fetch_ranges([(offset, offset + len(landing))])
+        landing[: len(data)] = np.frombuffer(data, np.uint8)
+        return len(data)
 
     def _direct_parts(
         self, col: _Column, dst: np.ndarray, head: int, tail: int, at: list, counts: list
