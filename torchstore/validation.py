@@ -25,11 +25,13 @@ import functools
 import math
 import numbers
 import operator
+import re
 from typing import Any
 
 from torchstore.errors import ArgumentError, ArgumentTypeError
 
 __all__ = [
+    "size_string_bytes",
     "int_at_least",
     "positive_int",
     "non_negative_int",
@@ -203,3 +205,33 @@ def fraction(
     if not (above_low and below_high):  # NaN fails both comparisons
         raise _fail(name, value, rule, hint, error, wrong_type=False)
     return value
+
+
+#: the units a size string may end in (case-insensitive): none or ``B``, decimal and binary
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+
+
+def size_string_bytes(text: str) -> int | None:
+    """The bytes a size string says (``"8GiB"``, ``"512MB"``, ``"1_000_000B"``, ``"2.5GB"``),
+    or None when it is not one (or says less than a byte): each caller words its own error.
+
+    Examples:
+        >>> size_string_bytes("2KiB"), size_string_bytes("lots")
+        (2048, None)
+    """
+    m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).upper() not in _SIZE_UNITS:
+        return None
+    size = int(float(m.group(1).replace("_", "")) * _SIZE_UNITS[m.group(2).upper()])
+    return size if size >= 1 else None

@@ -51,7 +51,6 @@ Examples:
 
 from __future__ import annotations
 
-import re
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -59,7 +58,7 @@ import torch
 
 from torchstore.errors import ResidencyError
 from torchstore.samplers.philox import PhiloxStream
-from torchstore.validation import positive_int, positive_number
+from torchstore.validation import positive_int, positive_number, size_string_bytes
 
 __all__ = [
     "BLOCK_STREAM",
@@ -71,19 +70,6 @@ __all__ = [
 
 #: Philox sub-stream of the block order (rows use the rank or worker number: small ints)
 BLOCK_STREAM = 1 << 62
-
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
 
 
 def parse_budget(budget: Any) -> tuple[str, int | None]:
@@ -106,11 +92,9 @@ def parse_budget(budget: Any) -> tuple[str, int | None]:
             raise ResidencyError(f"resident ({budget}) rows must be >= 1")
         return "rows", budget
     if isinstance(budget, str):
-        m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", budget)
-        if m and m.group(2).upper() in _UNITS:
-            size = int(float(m.group(1).replace("_", "")) * _UNITS[m.group(2).upper()])
-            if size >= 1:
-                return "bytes", size
+        size = size_string_bytes(budget)
+        if size is not None:
+            return "bytes", size
     raise ResidencyError(
         f"resident ({budget!r}) must be 'all', a row count or a size like '8GiB' or '512MB'"
     )

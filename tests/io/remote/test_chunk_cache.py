@@ -18,13 +18,6 @@ SIZE = 300_000
 PAGE, BLOCK = 4096, 32768
 
 
-@pytest.fixture
-def served(file_server):
-    data = os.urandom(SIZE)
-    (file_server.root / "obj.bin").write_bytes(data)
-    return file_server, f"{file_server.url}/obj.bin", data
-
-
 def _open(url: str, cache: ChunkCache):
     return open_url(url, cache=cache, page_bytes=PAGE, block_bytes=BLOCK)
 

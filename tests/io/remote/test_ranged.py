@@ -15,13 +15,6 @@ SIZE = 200_000
 PAGE, BLOCK = 4096, 32768
 
 
-@pytest.fixture
-def served(file_server):
-    data = os.urandom(SIZE)
-    (file_server.root / "obj.bin").write_bytes(data)
-    return file_server, f"{file_server.url}/obj.bin", data
-
-
 def _open(url: str, **kwargs) -> RangedFile:
     kwargs.setdefault("cache", False)
     return open_url(url, page_bytes=PAGE, block_bytes=BLOCK, timeout=2.0, **kwargs)

@@ -11,6 +11,11 @@ chunk against its xxh3 hash, and copies the rows into their destination (for a w
 column's strided view of a slot). ``preadv``, the hash and numpy's copy all release the GIL,
 and nothing is allocated per read.
 
+A store opened by URL (a ``RangedFile`` under h5py's file-object driver) is read the same
+way, each span's bytes from a range request through the file's cache instead of
+``preadv``; the window's hint for its next blocks fetches their chunks ahead, in the
+background (:class:`_RemoteAhead`).
+
 Whatever does not fit that layout goes through the store's own verified read
 (:meth:`~torchstore.data.TrajectoryStore.read_column`), with the same result: a store of
 several files, another HDF5 file driver, a user block, a filtered dataset, a chunk not
@@ -147,7 +152,8 @@ class _Column:
 
 
 class ChunkReader:
-    """Verified reads of rows ``[lo, hi)`` of a store's columns by ``preadv``.
+    """Verified reads of rows ``[lo, hi)`` of a store's columns by ``preadv`` (by range
+    requests for a store opened by URL).
 
     Args:
         store: an open :class:`~torchstore.data.TrajectoryStore` (anything else is read

@@ -44,9 +44,9 @@ INTERPOLATIONS = {
 _PIL_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
 
-def _positive(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ArgumentError(f"{name} ({value!r}) must be an int >= 1")
+def _positive(name: str, value: Any, least: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ArgumentError(f"{name} ({value!r}) must be an int >= {least}")
     return int(value)
 
 
@@ -74,10 +74,12 @@ class FrameResize:
             crop = tuple(self.crop)
             if len(crop) != 4:
                 raise ArgumentError(f"crop {self.crop!r} must be (top, left, height, width)")
-            top, left = (int(v) for v in crop[:2])
-            if top < 0 or left < 0 or isinstance(crop[0], bool) or isinstance(crop[1], bool):
-                raise ArgumentError(f"crop {self.crop!r}: top and left must be ints >= 0")
-            crop = (top, left, _positive("crop height", crop[2]), _positive("crop width", crop[3]))
+            crop = (
+                _positive("crop top", crop[0], 0),
+                _positive("crop left", crop[1], 0),
+                _positive("crop height", crop[2]),
+                _positive("crop width", crop[3]),
+            )
             object.__setattr__(self, "crop", crop)
         if self.interpolation not in INTERPOLATIONS:
             raise ArgumentError(

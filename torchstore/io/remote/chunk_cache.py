@@ -35,7 +35,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import re
 import shutil
 import struct
 import threading
@@ -48,6 +47,7 @@ import xxhash
 
 from torchstore.errors import ArgumentError, CacheNotWritableError
 from torchstore.io.cache_root import cache_root
+from torchstore.validation import size_string_bytes
 
 __all__ = ["ChunkCache", "CachedEntries", "parse_size", "DEFAULT_DISK_FRACTION"]
 
@@ -60,18 +60,6 @@ _LOW_WATER = 0.9
 #: A temporary entry older than this was left by a killed writer; eviction removes it.
 _STALE_TMP_S = 3600.0
 _TRAILER = struct.Struct("<Q8s")
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
 
 
 def parse_size(value: int | str, what: str = "cache") -> int:
@@ -84,11 +72,9 @@ def parse_size(value: int | str, what: str = "cache") -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     if isinstance(value, str):
-        m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", value)
-        if m and m.group(2).upper() in _UNITS:
-            size = int(float(m.group(1).replace("_", "")) * _UNITS[m.group(2).upper()])
-            if size >= 1:
-                return size
+        size = size_string_bytes(value)
+        if size is not None:
+            return size
     raise ArgumentError(
         f"{what} ({value!r}) must be a byte count >= 1 or a size like '50GiB' or '500MB'"
     )
