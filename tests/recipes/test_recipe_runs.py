@@ -120,7 +120,10 @@ def test_a_store_path_that_is_not_there_leaves_no_folder(preloaded, tmp_path):
 def test_a_failed_run_keeps_its_traceback_in_its_log(preloaded, tmp_path):
     run = tmp_path / "run"
     proc = _run(preloaded, "bc", ["datamodule.n_obs_steps=0", f"hydra.run.dir={run}"], tmp_path)
-    assert proc.returncode == 1
+    # an option the data module refuses: one error: line on the console (status 2)
+    assert proc.returncode == 2
+    assert "error: n_obs_steps (0) must be an int >= 1" in proc.stderr
+    assert "Traceback" not in proc.stderr
     log = (run / "bc.log").read_text()
     assert "the run failed:" in log and "Traceback (most recent call last)" in log
     assert "n_obs_steps (0) must be an int >= 1" in log
