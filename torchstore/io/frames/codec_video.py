@@ -200,7 +200,9 @@ class VideoPacketDecoder:
         #: hands 4:2:0 frames back as NV12, the same samples interleaved)
         self.decoder = DECODERS[codec.kind] if hwaccel is None else HARDWARE_DECODERS[codec.kind]
         self._formats = {info.pix_fmt} if hwaccel is None else {info.pix_fmt, "nv12", "yuv444p"}
-        self._ctx = av.CodecContext.create(self.decoder, "r", hwaccel=hwaccel)
+        # (PyAV before 14 takes no hwaccel argument: passed only for a GPU decode)
+        extra = {} if hwaccel is None else {"hwaccel": hwaccel}
+        self._ctx = av.CodecContext.create(self.decoder, "r", **extra)
         self._ctx.options = dict(DECODER_OPTIONS[codec.kind])
         if info.extradata:
             self._ctx.extradata = info.extradata

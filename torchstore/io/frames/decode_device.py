@@ -53,8 +53,10 @@ def _why_not_cuda(kind: str) -> str | None:
             return "no CUDA device is visible"
     except ImportError:  # the io layer does not need torch; without it, no GPU either
         return "torch is not installed"
-    from av.codec.hwaccel import hwdevices_available
-
+    try:
+        from av.codec.hwaccel import hwdevices_available
+    except ImportError:
+        return "this PyAV has no hardware acceleration (PyAV 14 or later has)"
     if "cuda" not in hwdevices_available():
         return "the FFmpeg PyAV loads has no CUDA hardware acceleration"
     return None
