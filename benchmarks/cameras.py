@@ -317,14 +317,7 @@ def batch_rates(enc: Path, raw: Path, budget: int, steps: int, repeats: int, reu
     first = next(its[0])
     keys = sorted("/".join(k) if isinstance(k, tuple) else k for k in first.keys(True, True))
 
-    def run(it):
-        def go():
-            for _ in range(steps):
-                next(it)
-
-        return go
-
-    times = per_call_interleaved([run(it) for it in its], repeats=repeats, warmup=1)
+    times = per_call_interleaved([run_steps(it, steps) for it in its], repeats=repeats, warmup=1)
     stats = [dict(dm.window.stats) for dm in dms]
     for dm in dms:
         dm.close()

@@ -62,9 +62,10 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from torchstore.data.columns import column_key, set_nested
+from torchstore.data.file.layout import store_location
 from torchstore.data.rows.packed import PackedColumns, tensordict_of
 from torchstore.data.store.store import TrajectoryStore
-from torchstore.data.store.store_set import open_store, store_location
+from torchstore.data.store.store_set import open_store
 from torchstore.errors import ResidencyError
 from torchstore.io.frames.decode_device import check_decode_device
 from torchstore.io.frames.resize import frame_resizes, is_camera_shape

@@ -355,7 +355,7 @@ class DemonstrationDataModule(StoreDataModule):
             t if at is None else at,
             first,
             rows.length[seg],
-            leaf if leaf is not None or self._normalizer is None else self._normalize,
+            leaf or (self._normalize if self._normalizer is not None else None),
         )
         leaves["index"] = t
         leaves["episode"] = rows.episode[seg]

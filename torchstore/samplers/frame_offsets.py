@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from torchstore.errors import ArgumentError, ArgumentTypeError
@@ -52,12 +52,20 @@ def _values(key: str, values: Any, what: str) -> list[Any]:
     return items
 
 
-def _mapping(table: Any, what: str) -> Mapping:
+def _columns(table: Any, what: str) -> Iterator[tuple[str, list[Any]]]:
+    """``(column, its offsets)`` of a ``frame_offsets`` / ``delta_timestamps`` table,
+    checked: a non-empty mapping, names of columns, each column once, non-empty lists."""
     if not isinstance(table, Mapping) or not table:
         raise ArgumentTypeError(
             f"{what} ({table!r}) must be a non-empty mapping of column name to offsets"
         )
-    return table
+    seen: set[str] = set()
+    for raw_key, values in table.items():
+        key = _key(raw_key, what)
+        if key in seen:
+            raise ArgumentError(f"{what} names column {key!r} twice")
+        seen.add(key)
+        yield key, _values(key, values, what)
 
 
 def check_frame_offsets(
@@ -76,12 +84,9 @@ def check_frame_offsets(
         ArgumentError: for a column with no offsets, or two keys naming one column.
     """
     out: dict[str, tuple[int, ...]] = {}
-    for raw_key, values in _mapping(frame_offsets, what).items():
-        key = _key(raw_key, what)
-        if key in out:
-            raise ArgumentError(f"{what} names column {key!r} twice")
+    for key, values in _columns(frame_offsets, what):
         offsets = []
-        for value in _values(key, values, what):
+        for value in values:
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
                 raise ArgumentTypeError(
                     f"{what}[{key!r}] holds {value!r}, not a whole number of frames; offsets "
@@ -116,12 +121,9 @@ def offsets_of_timestamps(
     tolerance_s = float(non_negative_number("tolerance_s", tolerance_s, hint=" (seconds)"))
     out: dict[str, tuple[int, ...]] = {}
     what = "delta_timestamps"
-    for raw_key, values in _mapping(delta_timestamps, what).items():
-        key = _key(raw_key, what)
-        if key in out:
-            raise ArgumentError(f"{what} names column {key!r} twice")
+    for key, values in _columns(delta_timestamps, what):
         offsets = []
-        for value in _values(key, values, what):
+        for value in values:
             if not isinstance(value, numbers.Real) or isinstance(value, bool):
                 raise ArgumentTypeError(f"{what}[{key!r}] holds {value!r}, not seconds")
             seconds = float(value)

@@ -30,6 +30,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -38,17 +39,41 @@ import xxhash
 from torchstore.data.file.manifest import UNCHECKED_FORMAT_VERSION, Manifest, parse_manifest_json
 from torchstore.errors import IntegrityError, StoreFormatError, TorchstoreError, TransferError
 from torchstore.io.hdf5.checksummed import ChecksummedDataset, create_checksummed
-from torchstore.io.hdf5.files import MANIFEST_ATTR
+from torchstore.io.hdf5.files import MANIFEST_ATTR, open_for_read
+from torchstore.io.remote.chunk_cache import ChunkCache
+from torchstore.io.remote.ranged import is_url, open_url
 
 __all__ = [
     "MANIFEST_ATTR",
     "MANIFEST_HASH_ATTR",
     "COMMIT",
     "build_store_file",
+    "open_store_file",
+    "store_location",
     "read_manifest",
     "read_manifest_fields",
     "StoreDatasets",
 ]
+
+
+def store_location(path: str | os.PathLike) -> str | Path:
+    """Where a store is: a URL as it is (``https://``, ``hf://``: read in place), else a path."""
+    return path if isinstance(path, str) and is_url(path) else Path(path)
+
+
+def open_store_file(
+    where: str | os.PathLike, cache: ChunkCache | int | str | bool = True
+) -> h5py.File:
+    """A store file opened for reading: a local path, or a URL read in place by range through
+    a cache (``cache``: True for the default :class:`ChunkCache`, a budget such as
+    ``"50GiB"``, a :class:`ChunkCache`, or False for none)."""
+    where = store_location(where)
+    if isinstance(where, Path):
+        return open_for_read(where)
+    if not isinstance(cache, ChunkCache | bool):
+        cache = ChunkCache(budget=cache)
+    return open_for_read(open_url(where, cache=cache))
+
 
 MANIFEST_HASH_ATTR = "torchstore_manifest_xxh3"
 #: Reads of a commit record whose hash does not match, before it is called damaged: a

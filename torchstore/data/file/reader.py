@@ -30,7 +30,12 @@ from torchstore.data.file.encoded import (
     decoder_cache,
     read_packet_runs,
 )
-from torchstore.data.file.layout import StoreDatasets, read_manifest
+from torchstore.data.file.layout import (
+    StoreDatasets,
+    open_store_file,
+    read_manifest,
+    store_location,
+)
 from torchstore.data.file.manifest import Manifest
 from torchstore.errors import (
     ColumnError,
@@ -42,9 +47,8 @@ from torchstore.errors import (
 )
 from torchstore.io.frames.codec import EncodedFrames, StreamInfo
 from torchstore.io.frames.resize import FrameResize
-from torchstore.io.hdf5.files import open_for_read
+from torchstore.io.hdf5.files import opened_bytes
 from torchstore.io.remote.chunk_cache import ChunkCache
-from torchstore.io.remote.ranged import is_url, open_url
 from torchstore.validation import positive_int
 
 __all__ = ["StoreReader"]
@@ -55,17 +59,6 @@ def _named(exc: TorchstoreError, path: Path) -> TorchstoreError:
     if isinstance(exc, FrameCodecError):
         return FrameCodecError(f"{path}: {exc}", exc.frame)
     return type(exc)(f"{path}: {exc}")
-
-
-def _source(path: Path | str, cache: ChunkCache | int | str | bool):
-    """What :func:`open_for_read` opens: the local path, or a URL's ranged file object
-    (``cache``: True for the default range cache, a budget such as ``"50GiB"``, a
-    :class:`ChunkCache`, or False for none)."""
-    if not is_url(path):
-        return path
-    if not isinstance(cache, ChunkCache | bool):
-        cache = ChunkCache(budget=cache)
-    return open_url(path, cache=cache)
 
 
 class StoreReader:
@@ -82,11 +75,11 @@ class StoreReader:
     """
 
     def __init__(self, path: str | os.PathLike, *, cache: ChunkCache | int | str | bool = True):
-        self.path = path if is_url(path) else Path(path)
+        self.path = store_location(path)
         self._decoder_local = threading.local()  # each thread's decoders (encoded columns)
         #: encoded column -> (committed rows, where their packets end), for the snapshot
         self._packet_ends: dict[str, tuple[int, int]] = {}
-        self._file = open_for_read(_source(self.path, cache))
+        self._file = open_store_file(self.path, cache)
         try:
             self._manifest = read_manifest(self._file, str(self.path))
             self._ds = StoreDatasets.open_checked(
@@ -349,9 +342,7 @@ class StoreReader:
     # ----------------------------------------------------------------- lifetime
     def size_on_disk(self) -> int:
         """The store file's bytes (a URL's: the remote object's)."""
-        if is_url(self.path):
-            return self._file._torchstore_fileobj.size
-        return self.path.stat().st_size
+        return opened_bytes(self._file)
 
     def close(self) -> None:
         self._file.close()

@@ -47,6 +47,7 @@ from torchstore.data.file.layout import PACKET_EXTRA, PACKET_NBYTES, PACKET_OFFS
 from torchstore.io.frames.decode_device import check_decode_device
 from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.checksummed import chunk_file_offsets
+from torchstore.io.hdf5.files import file_object_of
 
 __all__ = ["ChunkReader"]
 
@@ -224,7 +225,7 @@ class ChunkReader:
         ds = getattr(self.store, "_ds", None)
         if not isinstance(f, h5py.File) or ds is None or f.userblock_size != 0:
             return
-        ranged = getattr(f, "_torchstore_fileobj", None)
+        ranged = file_object_of(f)
         remote = ranged is not None and hasattr(ranged, "fetch_ranges")
         if remote:
             # a store opened by URL: the same chunk reads, their bytes by range requests
@@ -618,42 +619,41 @@ class _RemoteAhead:
     """The read-ahead of a store opened by URL (a ``RangedFile`` under h5py's file-object
     driver): the window's hint for its coming blocks (:meth:`ChunkReader.advise`) becomes a
     background fetch of exactly their chunks (their byte spans in the file, adjacent chunks
-    coalesced into one range) into the file's cache, so the refill's reads through h5py
-    find the bytes local. Plain columns: the chunks of rows ``[lo, hi)``; encoded columns:
-    their packet rows, and the packet bytes those rows point at (from the first packet of
-    the episode ``lo`` falls in, where decoding may start, with its extradata)."""
+    coalesced into one range) into the file's cache, where the refill's reads find them.
+    Plain columns: the chunks of rows ``[lo, hi)`` (the reader's own chunk geometry);
+    encoded columns: their packet rows, and the packet bytes those rows point at (from the
+    first packet of the episode ``lo`` falls in, where decoding may start, with its
+    extradata)."""
 
     def __init__(self, reader: ChunkReader, ranged: Any, ds: Any, names: list[str]):
         self.reader, self.ranged = reader, ranged
-        self.tables: dict[str, _Column] = {}
-        self.packets: dict[str, tuple[_Column, Any]] = {}
-        store = reader.store
+        #: encoded column -> (its packet rows, its packet bytes)
+        self.packets: dict[str, tuple[_Column, _Column]] = {}
         for name in names:
-            spec = store.column(name)
-            table = ds.columns.get(spec.name)
-            if table is None or getattr(table, "data", None) is None:
-                continue
-            self.tables[name] = _Column(table)
+            spec = reader.store.column(name)
             if spec.codec is not None and spec.name in ds.packets:
-                self.packets[name] = (_Column(ds.packets[spec.name]), store.episodes)
+                self.packets[name] = (
+                    _Column(ds.columns[spec.name]),
+                    _Column(ds.packets[spec.name]),
+                )
 
     def advise(self, names: list[str], lo: int, hi: int) -> None:
         spans: list[tuple[int, int]] = []
         for name in names:
-            col = self.tables.get(name)
-            if col is None:
-                continue
-            spans += self._chunk_spans(col, lo, hi)
-            if name in self.packets:
+            col = self.reader._columns.get(name)
+            if col is not None:
+                self.reader._offsets(col, (hi - 1) // col.rows)  # as its reads load them
+                spans += self._chunk_spans(col, lo, hi)
+            elif name in self.packets:
                 spans += self._packet_spans(name, lo, hi)
         if spans:
             self.ranged.prefetch(spans)
 
     def _chunk_spans(self, col: _Column, lo: int, hi: int) -> list[tuple[int, int]]:
-        """Byte spans of the chunks holding rows ``[lo, hi)`` of ``col`` (known chunks only:
+        """Byte spans of the chunks holding items ``[lo, hi)`` of ``col`` (known chunks only:
         one not stored whole is read through the store when it is needed)."""
         first, last = lo // col.rows, (hi - 1) // col.rows
-        if last >= len(col.offsets):  # the chunks there are now (the store may have grown)
+        if last >= len(col.offsets):  # every chunk the dataset has now (rows or bytes)
             with self.reader.lock:
                 col.load_offsets(-(-int(col.table.data.shape[0]) // col.rows))
         offsets = col.offsets[first : last + 1]
@@ -667,18 +667,19 @@ class _RemoteAhead:
         return spans
 
     def _packet_spans(self, name: str, lo: int, hi: int) -> list[tuple[int, int]]:
-        """Byte spans of the packet chunks rows ``[lo, hi)`` of encoded column ``name`` decode
-        from (its packet rows read now, through the cache the spans above fill)."""
-        packets, episodes = self.packets[name]
-        table = self.tables[name].table
+        """Byte spans of encoded column ``name``'s packet rows for ``[lo, hi)`` and of the
+        packet bytes they decode from (the rows read now, through the cache)."""
+        index, packets = self.packets[name]
+        episodes = self.reader.store.episodes
         start = int(episodes.offsets[int(episodes.episode_of(lo))])
         committed = int(self.reader.store._rows)
+        spans = self._chunk_spans(index, start, hi)
         with self.reader.lock:
-            rows = table.read(start, min(hi, committed), committed)
+            rows = index.table.read(start, min(hi, committed), committed)
         if not len(rows):
-            return []
+            return spans
         a = int(rows[0, PACKET_OFFSET]) - int(rows[0, PACKET_EXTRA])
         z = int(rows[-1, PACKET_OFFSET]) + int(rows[-1, PACKET_NBYTES])
         if not 0 <= a < z:
-            return []  # damaged rows: the read reports them
-        return self._chunk_spans(packets, a, z)
+            return spans  # damaged rows: the read reports them
+        return spans + self._chunk_spans(packets, a, z)

@@ -25,14 +25,17 @@ Examples:
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 
-from torchstore.data.file.layout import StoreDatasets, read_manifest_fields
+from torchstore.data.file.layout import (
+    StoreDatasets,
+    open_store_file,
+    read_manifest_fields,
+    store_location,
+)
 from torchstore.errors import IntegrityError, StoreFormatError
-from torchstore.io.hdf5.files import open_for_read
-from torchstore.io.remote.ranged import is_url, open_url
+from torchstore.io.hdf5.files import opened_bytes
 
 __all__ = ["StoreFacts"]
 
@@ -51,8 +54,8 @@ class StoreFacts:
     """
 
     def __init__(self, path: str | os.PathLike):
-        self.path = path if is_url(path) else Path(path)
-        self._file = open_for_read(open_url(path) if is_url(path) else self.path)
+        self.path = store_location(path)
+        self._file = open_store_file(self.path)
         try:
             self.manifest = read_manifest_fields(self._file, str(self.path))
             self.columns = self.manifest["columns"]
@@ -86,9 +89,7 @@ class StoreFacts:
         self.num_rows, self.num_episodes, self.episode_lengths = rows, episodes, lengths
 
     def size_on_disk(self) -> int:
-        if is_url(self.path):
-            return self._file._torchstore_fileobj.size
-        return self.path.stat().st_size
+        return opened_bytes(self._file)
 
     def close(self) -> None:
         self._file.close()

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from torchstore.data.episodes import EpisodeIndex
+from torchstore.data.file.layout import store_location
 from torchstore.data.file.manifest import Manifest
 from torchstore.data.store.store import TrajectoryStore
 from torchstore.errors import ColumnError, RowIndexError, StoreFormatError
@@ -42,7 +43,6 @@ from torchstore.io.dataset_folders import not_a_store
 from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.files import SWMR_WRITE_FLAG, superblock_flags
 from torchstore.io.hdf5.writer_lock import live_writer
-from torchstore.io.remote.ranged import is_url
 
 __all__ = ["StoreSet", "SHARD_SUFFIXES", "find_shards", "open_store"]
 
@@ -97,11 +97,6 @@ def find_shards(folder: str | os.PathLike) -> list[Path]:
         for p in folder.iterdir()
         if p.suffix in SHARD_SUFFIXES and not p.name.startswith(".") and p.is_file()
     )
-
-
-def store_location(path: str | os.PathLike) -> str | Path:
-    """Where a store is: a URL as it is (``https://``, ``hf://``: read in place), else a path."""
-    return path if isinstance(path, str) and is_url(path) else Path(path)
 
 
 def open_store(path: str | os.PathLike) -> TrajectoryStore:

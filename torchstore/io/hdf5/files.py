@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import h5py
 
@@ -35,6 +35,8 @@ __all__ = [
     "create_for_append",
     "open_for_read",
     "open_for_append",
+    "file_object_of",
+    "opened_bytes",
     "require_hdf5",
     "fsync_file",
     "abandon",
@@ -293,6 +295,19 @@ def _open_fileobj_for_read(fileobj: BinaryIO) -> h5py.File:
     f._torchstore_fileobj = fileobj
     _FILEOBJ_FILES.add(f)
     return f
+
+
+def file_object_of(f: h5py.File) -> Any:
+    """The file object ``f`` was opened over (a store opened by URL: its ``RangedFile``), or
+    None for a file on disk."""
+    return getattr(f, "_torchstore_fileobj", None)
+
+
+def opened_bytes(f: h5py.File) -> int:
+    """The bytes of what ``f`` reads: its file object's (a URL's remote object), or its file's
+    on disk."""
+    fileobj = file_object_of(f)
+    return os.path.getsize(f.filename) if fileobj is None else int(fileobj.size)
 
 
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
