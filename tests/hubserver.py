@@ -2,20 +2,24 @@
 
 In memory, threaded, HTTP/1.1 keep-alive, bound to 127.0.0.1 on a free port. It speaks
 what huggingface_hub 2.4 sends for: create_repo, repo_info/dataset_info, list_datasets,
-list_models, list_repo_tree/list_repo_files, list_repo_refs, preupload + commit (base64
-regular files only: preupload answers ``regular`` for everything, so LFS and Xet never
-start), tags, branches, validate-yaml, and HEAD/GET resolve with ETag, X-Repo-Commit and
-Range (``bytes=N-`` or ``bytes=A-B``). Typed errors carry ``X-Error-Code``. No ``X-Xet-*``
-header is ever sent.
+list_models, list_repo_tree/list_repo_files, get_paths_info, list_repo_refs, preupload +
+commit (base64 regular files only: preupload answers ``regular`` for everything, so LFS and
+Xet never start), tags, branches, validate-yaml, and HEAD/GET resolve with ETag,
+X-Repo-Commit and Range (``bytes=N-`` or ``bytes=A-B``). Typed errors carry
+``X-Error-Code``. No ``X-Xet-*`` header is ever sent. That is also all that lerobot's
+``StreamingLeRobotDataset`` (through ``datasets`` streaming and ``HfFileSystem``) asks of it.
 
 Usage::
 
     with HubServer() as hub:
         HfApi(endpoint=hub.endpoint).create_repo("tester/ds", repo_type="dataset")
 
-Counters: ``requests`` (method, raw path, authorization) and ``body_bytes`` (resolve bytes
-sent per ``repo_id/path``). Fault: ``cut_after[(repo_id, path)] = n`` drops the next
-resolve GET of that file after ``n`` body bytes.
+Counters: ``requests`` (method, raw path, authorization, Range header, and the status
+answered) and ``body_bytes`` (resolve bytes sent per ``repo_id/path``). Fault:
+``cut_after[(repo_id, path)] = n`` drops the next resolve GET of that file after ``n`` body
+bytes. A slow link, for benchmarks: ``delay_s`` is slept before answering each request (a
+round-trip latency) and ``rate_bytes_per_s`` caps how fast each answer's body is sent
+(0: no cap), as ``tests/fileserver.py`` does.
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ class HubServer(LoopbackServer):
         self.requests: list[dict] = []
         self.body_bytes: dict[str, int] = defaultdict(int)
         self.cut_after: dict[tuple[str, str], int] = {}
+        self.delay_s = 0.0
+        self.rate_bytes_per_s = 0
         self._counter = 0
         self._serve(_make_handler(self))
 
@@ -169,7 +175,24 @@ class _HubHandler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         if self.command != "HEAD" and body:
+            self._write(body)
+
+    def _write(self, body: bytes) -> None:
+        """Send ``body``, no faster than the hub's ``rate_bytes_per_s`` where it has one."""
+        rate = self.hub.rate_bytes_per_s
+        if not rate:
             self.wfile.write(body)
+            return
+        step = max(1, rate // 100)  # 10 ms of bytes at a time
+        for at in range(0, len(body), step):
+            self.wfile.write(body[at : at + step])
+            time.sleep(min(step, len(body) - at) / rate)
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        request = getattr(self, "_request", None)  # None: refused before it was parsed
+        if request is not None:
+            request["status"] = code
+        super().send_response(code, message)
 
     def _json(self, obj, status: int = 200, headers: dict | None = None) -> None:
         self._send(status, json.dumps(obj).encode(), headers)
@@ -179,14 +202,17 @@ class _HubHandler(BaseHTTPRequestHandler):
         segments = [unquote(s) for s in parts.path.split("/")[1:]]
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         self._raw_body = self.rfile.read(int(self.headers.get("Content-Length", "0") or 0))
+        self._request = {
+            "method": self.command,
+            "path": self.path,
+            "authorization": self.headers.get("Authorization"),
+            "range": self.headers.get("Range"),
+            "status": None,
+        }
         with self.hub.lock:
-            self.hub.requests.append(
-                {
-                    "method": self.command,
-                    "path": self.path,
-                    "authorization": self.headers.get("Authorization"),
-                }
-            )
+            self.hub.requests.append(self._request)
+        if self.hub.delay_s:
+            time.sleep(self.hub.delay_s)
         try:
             if segments and segments[0] == "api":
                 self._api(segments[1:], query)
@@ -266,6 +292,7 @@ class _HubHandler(BaseHTTPRequestHandler):
         ("GET", ""): "_repo_info",
         ("GET", "revision"): "_revision_info",
         ("GET", "tree"): "_tree",
+        ("POST", "paths-info"): "_paths_info",
         ("GET", "refs"): "_refs",
         ("POST", "preupload"): "_preupload",
         ("POST", "commit"): "_commit",
@@ -331,6 +358,26 @@ class _HubHandler(BaseHTTPRequestHandler):
         for p, data in sorted(files.items()):
             if recursive or p.count("/") == base_depth:
                 out.append({"type": "file", "path": p, "oid": blob_sha1(data), "size": len(data)})
+        self._json(out)
+
+    def _paths_info(self, repo: Repo, args: list[str], query: dict) -> None:
+        """``get_paths_info``: a form (``paths=a&paths=b&expand=...``) or a JSON body."""
+        commit = self.hub.commit_of(repo, "/".join(args))
+        raw = self._body()
+        if self.headers.get("Content-Type", "").startswith("application/json"):
+            paths = json.loads(raw or b"{}").get("paths", [])
+        else:
+            paths = parse_qs(raw.decode()).get("paths", [])
+        out = []
+        for path in (p.strip("/") for p in paths):
+            if path in commit.files:
+                data = commit.files[path]
+                out.append(
+                    {"type": "file", "path": path, "oid": blob_sha1(data), "size": len(data)}
+                )
+            elif any(p.startswith(path + "/") for p in commit.files):
+                oid = hashlib.sha1(path.encode()).hexdigest()
+                out.append({"type": "directory", "path": path, "oid": oid, "size": 0})
         self._json(out)
 
     def _preupload(self, repo: Repo, args: list[str], query: dict) -> None:
@@ -460,7 +507,7 @@ class _HubHandler(BaseHTTPRequestHandler):
             self.connection.shutdown(2)
             return
         self.hub.body_bytes[f"{repo_id}/{path}"] += len(body)
-        self.wfile.write(body)
+        self._write(body)
 
 
 def _put_file(files: dict[str, bytes], value: dict) -> dict[str, bytes]:
