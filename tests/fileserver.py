@@ -36,9 +36,12 @@ request: method, path, range, authorization, client address: one per connection)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -83,8 +86,17 @@ class FileServer(LoopbackServer):
 
 
 @functools.lru_cache(maxsize=8)
-def _etag(data: bytes) -> str:
+@functools.lru_cache(maxsize=4)
+def _etag_of(data: bytes) -> str:
     return '"' + hashlib.sha256(data).hexdigest() + '"'
+
+
+def _etag(data: bytes) -> str:
+    """The ETag of ``data``: hashed once for the large bodies the file cache keeps (a
+    100 MB store hashed at every range request cost 0.2 s of a core a request)."""
+    if len(data) < 1 << 20:
+        return '"' + hashlib.sha256(data).hexdigest() + '"'
+    return _etag_of(data)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -305,3 +317,43 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _make_handler(server: FileServer) -> type[_Handler]:
     return type("Handler", (_Handler,), {"files": server})
+
+
+@contextlib.contextmanager
+def file_server_process(root: Path, *, delay_s: float = 0.0, rate_bytes_per_s: int = 0):
+    """A :class:`FileServer` of ``root`` in a child process; yields its URL prefix.
+
+    For benchmarks: a server in the timed process would take that process's interpreter
+    lock for every body it sends, which a real remote server never does.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fileserver", str(root), str(delay_s), str(rate_bytes_per_s)],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = proc.stdout.readline().strip()
+        if not line.startswith("http://"):
+            raise RuntimeError(f"the file server process did not start (it printed {line!r})")
+        yield line
+    finally:
+        proc.stdin.close()  # the child serves until its stdin closes
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _serve_until_stdin_closes(root: str, delay_s: str, rate: str) -> None:
+    with FileServer(Path(root)) as server:
+        server.delay_s = float(delay_s)
+        server.rate_bytes_per_s = int(rate)
+        print(server.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    _serve_until_stdin_closes(*sys.argv[1:4])

@@ -293,7 +293,8 @@ def test_the_window_fetches_its_coming_blocks_ahead_by_coalesced_ranges(file_ser
         assert reader._remote is not None
         reader.advise(["cam", "state"], 200, 320)
         ranged = remote._file._torchstore_fileobj
-        ranged._prefetcher.submit(lambda: None).result()  # the prefetch queued before it ran
+        ranged._prefetcher.shutdown(wait=True)  # the prefetches queued, all run
+        ranged._prefetcher = None
         before = len(file_server.requests)
         outs = {
             "cam": np.empty((120, 24, 32, 3), np.uint8),
@@ -320,3 +321,37 @@ def test_the_window_fetches_its_coming_blocks_ahead_by_coalesced_ranges(file_ser
     for a, b in zip(*batches, strict=True):
         assert torch.equal(a["obs", "cam"], b["obs", "cam"])
         assert torch.equal(a["action", "action"], b["action", "action"])
+
+
+def test_a_url_window_hints_several_phases_ahead_and_draws_as_the_local_one(served_store):
+    """A block fetched by URL waits a round trip plus its transfer, so a window over a URL
+    with a cache hints the blocks of its next ``_RemoteAhead.PHASES`` phase changes (a local
+    file: the next one only); the batches are those of the local file."""
+    from torchstore.data.residency.block_read import _RemoteAhead
+    from torchstore.window.window_storage import WindowSampler, WindowStorage
+
+    server, url, path = served_store
+    draws = {}
+    for source in (url, path):
+        storage = WindowStorage(source, resident=400, resident_blocks=2, seed=1)
+        sampler = WindowSampler(storage, seed=1)
+        batches = [storage.get(sampler.sample(storage, 32)[0])["obs"] for _ in range(3)]
+        window = storage.window
+        assert window._pending is not None
+        window._pending.result()  # the spare slot's read, which hints what comes after
+        phases = _RemoteAhead.PHASES if source == url else 1
+        assert window._reader.ahead_phases == phases
+        schedule, nxt = window.schedule, window.schedule.phase + 1
+        assert schedule.per_epoch > phases + 2  # enough blocks that every phase brings one
+        hinted = {
+            b
+            for p in range(nxt, nxt + phases)
+            for b in schedule.active(p + 1)
+            if b not in schedule.active(p)
+        }
+        assert hinted and hinted <= window._advised
+        beyond = set(schedule.active(nxt + phases + 1)) - set(schedule.active(nxt + phases))
+        assert not beyond & window._advised
+        draws[source] = torch.cat(batches)
+        storage.close()
+    assert torch.equal(draws[url], draws[path])

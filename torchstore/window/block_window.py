@@ -344,11 +344,14 @@ class BlockWindow:
         if block < 0:
             return
         self._spare_block = block
-        # what the phase after the next brings in (at an epoch's end up to K blocks,
-        # otherwise read at that phase change on the sampling thread)
+        # what the phases after the next bring in (at an epoch's end up to K blocks,
+        # otherwise read at that phase change on the sampling thread): the phase after
+        # the next from a local file, several from a URL (ChunkReader.ahead_phases)
         nxt = self.schedule.phase + 1
-        now = set(self.schedule.active(nxt))
-        ahead = [b for b in self.schedule.active(nxt + 1) if b not in now]
+        ahead: list[int] = []
+        for p in range(nxt, nxt + self._reader.ahead_phases):
+            now = set(self.schedule.active(p))
+            ahead += [b for b in self.schedule.active(p + 1) if b not in now and b not in ahead]
         self._pending = self._pool.submit(self._read, self._spare, block, ahead)
 
     def _read_into(self, slot: int, block: int) -> None:
