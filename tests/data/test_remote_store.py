@@ -18,6 +18,7 @@ from torchstore.errors import (
     IntegrityError,
     RemoteChangedError,
     RemoteNotFoundError,
+    StoreFormatError,
     UnsupportedError,
 )
 
@@ -355,3 +356,86 @@ def test_a_url_window_hints_several_phases_ahead_and_draws_as_the_local_one(serv
         draws[source] = torch.cat(batches)
         storage.close()
     assert torch.equal(draws[url], draws[path])
+
+
+# ----------------------------------------------------------------- store sets, pickling
+def test_a_store_set_of_shard_urls_reads_as_the_local_set(file_server):  # noqa: F811
+    from torchstore.data.store.store_set import StoreSet
+
+    paths = [file_server.root / f"shard-{i}.h5" for i in range(3)]
+    for i, path in enumerate(paths):
+        _write(path, 4 + i)
+    urls = [f"{file_server.url}/{p.name}" for p in paths]
+    with StoreSet(urls, cache=False) as remote, StoreSet(paths) as local:
+        assert remote.path == f"{file_server.url}/"
+        assert (len(remote), remote.num_episodes) == (len(local), local.num_episodes)
+        a, b = remote.read_slab(0, len(local)), local.read_slab(0, len(local))
+        assert all(torch.equal(a[k], b[k]) for k in b.keys())
+        assert remote.episode_metadata(9) == local.episode_metadata(9)
+        again = pickle.loads(pickle.dumps(remote))
+        assert [s.path for s in again._shards] == urls and again._cache is False
+        assert torch.equal(again.episode(7)["obs"], local.episode(7)["obs"])
+        again.close()
+    with pytest.raises(StoreFormatError, match="listed twice"):
+        StoreSet([urls[0], urls[0]])
+
+
+def test_a_hub_folder_opens_as_a_store_set_pinned_to_one_commit(hub, tmp_path):  # noqa: F811
+    from huggingface_hub import HfApi
+
+    from torchstore.data.store.store_set import StoreSet, open_store
+    from torchstore.window.window_storage import WindowSampler, WindowStorage
+
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for i in range(2):
+        _write(folder / f"part-{i}.h5", 3 + i)
+    (folder / "README.md").write_text("not a shard")
+    (folder / "nested").mkdir()
+    _write(folder / "nested" / "other.h5", 2)
+    api = HfApi(endpoint=hub.endpoint)
+    repo = f"{hub.namespace}/sharded"
+    api.create_repo(repo, repo_type="dataset")
+    commit = api.upload_folder(folder_path=str(folder), path_in_repo="runs", repo_id=repo,
+                               repo_type="dataset").oid  # fmt: skip
+    with open_store(f"hf://datasets/{repo}/runs/") as remote, StoreSet(folder) as local:
+        assert isinstance(remote, StoreSet)
+        assert [s.path for s in remote._shards] == [
+            f"hf://datasets/{repo}@{commit}/runs/part-{i}.h5" for i in range(2)
+        ]
+        assert remote.num_episodes == local.num_episodes == 7
+        n = len(local)
+        assert (remote.read_column("obs", 0, n) == local.read_column("obs", 0, n)).all()
+    draws = []
+    for source in (f"hf://datasets/{repo}/runs/", folder):
+        storage = WindowStorage(source, resident=20, resident_blocks=2, seed=3)
+        sampler = WindowSampler(storage, seed=3)
+        draws.append(storage.get(sampler.sample(storage, 16)[0])["obs"])
+        storage.close()
+    assert torch.equal(*draws)
+    with pytest.raises(StoreFormatError, match="no store shards in hf://"):
+        StoreSet(f"hf://datasets/{repo}/runs/nested/missing/")
+    with pytest.raises(ValueError, match="only hf:// folders can be listed"):
+        StoreSet("https://example.invalid/shards/")
+
+
+def test_a_pickled_url_store_reopens_through_the_cache_it_was_given(served_store, tmp_path):
+    from torchstore.io.remote.chunk_cache import ChunkCache
+
+    server, url, path = served_store
+    cache = ChunkCache(tmp_path / "my-cache", budget="64MiB")
+    for given in (cache, False, "32MiB"):
+        with TrajectoryStore(url, cache=given) as store:
+            again = pickle.loads(pickle.dumps(store))
+        try:
+            entries = again._file._torchstore_fileobj.cached
+            if given is False:
+                assert entries == ()
+            elif given is cache:
+                assert entries and all(e.cache.folder == cache.folder for e in entries)
+                assert entries[0].cache.budget == 64 * 2**20
+            else:
+                assert entries and entries[0].cache.budget == 32 * 2**20
+            assert torch.equal(again.episode(3)["obs"], TrajectoryStore(path).episode(3)["obs"])
+        finally:
+            again.close()

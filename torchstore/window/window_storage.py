@@ -38,6 +38,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.storages import TensorStorage
 
 from torchstore.data.store.store import TrajectoryStore
+from torchstore.data.store.store_set import open_store
 from torchstore.errors import ReadOnlyStorageError, RowIndexError, UnsupportedError
 from torchstore.samplers.philox import PhiloxStream
 from torchstore.validation import positive_int
@@ -120,7 +121,7 @@ class WindowStorage(TensorStorage):
         }
         self._owns_store = not isinstance(store, TrajectoryStore)
         self.source = store if self._owns_store else store.path
-        opened = TrajectoryStore(store) if self._owns_store else store
+        opened = open_store(store) if self._owns_store else store  # a file, a folder or a URL
         episodes = opened.episodes
         n = opened.num_rows
         self.prioritized = None

@@ -76,6 +76,7 @@ class StoreReader:
 
     def __init__(self, path: str | os.PathLike, *, cache: ChunkCache | int | str | bool = True):
         self.path = store_location(path)
+        self._cache = cache  # as given, so a pickled store reopens through the same cache
         self._decoder_local = threading.local()  # each thread's decoders (encoded columns)
         #: encoded column -> (committed rows, where their packets end), for the snapshot
         self._packet_ends: dict[str, tuple[int, int]] = {}

@@ -203,14 +203,29 @@ class TrajectoryStore(StoreReader):
         """The arguments that open this store again (what it pickles as)."""
         return (self.path,)
 
+    def _open_kwargs(self) -> dict[str, Any]:
+        """The options that open this store again: the ``cache`` a URL is read through,
+        when one other than the default was given (a budget, a folder, or none)."""
+        cache = getattr(self, "_cache", True)
+        return {} if cache is True else {"cache": cache}
+
     def __reduce__(self) -> tuple[Any, ...]:
-        """A store crosses a process boundary as its recipe, the path it was opened from:
-        the other side opens the file itself (a handle, its decoders and its snapshot
-        of its own, the episodes committed by then), so a spawned ``DataLoader`` worker or
-        a ``multiprocessing`` child reads the same rows without sharing an HDF5 handle."""
-        return (type(self), self._open_args())
+        """A store crosses a process boundary as its recipe, the path it was opened from
+        (and the cache a URL reads through): the other side opens the file itself (a
+        handle, its decoders and its snapshot of its own, the episodes committed by then),
+        so a spawned ``DataLoader`` worker or a ``multiprocessing`` child reads the same
+        rows without sharing an HDF5 handle."""
+        kwargs = self._open_kwargs()
+        if not kwargs:
+            return (type(self), self._open_args())
+        return (_reopen, (type(self), self._open_args(), kwargs))
 
     def __repr__(self) -> str:
         return (
             f"TrajectoryStore({str(self.path)!r}, rows={self._rows}, episodes={self._episodes_n})"
         )
+
+
+def _reopen(cls: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TrajectoryStore:
+    """A store opened again from its recipe (see :meth:`TrajectoryStore.__reduce__`)."""
+    return cls(*args, **kwargs)

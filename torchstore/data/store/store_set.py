@@ -43,6 +43,8 @@ from torchstore.io.dataset_folders import not_a_store
 from torchstore.io.frames.resize import FrameResize
 from torchstore.io.hdf5.files import SWMR_WRITE_FLAG, superblock_flags
 from torchstore.io.hdf5.writer_lock import live_writer
+from torchstore.io.remote.chunk_cache import ChunkCache
+from torchstore.io.remote.range_requests import is_url, list_folder
 
 __all__ = ["StoreSet", "SHARD_SUFFIXES", "find_shards", "open_store"]
 
@@ -100,10 +102,23 @@ def find_shards(folder: str | os.PathLike) -> list[Path]:
 
 
 def open_store(path: str | os.PathLike) -> TrajectoryStore:
-    """A folder of shards as a :class:`StoreSet`; a file, or a URL, as a
-    :class:`TrajectoryStore`."""
+    """A folder of shards as a :class:`StoreSet` (a local folder, or a Hub folder URL ending
+    in ``/``); a file, or a file's URL, as a :class:`TrajectoryStore`."""
     where = store_location(path)
-    return StoreSet(where) if isinstance(where, Path) and where.is_dir() else TrajectoryStore(where)
+    if isinstance(where, Path):
+        return StoreSet(where) if where.is_dir() else TrajectoryStore(where)
+    return StoreSet(where) if where.endswith("/") else TrajectoryStore(where)
+
+
+def _common_location(paths: Sequence[Path | str]) -> Path | str:
+    """What names a list of shards: the folder the local ones share, or the URLs' common
+    prefix up to a ``/``."""
+    if not paths:
+        return Path()
+    if all(isinstance(p, Path) for p in paths):
+        return Path(os.path.commonpath([os.path.abspath(p) for p in paths]))
+    prefix = os.path.commonprefix([str(p) for p in paths])
+    return prefix[: prefix.rfind("/") + 1] or prefix
 
 
 def _same_columns(a: TrajectoryStore, b: TrajectoryStore) -> str | None:
@@ -128,31 +143,42 @@ class StoreSet(TrajectoryStore):
     Args:
         source: a folder (its ``*.h5``/``*.hdf5`` files are the shards, and shards that
             appear later are picked up by :meth:`refresh`), or a list of shard files
-            (a fixed set).
+            (a fixed set). Shards may be URLs (see :class:`TrajectoryStore`), read in
+            place; a Hub folder ``hf://datasets/NS/NAME[@REV]/DIR/`` is listed once, at
+            the commit its revision names then (a fixed set too).
+        cache: what URL shards read through (see :class:`TrajectoryStore`).
 
     Every shard must declare the same columns (names, dtypes, shapes, quantisation);
     one that does not is a :class:`~torchstore.errors.ColumnError` naming it.
     """
 
-    def __init__(self, source: str | os.PathLike | Sequence[str | os.PathLike]):
-        if isinstance(source, (str, os.PathLike)):
-            self.folder: Path | None = Path(source)
+    def __init__(
+        self,
+        source: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        cache: ChunkCache | int | str | bool = True,
+    ):
+        self._cache = cache
+        self.folder: Path | None = None
+        if isinstance(source, str) and is_url(source):
+            paths: list[Path | str] = list(list_folder(source, SHARD_SUFFIXES))
+            self.path: Path | str = source
+        elif isinstance(source, (str, os.PathLike)):
+            self.folder = Path(source)
             if not self.folder.exists():
                 raise FileNotFoundError(f"no store folder at {self.folder}")
-            paths = find_shards(self.folder)
+            paths = list(find_shards(self.folder))
             self.path = self.folder
         else:
-            self.folder = None
-            paths = [Path(p) for p in source]
-            if len(set(map(os.path.realpath, paths))) != len(paths):
+            paths = [store_location(p) for p in source]
+            names = [os.path.realpath(p) if isinstance(p, Path) else p for p in paths]
+            if len(set(names)) != len(paths):
                 raise StoreFormatError(
                     "a shard is listed twice: every shard must be a different file"
                 )
-            self.path = (
-                Path(os.path.commonpath([os.path.abspath(p) for p in paths])) if paths else Path()
-            )
+            self.path = _common_location(paths)
         if not paths:
-            where = self.folder if self.folder is not None else "the list"
+            where = self.path if isinstance(source, (str, os.PathLike)) else "the list"
             raise StoreFormatError(
                 (self.folder is not None and not_a_store(self.folder, empty=False))
                 or f"no store shards in {where} (shards are *.h5 or *.hdf5 files)"
@@ -161,7 +187,12 @@ class StoreSet(TrajectoryStore):
         try:
             for path in paths:
                 # a shard its writer is still opening: a folder's is left to refresh()
-                if _wait_for_writer(path, _WRITER_OPEN_WAIT_S) or self.folder is None:
+                # (a URL is read-only: no writer of this machine opens it)
+                if (
+                    not isinstance(path, Path)
+                    or _wait_for_writer(path, _WRITER_OPEN_WAIT_S)
+                    or self.folder is None
+                ):
                     self._add(path)
         except BaseException:
             self.close()
@@ -176,8 +207,8 @@ class StoreSet(TrajectoryStore):
         self._index()
 
     # ----------------------------------------------------------------- shards
-    def _add(self, path: Path) -> None:
-        store = TrajectoryStore(path)
+    def _add(self, path: Path | str) -> None:
+        store = TrajectoryStore(path, cache=self._cache)
         if self._shards:
             why = _same_columns(self._shards[0], store)
             if why is not None:
@@ -287,7 +318,8 @@ class StoreSet(TrajectoryStore):
 
     # ----------------------------------------------------------------- lifetime
     def _open_args(self) -> tuple[Any, ...]:
-        """What opens the set again in another process: its folder, or its shard files."""
+        """What opens the set again in another process: its folder, or its shard files
+        (a Hub folder's as listed, at their commit)."""
         return (self.folder if self.folder is not None else [s.path for s in self._shards],)
 
     def size_on_disk(self) -> int:

@@ -116,6 +116,7 @@ class ChunkCache:
                 f"the range cache folder {self.folder} cannot be created ({exc.strerror}); "
                 "set TORCHSTORE_CACHE to a writable folder"
             ) from exc
+        self._given_budget = budget
         self._budget = None if budget is None else parse_size(budget, "cache budget")
         self._used: int | None = None  # this process's count of the cache's bytes
         self._written_since_scan = 0
@@ -123,6 +124,11 @@ class ChunkCache:
 
     def __repr__(self) -> str:
         return f"ChunkCache({str(self.folder)!r}, budget={self.budget})"
+
+    def __reduce__(self) -> tuple:
+        """Pickles as its folder and the budget it was given (a store opened through it
+        reopens in a ``DataLoader`` worker through the same folder and budget)."""
+        return (type(self), (str(self.folder), self._given_budget))
 
     @property
     def budget(self) -> int:

@@ -14,6 +14,7 @@ import http.client
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import unquote
@@ -22,7 +23,7 @@ from torchstore.errors import RemoteChangedError
 from torchstore.io.remote.http import _CONTENT_RANGE, HttpClient, _Retry, _shown
 from torchstore.io.remote.transfer import TransferError
 
-__all__ = ["RemoteObject", "RangeFetcher", "HttpRangeFetcher", "locate", "is_url"]
+__all__ = ["RemoteObject", "RangeFetcher", "HttpRangeFetcher", "locate", "is_url", "list_folder"]
 
 #: The slowest transfer rate a request is allowed beyond ``timeout`` (a dripping server).
 _MIN_RATE = 64 * 1024
@@ -143,6 +144,39 @@ class RangeFetcher(Protocol):
     def close(self) -> None:
         """Let go of connections (the fetcher is not used after)."""
         ...
+
+
+def list_folder(url: str, suffixes: Sequence[str], *, token: str | None = None) -> list[str]:
+    """The URLs of the files directly in folder ``url`` whose names end in one of
+    ``suffixes`` (hidden names skipped), sorted, each pinned to the commit the folder's
+    revision names now, so every file comes from one version.
+
+    Only the Hub lists folders (``hf://datasets/NS/NAME[@REV]/DIR/``); a web server has no
+    listing to read, so its files are named one by one.
+    """
+    if not url.startswith("hf://"):
+        raise ValueError(
+            f"{_shown(url)} is a folder URL, and only hf:// folders can be listed; give the "
+            "store files' URLs as a list instead"
+        )
+    from torchstore.io.remote.hub import HubClient, default_endpoint
+
+    # a "." stands for the file part, so a repo's root folder parses too
+    repo_type, repo_id, revision, folder = _parse_hf(url.rstrip("/") + "/.")
+    folder = folder[:-1].rstrip("/")
+    namespace, name = repo_id.split("/", 1)
+    hub = HubClient(namespace, repo_type=repo_type, endpoint=default_endpoint(), token=token)
+    commit = hub.resolve(name, revision)
+    prefix = f"{folder}/" if folder else ""
+    kind = "datasets/" if repo_type == "dataset" else ""
+    return sorted(
+        f"hf://{kind}{repo_id}@{commit}/{f.path}"
+        for f in hub.list_files(name, commit)
+        if f.path.startswith(prefix)
+        and "/" not in f.path[len(prefix) :]
+        and not f.path.rsplit("/", 1)[-1].startswith(".")
+        and f.path.endswith(tuple(suffixes))
+    )
 
 
 def locate(
