@@ -26,6 +26,7 @@ last chunk; the store's read retries it and raises
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import threading
@@ -199,6 +200,8 @@ class ChunkReader:
         self.set_buffer(buffer_bytes)
         self._buffer: np.ndarray | None = None
         self._buffer_at = 0  # its address
+        #: held by a read while it uses the buffer and submits its decoding (see read_block)
+        self._reading = threading.Lock()
         #: chunks read by ``preadv`` and reads through the store (into ``stats`` when given)
         self.stats = stats if stats is not None else {}
         self.stats.update(direct_chunks=0, store_reads=0)
@@ -227,7 +230,7 @@ class ChunkReader:
         if not isinstance(f, h5py.File) or ds is None or f.userblock_size != 0:
             return
         ranged = file_object_of(f)
-        remote = ranged is not None and hasattr(ranged, "fetch_ranges")
+        remote = ranged is not None and hasattr(ranged, "fetch_spans")
         if remote:
             # a store opened by URL: the same chunk reads, their bytes by range requests
             # (through the file's cache) instead of preadv, and fetched ahead (advise)
@@ -261,39 +264,19 @@ class ChunkReader:
         first (under the lock, in one read each), then all their pieces (runs cut at
         keyframes) go to the decode threads together, as do the resizes of raw camera
         columns, while this thread reads the plain columns. So no core waits for the
-        slowest piece of one camera while another camera has pieces left."""
+        slowest piece of one camera while another camera has pieces left.
+
+        Frames are decoded straight into ``outs`` when each frame of it is contiguous
+        (a window slot's camera rows, which lie between the other columns' bytes), else
+        into an array of their own, copied after. Reads from several threads take turns
+        until their pieces are submitted, then wait for them together: a second read's
+        pieces queue behind the first's, so the decode threads go from one block to the
+        next without a gap (the window starts its next read early for that)."""
         jobs: list = []
         copies: list[tuple[np.ndarray, np.ndarray]] = []
-        threads = decode_threads()
-        encoded = hasattr(self.store, "read_packet_runs")
-        decoded: dict[str, tuple[list, np.ndarray]] = {}  # column -> (its runs, the target)
         try:
-            for name, out in outs.items():
-                if hi > lo and encoded and self.store.column(name).codec is not None:
-                    with self.lock:
-                        runs = self.store.read_packet_runs(name, lo, hi)
-                    target = out if out.flags.c_contiguous else np.empty(out.shape, np.uint8)
-                    if target is not out:
-                        copies.append((out, target))
-                    decoded[name] = (runs, target)
-            # pieces sized over every camera's frames together: the threads' shares even
-            # out to the end of the block, with as few decoder flushes as that allows
-            frames = sum(len(r.packets) for runs, _ in decoded.values() for r in runs)
-            for name, (runs, target) in decoded.items():
-                pieces = split_runs(runs, threads, frames)
-                spec, resize = self.store.column(name), self.resize.get(name)
-                jobs += submit_pieces(spec, pieces, target, threads, resize, self.decode_device)
-                self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
-            for name, out in outs.items():
-                resize = self.resize.get(name)
-                if hi <= lo or name in decoded:
-                    continue
-                if resize is not None:
-                    full = np.empty((hi - lo, *self.store.column(name).shape), out.dtype)
-                    self._read_plain(name, lo, hi, full)
-                    jobs += _resize_jobs(resize, full, out, threads)
-                else:
-                    self._read_plain(name, lo, hi, out)
+            with self._reading:  # the buffer is this reader's, one read at a time
+                self._submit_block(lo, hi, outs, jobs, copies)
         finally:
             wait_all(jobs)  # every job ends before an error (theirs or this thread's) is raised
         for out, target in copies:
@@ -306,7 +289,8 @@ class ChunkReader:
         if name in self.resize:
             self.read_block(lo, hi, {name: out})
             return
-        self._read_plain(name, lo, hi, out)
+        with self._reading:
+            self._read_plain(name, lo, hi, out)
 
     def _read_plain(self, name: str, lo: int, hi: int, out: np.ndarray) -> None:
         col = self._columns.get(name)
@@ -475,7 +459,7 @@ class ChunkReader:
         range (from the cache, or fetched) for a store opened by URL; the bytes read."""
         if self._remote is None:
             return os.preadv(self._fd, [landing], offset)
-        (data,) = self._remote.ranged.fetch_ranges([(offset, offset + len(landing))])
+        (data,) = self._remote.ranged.fetch_spans([(offset, offset + len(landing))])
         landing[: len(data)] = np.frombuffer(data, np.uint8)
         return len(data)
 
@@ -643,8 +627,8 @@ class _RemoteAhead:
     def __init__(self, reader: ChunkReader, ranged: Any, ds: Any, names: list[str]):
         self.reader, self.ranged = reader, ranged
         self.phases = self.PHASES if getattr(ranged, "cached", ()) else 1
-        #: the spans hinted so far (a block's are the same each epoch), for ``ahead_bytes``
-        self.seen: set[tuple[int, int]] = set()
+        #: the byte spans hinted so far, merged (for ``ahead_bytes``)
+        self.seen: list[tuple[int, int]] = []
         #: encoded column -> (its packet rows, its packet bytes)
         self.packets: dict[str, tuple[_Column, _Column]] = {}
         for name in names:
@@ -665,11 +649,28 @@ class _RemoteAhead:
             elif name in self.packets:
                 spans += self._packet_spans(name, lo, hi)
         if spans:
-            new = [span for span in spans if span not in self.seen]
-            self.seen.update(new)
             stats = self.reader.stats
-            stats["ahead_bytes"] = stats.get("ahead_bytes", 0) + sum(z - a for a, z in new)
-            self.ranged.prefetch(spans)
+            stats["ahead_bytes"] = stats.get("ahead_bytes", 0) + self._new_bytes(spans)
+            self.ranged.prefetch_spans(spans)
+
+    def _new_bytes(self, spans: list[tuple[int, int]]) -> int:
+        """Bytes of ``spans`` outside every span hinted before (blocks share chunks, and
+        each epoch hints its blocks again); :attr:`seen` is kept sorted and disjoint."""
+        seen, added = self.seen, 0
+        for a, z in spans:
+            added += z - a
+            i = max(bisect.bisect_right(seen, (a, a)) - 1, 0)
+            lo, hi = a, z
+            while i < len(seen) and seen[i][0] <= z:
+                s_lo, s_hi = seen[i]
+                if s_hi < a:
+                    i += 1
+                    continue
+                added -= max(0, min(s_hi, z) - max(s_lo, a))
+                lo, hi = min(lo, s_lo), max(hi, s_hi)
+                del seen[i]
+            seen.insert(i, (lo, hi))
+        return added
 
     def _chunk_spans(self, col: _Column, lo: int, hi: int) -> list[tuple[int, int]]:
         """Byte spans of the chunks holding items ``[lo, hi)`` of ``col`` (known chunks only:

@@ -22,6 +22,9 @@ a :class:`RangedFile`: ``read``/``readinto``/``seek``/``tell`` over the object's
   of each in memory (HDF5 reads its metadata a few bytes at a time).
   :meth:`RangedFile.fetch_ranges` fetches a caller's list of ranges, adjacent blocks in
   one request, several requests at once.
+- **Exact spans.** :meth:`RangedFile.fetch_spans` (and :meth:`~RangedFile.prefetch_spans`)
+  fetch exactly the bytes asked for that no span fetched before covers, cached as spans
+  (:mod:`.spans`): a window's blocks, whose chunk spans it knows, fetch no byte past them.
 - **Tokens.** HTTP: ``token=`` or ``TORCHSTORE_HTTP_TOKEN`` (sent to the URL's origin only,
   as :class:`~torchstore.io.remote.http.HttpClient` does); Hub: huggingface_hub's token.
   Neither appears in a message, a log line or a ``repr``; URLs are shown without user info
@@ -44,6 +47,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from torchstore.io.remote.chunk_cache import CachedEntries, ChunkCache
 from torchstore.io.remote.range_requests import RangeFetcher, RemoteObject, is_url, locate
+from torchstore.io.remote.spans import SpanStore
 
 __all__ = [
     "RemoteObject",
@@ -156,6 +160,8 @@ class RangedFile(io.RawIOBase):
             _Tier(int(unit), None if cache is None else cache.entries(obj.key, int(unit)))
             for unit in (page_bytes, block_bytes)
         )
+        #: exact spans for the window's reads (fetch_spans, prefetch_spans)
+        self._spans = SpanStore(obj.key, self._fetch_exact, cache)
         self._memory_lock = threading.Lock()
         self._pid = os.getpid()
         self._pos = 0
@@ -225,6 +231,7 @@ class RangedFile(io.RawIOBase):
             self._pool = None
         for tier in (self._page, self._block):
             tier.memory.clear()
+        self._spans.clear()
         self._fetcher.close()
         super().close()
 
@@ -237,6 +244,9 @@ class RangedFile(io.RawIOBase):
         self._after_fork()
         if stop <= start:
             return b""
+        held = self._spans.held(start, stop)  # spans fetched ahead for a window, say
+        if held is not None:
+            return held
         if stop - start < 4 * self._page.unit:
             # a block in memory (fetched ahead for the window, say) serves a short read too
             u = self._block.unit
@@ -265,17 +275,54 @@ class RangedFile(io.RawIOBase):
                 streams.popitem(last=False)
         return ahead
 
+    def fetch_spans(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each half-open range, fetched exactly (no aligned blocks): what no
+        span fetched before covers is fetched, cached as spans (see
+        :class:`~torchstore.io.remote.spans.SpanStore`). For reads that know their byte
+        spans (a window's chunks), where blocks would fetch past their ends."""
+        ranges = [(int(a), int(z)) for a, z in ranges]
+        self._check_ranges(ranges)
+        return self._spans.read(ranges)
+
+    def prefetch_spans(self, ranges: Sequence[tuple[int, int]]) -> Future:
+        """:meth:`fetch_spans` in the background; returns at once (see :meth:`prefetch`)."""
+        self._after_fork()
+        ranges = [(int(a), int(z)) for a, z in ranges]
+        self._check_ranges(ranges)
+        return self._background(self._spans.read, ranges)
+
+    def _check_ranges(self, ranges: Sequence[tuple[int, int]]) -> None:
+        for a, z in ranges:
+            if not 0 <= a <= z <= self.obj.size:
+                raise ValueError(
+                    f"byte range [{a}, {z}) is outside {self.obj.shown} ({self.obj.size} bytes)"
+                )
+
+    def _fetch_exact(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Each span in one request (longer ones split at ``MAX_REQUEST_BYTES``), the
+        requests in parallel."""
+        step = MAX_REQUEST_BYTES
+        parts = [(at, min(at + step, z)) for a, z in spans for at in range(a, z, step)]
+        if len(parts) == 1:
+            bodies = [self._fetcher.fetch(*parts[0])]
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="ts-range")
+            bodies = list(self._pool.map(lambda span: self._fetcher.fetch(*span), parts))
+        out, k = [], 0
+        for a, z in spans:
+            n = -(-(z - a) // step)
+            out.append(bodies[k] if n == 1 else b"".join(bodies[k : k + n]))
+            k += n
+        return out
+
     def fetch_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
         """The bytes of each half-open range, in the order given.
 
         The blocks they cover are fetched (or taken from the cache) with adjacent blocks
         coalesced into one request each and up to ``parallel`` requests in flight.
         """
-        for a, z in ranges:
-            if not 0 <= a <= z <= self.obj.size:
-                raise ValueError(
-                    f"byte range [{a}, {z}) is outside {self.obj.shown} ({self.obj.size} bytes)"
-                )
+        self._check_ranges(ranges)
         return [bytes(v) for v in self._read(self._block, ranges)]
 
     def prefetch(self, ranges: Sequence[tuple[int, int]]) -> Future:
@@ -285,18 +332,19 @@ class RangedFile(io.RawIOBase):
         for that read to meet again and raise."""
         self._after_fork()
         ranges = [(int(a), int(z)) for a, z in ranges]
-        for a, z in ranges:
-            if not 0 <= a <= z <= self.obj.size:
-                raise ValueError(
-                    f"byte range [{a}, {z}) is outside {self.obj.shown} ({self.obj.size} bytes)"
-                )
+        self._check_ranges(ranges)
+        return self._background(self._read, self._block, ranges)
+
+    def _background(self, read, *args) -> Future:
+        """``read(*args)`` on a prefetch thread; a failure is logged and left for the read
+        that needs those bytes to meet again and raise."""
         if self._prefetcher is None:
             self._prefetcher = ThreadPoolExecutor(_PREFETCHES, thread_name_prefix="ts-prefetch")
-        return self._prefetcher.submit(self._prefetch, ranges)
+        return self._prefetcher.submit(self._quietly, read, *args)
 
-    def _prefetch(self, ranges: list[tuple[int, int]]) -> None:
+    def _quietly(self, read, *args) -> None:
         try:
-            self._read(self._block, ranges)
+            read(*args)
         except Exception as exc:  # the read that needs these bytes raises it for real
             log.debug("prefetch of %s failed: %s", self.obj.shown, exc)
 
@@ -332,6 +380,7 @@ class RangedFile(io.RawIOBase):
         its own and no thread pool (the parent's threads do not exist here)."""
         if self._pid != os.getpid():
             self._memory_lock, self._pid = threading.Lock(), os.getpid()
+            self._spans._lock = threading.Lock()
             self._pool = self._prefetcher = None
 
     def _units(self, tier: _Tier, indices: Sequence[int]) -> dict[int, bytes]:
