@@ -111,6 +111,13 @@ REQUIREMENTS = [
     ("torchstore.formats.zarr_source", "require_zarr", "zarr", "zarr"),
     ("torchstore.minari.importer", "require_minari", "minari", "minari"),
     ("torchstore.remote.weights", "_require_safetensors", "safetensors", "safetensors"),
+    ("torchstore.io.remote.object_store", "require_boto3", "boto3", "boto3"),
+    (
+        "torchstore.io.remote.object_store",
+        "require_google_cloud_storage",
+        "google.cloud.storage",
+        "google-cloud-storage",
+    ),
 ]
 
 

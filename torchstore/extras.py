@@ -18,7 +18,20 @@ from __future__ import annotations
 __all__ = ["EXTRAS", "install_hint"]
 
 #: every extra ``setup.cfg`` declares (the test above checks they agree)
-EXTRAS = ("bench", "dev", "docs", "formats", "hub", "interop", "lerobot", "ray", "train", "video")
+EXTRAS = (
+    "bench",
+    "dev",
+    "docs",
+    "formats",
+    "gcs",
+    "hub",
+    "interop",
+    "lerobot",
+    "ray",
+    "s3",
+    "train",
+    "video",
+)
 
 
 def install_hint(extra: str, *also: str) -> str:

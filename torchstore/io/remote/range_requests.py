@@ -27,11 +27,11 @@ __all__ = ["RemoteObject", "RangeFetcher", "HttpRangeFetcher", "locate", "is_url
 
 #: The slowest transfer rate a request is allowed beyond ``timeout`` (a dripping server).
 _MIN_RATE = 64 * 1024
-_SCHEMES = ("http://", "https://", "hf://")
+_SCHEMES = ("http://", "https://", "hf://", "s3://", "gs://")
 
 
 def is_url(path: object) -> bool:
-    """Whether ``path`` names a remote object (``http://``, ``https://``, ``hf://``)."""
+    """Whether ``path`` names a remote object (``http(s)://``, ``hf://``, ``s3://``, ``gs://``)."""
     return isinstance(path, str) and path.startswith(_SCHEMES)
 
 
@@ -184,6 +184,10 @@ def locate(
 ) -> RangeFetcher:
     """A fetcher for the object at ``url``, its size and version read (one request):
     ``http(s)://`` and ``hf://`` here, ``s3://`` and ``gs://`` through :mod:`.object_store`."""
+    if url.startswith(("s3://", "gs://")):
+        from torchstore.io.remote.object_store import locate_object
+
+        return locate_object(url, timeout=timeout, retries=retries)
     if url.startswith("hf://"):
         return HttpRangeFetcher(*_locate_hub(url, token=token, timeout=timeout, retries=retries))
     client = _PooledClient(url, timeout=timeout, retries=retries, token=token)
