@@ -440,3 +440,47 @@ def test_2_kib_rows_go_straight_with_the_compiled_read_and_through_the_buffer_wi
             np.testing.assert_array_equal(wide[:, 1], store.read_column("img", 5, 595))
             assert not wide[:, 0].any() and stats["store_reads"] == 0
             reader.close()
+
+
+def test_camera_rows_decode_in_place_in_a_slot_and_through_a_copy_elsewhere(tmp_path, monkeypatch):
+    """An encoded column's frames are decoded straight into a window slot's rows (each
+    frame contiguous, the rows strided between the other columns' bytes), with no array
+    of their own to copy from; a destination whose frames are not contiguous gets the
+    same pixels through one."""
+    h, w = 24, 32
+    path = tmp_path / "cams.h5"
+    columns = [
+        ColumnSpec("cam", torch.uint8, (h, w, 3), codec="av1"),
+        ColumnSpec("step", torch.int64),
+    ]
+    y, x = np.mgrid[0:h, 0:w]
+    with TrajectoryStoreWriter(path, columns) as writer:
+        for e in range(3):
+            base = (x[None] * 6 + y[None] * 3 + np.arange(20)[:, None, None] * 4 + e * 17) % 256
+            frames = np.stack([base, 255 - base, (base + 85) % 256], axis=-1).astype(np.uint8)
+            writer.add_episode({"cam": frames, "step": np.arange(20) + 20 * e})
+    targets: list[np.ndarray] = []
+    submit = block_read_module.submit_pieces
+
+    def spy(spec, pieces, out, *args):
+        targets.append(out)
+        return submit(spec, pieces, out, *args)
+
+    monkeypatch.setattr(block_read_module, "submit_pieces", spy)
+    with TrajectoryStore(path) as store:
+        reader = ChunkReader(store, ["cam", "step"], lock=threading.Lock())
+        expected = store.read_column("cam", 5, 50)
+        # a slot: rows of the frame's bytes and 16 more, the frame at byte 8 of each
+        slot = np.zeros((45, h * w * 3 + 16), np.uint8)
+        frames = slot[:, 8 : 8 + h * w * 3].reshape(45, h, w, 3)
+        steps = np.zeros(45, np.int64)
+        reader.read_block(5, 50, {"cam": frames, "step": steps})
+        np.testing.assert_array_equal(frames, expected)
+        np.testing.assert_array_equal(steps, np.arange(5, 50))
+        assert not slot[:, :8].any() and not slot[:, 8 + h * w * 3 :].any()
+        assert len(targets) == 1 and np.shares_memory(targets[0], slot)
+        flipped = np.zeros((45, h, w, 3), np.uint8)[..., ::-1]  # frames not contiguous
+        reader.read_block(5, 50, {"cam": flipped})
+        np.testing.assert_array_equal(flipped, expected)
+        assert not np.shares_memory(targets[1], flipped)
+        reader.close()

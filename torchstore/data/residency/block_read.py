@@ -282,6 +282,47 @@ class ChunkReader:
         for out, target in copies:
             out[...] = target
 
+    def _submit_block(
+        self,
+        lo: int,
+        hi: int,
+        outs: Mapping[str, np.ndarray],
+        jobs: list,
+        copies: list[tuple[np.ndarray, np.ndarray]],
+    ) -> None:
+        """:meth:`read_block` up to the wait: encoded columns' pieces and raw camera
+        columns' resizes into ``jobs``, plain columns read; ``copies``: ``(out, target)``
+        for the frames decoded into an array of their own."""
+        threads = decode_threads()
+        encoded = hasattr(self.store, "read_packet_runs")
+        decoded: dict[str, tuple[list, np.ndarray]] = {}  # column -> (its runs, the target)
+        for name, out in outs.items():
+            if hi > lo and encoded and self.store.column(name).codec is not None:
+                with self.lock:
+                    runs = self.store.read_packet_runs(name, lo, hi)
+                target = out if _frames_contiguous(out) else np.empty(out.shape, np.uint8)
+                if target is not out:
+                    copies.append((out, target))
+                decoded[name] = (runs, target)
+        # pieces sized over every camera's frames together: the threads' shares even
+        # out to the end of the block, with as few decoder flushes as that allows
+        frames = sum(len(r.packets) for runs, _ in decoded.values() for r in runs)
+        for name, (runs, target) in decoded.items():
+            pieces = split_runs(runs, threads, frames)
+            spec, resize = self.store.column(name), self.resize.get(name)
+            jobs += submit_pieces(spec, pieces, target, threads, resize, self.decode_device)
+            self.stats["decoded_reads"] = self.stats.get("decoded_reads", 0) + 1
+        for name, out in outs.items():
+            resize = self.resize.get(name)
+            if hi <= lo or name in decoded:
+                continue
+            if resize is not None:
+                full = np.empty((hi - lo, *self.store.column(name).shape), out.dtype)
+                self._read_plain(name, lo, hi, full)
+                jobs += _resize_jobs(resize, full, out, threads)
+            else:
+                self._read_plain(name, lo, hi, out)
+
     def read(self, name: str, lo: int, hi: int, out: np.ndarray) -> None:
         """Rows ``[lo, hi)`` of column ``name`` into ``out`` (``[hi - lo, *shape]``, any
         strides; a resized camera column's resized shape), verified against the store's
@@ -572,7 +613,7 @@ class ChunkReader:
             threads = decode_threads()
             resize = self.resize.get(name)
             options = {"threads": threads, "resize": resize, "decode_device": self.decode_device}
-            if target.flags.c_contiguous:
+            if _frames_contiguous(target):
                 self.store.decode_packet_runs(name, runs, target, **options)
             else:
                 target[...] = self.store.decode_packet_runs(
@@ -593,6 +634,16 @@ class ChunkReader:
             os.close(self._fd)
             self._fd = -1
         self._buffer = None
+
+
+def _frames_contiguous(out: np.ndarray) -> bool:
+    """Whether the decoders can write ``out``'s frames where they lie: each frame (row)
+    contiguous, the rows at any stride (a camera column of a window's slot, whose rows sit
+    between the other columns' bytes). Decoding into a contiguous array and copying it
+    into such a slot cost a window 10-15 % more CPU a row than one thread's sequential
+    decode: a second copy of every frame, on the refill thread while the decode threads
+    waited, and the page faults of a fresh array of a block's frames each read."""
+    return out.ndim >= 2 and (out.shape[0] == 0 or out[0].flags.c_contiguous)
 
 
 def _resize_jobs(resize: FrameResize, full: np.ndarray, out: np.ndarray, threads: int) -> list:
