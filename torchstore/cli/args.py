@@ -117,8 +117,8 @@ existing_path = _named(existing_path, "path")
 
 
 def store_path(text: str) -> Path | str:
-    """An input that exists, or a store's URL (``https://``, ``http://``, ``hf://``), kept as
-    typed: it is opened read-only in place."""
+    """An input that exists, or a store's URL (``https://``, ``http://``, ``hf://``,
+    ``s3://``, ``gs://``), kept as typed: it is opened read-only in place."""
     from torchstore.io.remote.ranged import is_url
 
     return text if is_url(text) else existing_path(text)
