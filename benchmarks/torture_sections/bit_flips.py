@@ -149,12 +149,21 @@ def file_regions(path: Path) -> dict[str, list[tuple[int, int]]]:
     return {k: [(a, b) for a, b in v if b > a] for k, v in regions.items()}
 
 
+_PRISTINE: dict[str, bytes] = {}  # the first store built in this process, as bytes
+
+
 def _pristine_store(path: Path) -> None:
+    """A store of 600 committed episodes at ``path``: built once a process (600 commits),
+    copied after that (the region-map test and a torture run in one test process)."""
+    if "bytes" in _PRISTINE:
+        path.write_bytes(_PRISTINE["bytes"])
+        return
     with TrajectoryStoreWriter(
         path, COLUMNS, env_id="CartPole-v1", seed=3, metadata={"note": "torture"}
     ) as w:
         for i in range(600):
             w.add_episode(episode_rows(i), metadata={"i": i})
+    _PRISTINE["bytes"] = path.read_bytes()
 
 
 def corruptions(

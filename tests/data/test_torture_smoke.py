@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -16,39 +17,50 @@ def torture():
     return load_module(TORTURE, "torture")
 
 
+#: trials of each section in the short run (the full counts run in benchmarks/torture.py;
+#: tests/formats/test_rlds_hostile.py and tests/remote/test_concurrent_pushes_torture.py run
+#: more of the RLDS and push sections on their own)
+SHORT = {
+    "--kills": 6,
+    "--corruptions": 16,
+    "--readers": 2,
+    "--commits": 300,
+    "--dumps": 2,
+    "--dump-rows": 5000,
+    "--second-writers": 3,
+    "--kill-sequences": 5,
+    "--disk-full": 3,
+    "--concurrent-pushes": 8,  # every race, on a folder and over HTTP
+    "--rlds-files": 8,  # every kind of mutation, twice
+}
+
+
 def test_a_short_torture_run_is_all_on_target(torture, tmp_path, capsys):
-    code = torture.main(
-        [
-            "--seed",
-            "1",
-            "--kills",
-            "6",
-            "--corruptions",
-            "16",
-            "--readers",
-            "2",
-            "--commits",
-            "300",
-            "--dumps",
-            "2",
-            "--dump-rows",
-            "5000",
-            "--second-writers",
-            "3",
-            "--kill-sequences",
-            "4",
-            "--disk-full",
-            "3",
-            "--dir",
-            str(tmp_path),
-        ]
-    )
+    from torture_sections import disk_full, kill_sequences
+
+    args = [str(part) for item in SHORT.items() for part in item]
+    code = torture.main(["--seed", "1", *args, "--dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert "| writer kill, inside commit" in out and "| bit flip: manifest" in out
     assert "| live readers x2, 300 commits" in out and "| dump_buffer killed (whole folder)" in out
     assert "| second writer while one is live" in out
     assert "| kill sequences (2-4 kills)" in out and "| disk full inside HDF5's write" in out
+    assert "| concurrent pushes (4-8 pushers) |      8 |" in out
+    assert "| hostile RLDS datasets        |      8 |" in out
     assert code == 0, out
+    # the newer sections count every trial under a declared outcome, all under the first
+    # (the row lists each declared outcome's count, then any undeclared one)
+    rows = out.splitlines()
+    for module, flag, name in (
+        (kill_sequences, "--kill-sequences", "kill sequences (2-4 kills)"),
+        (disk_full, "--disk-full", "disk full inside HDF5's write"),
+    ):
+        assert module.OUTCOMES[0] in module.GOOD and module.GOOD <= set(module.OUTCOMES)
+        trials = SHORT[flag]
+        all_first = torture._row(
+            name, trials, Counter({module.OUTCOMES[0]: trials}), module.OUTCOMES
+        )
+        assert all_first in rows, out
 
 
 def test_the_region_map_finds_every_region_of_a_store(torture, tmp_path):
@@ -72,15 +84,3 @@ def test_the_region_map_finds_every_region_of_a_store(torture, tmp_path):
     assert data[lo:hi].startswith(b'{"columns"')
     ((lo, hi),) = regions["commit record"]
     assert hi - lo == 32  # three counts and their hash
-
-
-def test_the_new_sections_count_every_trial_under_a_declared_outcome(torture, tmp_path):
-    import random
-
-    from torture_sections import disk_full, kill_sequences
-
-    for module, trials in ((kill_sequences, 5), (disk_full, 3)):
-        assert module.OUTCOMES[0] in module.GOOD and module.GOOD <= set(module.OUTCOMES)
-        counts, notes = module.run_section(tmp_path, trials, random.Random(3))
-        assert sum(counts.values()) == trials and set(counts) <= set(module.OUTCOMES)
-        assert counts[module.OUTCOMES[0]] == trials, notes
