@@ -689,6 +689,14 @@ class _RemoteAhead:
                     _Column(ds.columns[spec.name]),
                     _Column(ds.packets[spec.name]),
                 )
+        # each column's checksum table, read now (a round trip each, once; the reader
+        # holds its lock while it opens): a refill that read one first would wait for it
+        committed = int(reader.store._rows)
+        for name in names:
+            if name in ds.columns and committed:
+                ds.columns[name]._sum_rows(0, 0, committed)
+        for name in self.packets if committed else ():
+            reader.store.read_packet_runs(name, 0, 1)  # and its packets' table, through it
 
     def advise(self, names: list[str], lo: int, hi: int) -> None:
         spans: list[tuple[int, int]] = []
@@ -742,12 +750,15 @@ class _RemoteAhead:
 
     def _packet_spans(self, name: str, lo: int, hi: int) -> list[tuple[int, int]]:
         """Byte spans of encoded column ``name``'s packet rows for ``[lo, hi)`` and of the
-        packet bytes they decode from (the rows read now, through the cache)."""
+        packet bytes they decode from (the rows' chunks fetched now, as exact spans, and
+        read)."""
         index, packets = self.packets[name]
         episodes = self.reader.store.episodes
         start = int(episodes.offsets[int(episodes.episode_of(lo))])
         committed = int(self.reader.store._rows)
         spans = self._chunk_spans(index, start, hi)
+        if spans:  # the rows' chunks exactly, now: h5py's read below then fetches nothing
+            self.ranged.fetch_spans(spans)
         with self.reader.lock:
             rows = index.table.read(start, min(hi, committed), committed)
         if not len(rows):

@@ -247,7 +247,14 @@ class RangedFile(io.RawIOBase):
         held = self._spans.held(start, stop)  # spans fetched ahead for a window, say
         if held is not None:
             return held
-        if stop - start < 4 * self._page.unit:
+        if self._spans.touches(start, stop):
+            # next to spans a window fetched: its own bytes exactly, not blocks and a
+            # stream's read-ahead past them
+            return self._spans.read([(start, stop)])[0]
+        # a window reading this file fetches what it needs as spans: the reads around them
+        # (checksums, metadata) take pages, with no stream's read-ahead
+        window = bool(self._spans.known)
+        if stop - start < 4 * self._page.unit or (window and stop - start < self._block.unit):
             # a block in memory (fetched ahead for the window, say) serves a short read too
             u = self._block.unit
             if start // u == (stop - 1) // u:
@@ -257,7 +264,8 @@ class RangedFile(io.RawIOBase):
                     at = start - start // u * u
                     return memoryview(block)[at : at + stop - start]
             return self._read(self._page, [(start, stop)])[0]
-        return self._read(self._block, [(start, stop)], ahead=self._ahead(start, stop))[0]
+        ahead = 0 if window else self._ahead(start, stop)
+        return self._read(self._block, [(start, stop)], ahead=ahead)[0]
 
     def _ahead(self, start: int, stop: int) -> int:
         """Blocks to fetch past a long read that continues a stream of reads (one column's

@@ -177,6 +177,17 @@ class SpanStore:
                 if self.entries is None:  # held nowhere else now
                     self._forget(first)
 
+    @property
+    def known(self) -> int:
+        """How many spans are known (in memory or the cache, as last listed)."""
+        return len(self._starts)
+
+    def touches(self, a: int, z: int) -> bool:
+        """Whether a known span overlaps ``[a, z)``."""
+        with self._lock:
+            i = bisect.bisect_left(self._starts, z) - 1
+            return i >= 0 and self._stops[self._starts[i]] > a
+
     def held(self, a: int, z: int) -> bytes | memoryview | None:
         """``[a, z)`` if the spans known cover it (from memory or the cache, no fetch);
         None otherwise."""
