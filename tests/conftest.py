@@ -5,6 +5,7 @@ import pytest
 import torch
 from hypothesis import settings
 
+from tests import slow_first
 from torchstore.data import ColumnSpec, Quantize
 from torchstore.io.frames.scheduling import restore_scheduling, thread_scheduling
 
@@ -81,6 +82,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_configure(config):
+    # test workers take the longest work first (tests/slow_first.py), not xdist's groups
+    # by test count
+    if getattr(config.option, "dist", None) == "loadgroup":  # the controller
+        config.option.loadscopereorder = False
+    config.pluginmanager.register(slow_first, "slow-first")
 
 
 @pytest.fixture(autouse=True)
