@@ -13,11 +13,12 @@ one over HTTP, under the same rules:
   reads the size and generation, and every range is read at that generation; one that no
   longer exists (the object was replaced or deleted) raises :class:`RemoteChangedError`.
 - **Every answer is checked.** The ``Content-Range`` must be exactly the range asked and the
-  body exactly its length, within ``timeout`` plus the time it takes at 64 KiB/s. A short
-  body, a dropped or refused connection, a stall, a 5xx or a throttle (``SlowDown``, 429) is
-  retried with backoff ``retries`` more times (the clients' own retries are off, so this is
-  the one bound), then raises one :class:`TransferError` naming the URL, the byte range and
-  what was wrong. A missing object or bucket, or refused credentials, is one line at once.
+  body exactly its length, within ``timeout`` plus the time it takes at 64 KiB/s (GCS: each
+  wait for the server within ``timeout``). A short body, a dropped or refused connection, a
+  stall, a 5xx or a throttle (``SlowDown``, 429) is retried with backoff ``retries`` more
+  times (the clients' own retries are off, so this is the one bound), then raises one
+  :class:`TransferError` naming the URL, the byte range and what was wrong. A missing object
+  or bucket, or refused credentials, is one line at once.
 - **Credentials** come from each client's standard sources, never from the URL: S3 from
   botocore's chain (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``,
   ``AWS_PROFILE`` and ``~/.aws``, SSO, container and instance roles; with none at all,
@@ -383,10 +384,12 @@ class _GcsCalls:
 
     def classify(self, exc: BaseException, opening: bool) -> BaseException:
         from google.api_core import exceptions as api
-        from google.auth.exceptions import GoogleAuthError
+        from google.auth.exceptions import GoogleAuthError, TransportError
 
         bucket = self.where.bucket
         said = _first_line(exc)
+        if isinstance(exc, TransportError):  # the token's server unreachable: a network fault
+            return _Retry(said)
         if isinstance(exc, api.NotFound):
             if opening:
                 return RemoteNotFoundError(f"no such object or bucket ({said})")
