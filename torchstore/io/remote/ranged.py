@@ -163,6 +163,7 @@ class RangedFile(io.RawIOBase):
         #: exact spans for the window's reads (fetch_spans, prefetch_spans)
         self._spans = SpanStore(obj.key, self._fetch_exact, cache)
         self._memory_lock = threading.Lock()
+        self._local = threading.local()  # whether this thread reads for h5py now
         self._pid = os.getpid()
         self._pos = 0
         self._pool: ThreadPoolExecutor | None = None
@@ -218,9 +219,19 @@ class RangedFile(io.RawIOBase):
         if stop <= self._pos:
             return 0
         n = stop - self._pos
-        view[:n] = self._view(self._pos, stop)
+        # h5py calls this holding its global lock: the fetches run in this thread, not on
+        # the pool (a pool thread that freed an h5py object while this one waited would
+        # wait for that lock, and neither would move)
+        self._local.in_h5py = True
+        try:
+            view[:n] = self._view(self._pos, stop)
+        finally:
+            self._local.in_h5py = False
         self._pos = stop
         return n
+
+    def _one_thread(self) -> bool:
+        return getattr(self._local, "in_h5py", False)
 
     def close(self) -> None:
         if self._prefetcher is not None:
@@ -308,11 +319,11 @@ class RangedFile(io.RawIOBase):
 
     def _fetch_exact(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
         """Each span in one request (longer ones split at ``MAX_REQUEST_BYTES``), the
-        requests in parallel."""
+        requests in parallel (in this thread, one after another, inside h5py)."""
         step = MAX_REQUEST_BYTES
         parts = [(at, min(at + step, z)) for a, z in spans for at in range(a, z, step)]
-        if len(parts) == 1:
-            bodies = [self._fetcher.fetch(*parts[0])]
+        if len(parts) == 1 or self._one_thread():
+            bodies = [self._fetcher.fetch(*part) for part in parts]
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="ts-range")
@@ -419,15 +430,16 @@ class RangedFile(io.RawIOBase):
         return out
 
     def _fetch_units(self, u: int, indices: Sequence[int]) -> dict[int, bytes]:
-        """Fetch whole units: adjacent ones in one request, requests in parallel."""
+        """Fetch whole units: adjacent ones in one request, requests in parallel (in this
+        thread, one after another, inside h5py)."""
         size = self.obj.size
         spans = coalesce(
             ((i * u, min((i + 1) * u, size)) for i in indices),
             max_gap=0,
             max_request=max(MAX_REQUEST_BYTES, u),
         )
-        if len(spans) == 1:
-            bodies = [self._fetcher.fetch(*spans[0])]
+        if len(spans) == 1 or self._one_thread():
+            bodies = [self._fetcher.fetch(*span) for span in spans]
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="ts-range")
@@ -453,7 +465,9 @@ def open_url(
     :class:`ChunkCache` (under ``cache_root()``), a :class:`ChunkCache` through that one,
     ``False``/``None`` through memory only."""
     if not is_url(url):
-        raise ValueError(f"{url!r} is not a URL this opens (http://, https://, hf://)")
+        raise ValueError(
+            f"{url!r} is not a URL this opens (http://, https://, hf://, s3://, gs://)"
+        )
     fetcher = locate(url, token=token, timeout=timeout, retries=retries)
     if cache is True:
         cache = ChunkCache()
