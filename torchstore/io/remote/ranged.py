@@ -317,17 +317,20 @@ class RangedFile(io.RawIOBase):
                     f"byte range [{a}, {z}) is outside {self.obj.shown} ({self.obj.size} bytes)"
                 )
 
+    def _fetch_all(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
+        """One request a span, up to ``parallel`` at once on the pool (in this thread, one
+        after another, inside h5py or for a single span)."""
+        if len(spans) == 1 or self._one_thread():
+            return [self._fetcher.fetch(*span) for span in spans]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="ts-range")
+        return list(self._pool.map(lambda span: self._fetcher.fetch(*span), spans))
+
     def _fetch_exact(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
-        """Each span in one request (longer ones split at ``MAX_REQUEST_BYTES``), the
-        requests in parallel (in this thread, one after another, inside h5py)."""
+        """Each span in one request (longer ones split at ``MAX_REQUEST_BYTES``)."""
         step = MAX_REQUEST_BYTES
         parts = [(at, min(at + step, z)) for a, z in spans for at in range(a, z, step)]
-        if len(parts) == 1 or self._one_thread():
-            bodies = [self._fetcher.fetch(*part) for part in parts]
-        else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="ts-range")
-            bodies = list(self._pool.map(lambda span: self._fetcher.fetch(*span), parts))
+        bodies = self._fetch_all(parts)
         out, k = [], 0
         for a, z in spans:
             n = -(-(z - a) // step)
@@ -430,20 +433,14 @@ class RangedFile(io.RawIOBase):
         return out
 
     def _fetch_units(self, u: int, indices: Sequence[int]) -> dict[int, bytes]:
-        """Fetch whole units: adjacent ones in one request, requests in parallel (in this
-        thread, one after another, inside h5py)."""
+        """Fetch whole units: adjacent ones in one request."""
         size = self.obj.size
         spans = coalesce(
             ((i * u, min((i + 1) * u, size)) for i in indices),
             max_gap=0,
             max_request=max(MAX_REQUEST_BYTES, u),
         )
-        if len(spans) == 1 or self._one_thread():
-            bodies = [self._fetcher.fetch(*span) for span in spans]
-        else:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self.parallel, thread_name_prefix="ts-range")
-            bodies = list(self._pool.map(lambda span: self._fetcher.fetch(*span), spans))
+        bodies = self._fetch_all(spans)
         out: dict[int, bytes] = {}
         for (a, z), body in zip(spans, bodies, strict=True):
             for i in range(a // u, (z - 1) // u + 1):
