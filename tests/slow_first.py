@@ -23,14 +23,18 @@ SECONDS = {
     "test_collectors_feed_the_served_buffer_and_their_shards": 32,
     # groups whose setup is a long run shared by their tests (named by group)
     "doc-blocks": 47,  # tests/test_readme.py's shared interpreter
-    "recipe-sac": 34,  # tests/recipes/test_recipes_smoke.py's runs
+    "recipe-sac": 47,  # tests/recipes/test_recipes_smoke.py's runs (and a rollout)
     "recipe-bc_camera": 26,
     "test_ddp_windowed": 24,  # a DDP run in a module fixture
     "test_ddp": 23,
+    # single tests
     "tests/recipes/test_recipe_runs.py::test_every_recipe_runs_with_its_shipped_config"
     "[bc_camera]": 29,
-    # single tests
-    "tests/data/test_torture_smoke.py::test_a_short_torture_run_is_all_on_target": 30,
+    "tests/recipes/test_recipe_runs.py::test_every_recipe_runs_with_its_shipped_config[sac]": 15,
+    "tests/recipes/test_recipe_runs.py::test_every_recipe_runs_with_its_shipped_config[bc]": 12,
+    "tests/recipes/test_recipe_runs.py::test_every_recipe_runs_with_its_shipped_config"
+    "[offline_rl]": 10,
+    "tests/data/test_torture_smoke.py::test_a_short_torture_run_is_all_on_target": 20,
     "tests/samplers/test_sumtree.py::test_compiled_inductor_matches_eager": 41,
     "tests/cli/test_concurrent_import.py::"
     "test_a_second_overwriting_import_leaves_the_first_and_the_old_store": 30,

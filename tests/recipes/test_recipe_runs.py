@@ -47,8 +47,10 @@ def _rows(folder: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def robomimic_store(tmp_path_factory) -> Path:
+    """A small robomimic import, built per test (a fraction of a second): a module fixture
+    would put every recipe's run on one test worker (tests/conftest.py)."""
     from tests.formats.robomimic_files import write_robomimic
     from torchstore.formats import import_robomimic
 
