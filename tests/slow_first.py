@@ -25,6 +25,10 @@ SECONDS = {
     "doc-blocks": 47,  # tests/test_readme.py's shared interpreter
     "recipe-sac": 47,  # tests/recipes/test_recipes_smoke.py's runs (and a rollout)
     "recipe-bc_camera": 26,
+    "recipe-sac_uniform": 20,
+    "recipe-bc": 15,
+    "recipe-offline_rl": 15,
+    "test_robomimic_training": 13,
     "test_ddp_windowed": 24,  # a DDP run in a module fixture
     "test_ddp": 23,
     # single tests
@@ -50,6 +54,13 @@ SECONDS = {
     "test_a_quick_run_prints_every_row_and_its_target": 21,
     "tests/lightning/test_process_boundary.py::"
     "test_dataloader_workers_leave_the_parents_batches_alone[spawn]": 18,
+    "tests/cli/test_interrupt.py::"
+    "test_ctrl_c_during_demo_reports_committed_episodes_and_resumes_to_the_same_rows": 15,
+    "tests/cli/test_interrupt.py::"
+    "test_ctrl_c_during_import_lafan_then_the_printed_resume_command_finishes_it": 15,
+    "tests/cli/test_interrupt.py::test_sigterm_during_an_import_cleans_up_like_ctrl_c": 13,
+    "tests/cli/test_interrupt_moments.py::test_ctrl_c_during_an_import_at_several_moments"
+    "[writing]": 15,
 }
 
 
