@@ -48,7 +48,8 @@ next to its target:
    against the ceiling, the cores times one thread's sequential decode of the same streams
    (row 3's ``out=`` figure, every camera of a row; target: at least 0.85x), printed with
    the cores the process got (its CPU seconds per second: on a busy machine other
-   processes take the rest) and its CPU a row against one thread's decode;
+   processes take the rest) and its CPU a row against one thread's decode, and the part
+   of that the training thread spent (its draws and the batches' gather of every row);
 8. resize in the refill: single-step samples/s and rows per GiB of budget with every camera
    resized to 224x224 as it is decoded (``resize=``; 48x48 with ``--quick``) against full
    size, at reuse 1 and ``--reuse`` (printed, not a target).
@@ -367,18 +368,18 @@ def demo_rates(
         f"{k if isinstance(k, str) else '/'.join(k)} {list(batch[k].shape)}"
         for k in batch.keys(True, True)
     ]
-    read: list[list[tuple[int, float, float]]] = [[] for _ in dms]
+    read: list[list[tuple[int, float, float, float]]] = [[] for _ in dms]
 
     def timed(k: int):
         go = run_steps(its[k], steps)
 
         def call():
             rows = dms[k].window.stats["rows"]
-            t0, c0 = time.perf_counter(), time.process_time()
+            t0, c0, m0 = time.perf_counter(), time.process_time(), time.thread_time()
             go()
             read[k].append((
                 dms[k].window.stats["rows"] - rows, time.perf_counter() - t0,
-                time.process_time() - c0,
+                time.process_time() - c0, time.thread_time() - m0,
             ))  # fmt: skip
 
         return call
@@ -393,6 +394,9 @@ def demo_rates(
             "cpu_per_s": sum(r[2] for r in read[k][-repeats:])
             / sum(r[1] for r in read[k][-repeats:]),
             "cpu_per_row": sum(r[2] for r in read[k][-repeats:])
+            / max(1, sum(r[0] for r in read[k][-repeats:])),
+            # of which the training thread's (the draws and the batches' gather)
+            "main_per_row": sum(r[3] for r in read[k][-repeats:])
             / max(1, sum(r[0] for r in read[k][-repeats:])),
             "rows_per_gib": dm.window.budget_rows / (budget / 2**30),
             "row_bytes": dm.window.packed.row_bytes,
@@ -760,9 +764,10 @@ def row_ceiling(run: Run) -> None:
         f"{n} cores; one thread decodes a row's cameras in {per_row * 1e3:.2f} ms of CPU; "
         f"load average {os.getloadavg()[0]:.1f}: other processes' CPU is not ours)",
         ("rows decoded/s", "ceiling: cores x one thread's rate", "of the ceiling",
-         "cores used", "CPU a row vs one thread's decode"),
+         "cores used", "CPU a row vs one thread's decode", "of it the training thread's"),
         [(f"{got:,.0f}", f"{ceiling:,.0f}", f"{got / ceiling:.2f}",
-          f"{info[0]['cpu_per_s']:.2f} of {n}", f"{info[0]['cpu_per_row'] / per_row:.2f}x")],
+          f"{info[0]['cpu_per_s']:.2f} of {n}", f"{info[0]['cpu_per_row'] / per_row:.2f}x",
+          f"{info[0]['main_per_row'] / per_row:.2f}x ({info[0]['main_per_row'] * 1e3:.2f} ms)")],
     )  # fmt: skip
     run.targets.append((f"decoded rows/s >= {CEILING_TARGET}x the ceiling (reuse 1)",
                         f"{got / ceiling:.2f}x", met(got / ceiling >= CEILING_TARGET)))  # fmt: skip

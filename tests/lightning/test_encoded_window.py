@@ -8,6 +8,8 @@ window's budget.
 
 from __future__ import annotations
 
+import threading
+
 import lightning.pytorch as pl
 import numpy as np
 import pytest
@@ -81,6 +83,44 @@ def test_window_batches_hold_the_decoded_frames_of_their_rows(camera_store, deco
     assert set((seen // STEPS).tolist()) == set(range(EPISODES))
     stats = dm.window.stats
     assert stats["refills"] >= 3 and stats.get("decoded_reads", 0) >= 3
+
+
+@pytest.mark.timeout(120)
+def test_the_next_block_starts_decoding_before_the_phase_change(camera_store, decoded, monkeypatch):
+    """At a phase's end, while the block the next phase brings in is still decoding, the
+    window starts reading the block after it (into the slot the next phase frees), so the
+    decode threads never wait for the phase change; every batch still holds its rows'
+    frames. The first background read is held until a second read starts beside it: the
+    early read (without it, the hold ends after 5 s and the test fails)."""
+    from torchstore.data.residency import block_read
+
+    read_block = block_read.ChunkReader.read_block
+    state = {"reading": 0, "held": False}
+    lock, beside = threading.Lock(), threading.Event()
+
+    def held_read(self, lo, hi, outs):
+        with lock:
+            if state["reading"]:
+                beside.set()
+            state["reading"] += 1
+            hold = threading.current_thread().name.startswith("torchstore-refill")
+            hold, state["held"] = hold and not state["held"], state["held"] or hold
+        try:
+            if hold:
+                beside.wait(5)
+            return read_block(self, lo, hi, outs)
+        finally:
+            with lock:
+                state["reading"] -= 1
+
+    monkeypatch.setattr(block_read.ChunkReader, "read_block", held_read)
+    dm = _windowed(camera_store, batch_size=16, resident=60, resident_blocks=2, steps_per_epoch=40)
+    dm.setup("fit")
+    for batch in dm.train_dataloader():
+        assert torch.equal(batch["cam"], decoded[batch["index"]])
+    assert beside.is_set()
+    assert dm.window.stats["refills"] >= 6
+    dm.close()
 
 
 class _CameraPolicy(pl.LightningModule):

@@ -181,6 +181,24 @@ def test_a_forked_child_draws_the_batches_the_parent_draws_next(columns, stage, 
     dm.close()
 
 
+def test_a_child_forked_while_a_read_held_the_readers_lock_reads_its_own(camera):
+    """A refill thread holds the reader's lock while it reads a block's packets and plain
+    columns (between its takes of the store's lock, which a fork waits for): forked then,
+    the child's first read waited for ever on its copy of that lock."""
+    path, rows = camera
+    expected = draws(windowed(path), 30)
+    dm = windowed(path)
+    dm.setup("fit")
+    parent = iter(dm.train_dataloader())
+    drawn = [next(parent) for _ in range(5)]
+    with dm.window._reader._reading:  # as a refill thread between two locked reads
+        status, text = run_forked(_draw_in_child, parent, expected[5:25], rows, timeout=60)
+    assert (status, text) == ("ok", "")
+    drawn += [next(parent) for _ in range(25)]
+    assert all(holds(b, expected[i], rows) for i, b in enumerate(drawn))
+    dm.close()
+
+
 # ------------------------------------------------------------------ the recipe
 @pytest.mark.parametrize("module", ["offline", "demonstration"])
 def test_a_pickled_datamodule_continues_from_its_position(raw, module):

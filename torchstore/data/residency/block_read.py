@@ -323,6 +323,13 @@ class ChunkReader:
             else:
                 self._read_plain(name, lo, hi, out)
 
+    def after_fork_in_child(self) -> None:
+        """In a forked child: a read lock of its own. A refill thread of the parent may have
+        held it while the process was copied (between two reads under the store's lock,
+        say); that thread does not exist here, and the child's first read would wait for
+        it for ever."""
+        self._reading = threading.Lock()
+
     def read(self, name: str, lo: int, hi: int, out: np.ndarray) -> None:
         """Rows ``[lo, hi)`` of column ``name`` into ``out`` (``[hi - lo, *shape]``, any
         strides; a resized camera column's resized shape), verified against the store's
