@@ -494,14 +494,19 @@ PIECES_PER_THREAD = 32
 
 
 def split_runs(
-    runs: Sequence[PacketRun], threads: int, frames: int | None = None
+    runs: Sequence[PacketRun],
+    threads: int,
+    frames: int | None = None,
+    pieces_per_thread: int | None = None,
 ) -> list[PacketRun]:
     """``runs`` cut at keyframes into pieces for ``threads`` decode threads: about
-    :data:`PIECES_PER_THREAD` a thread over ``frames`` (the runs' own frames by default;
-    a read of several columns passes all of theirs), none shorter than it needs to be."""
+    ``pieces_per_thread`` (default :data:`PIECES_PER_THREAD`) a thread over ``frames``
+    (the runs' own frames by default; a read of several columns passes all of theirs),
+    none shorter than it needs to be."""
     if frames is None:
         frames = sum(len(r.packets) for r in runs)
-    min_frames = max(1, frames // max(1, threads * PIECES_PER_THREAD))
+    per_thread = PIECES_PER_THREAD if pieces_per_thread is None else pieces_per_thread
+    min_frames = max(1, frames // max(1, threads * per_thread))
     return [piece for run in runs for piece in run.split(min_frames)]
 
 
