@@ -364,15 +364,17 @@ class BlockWindow:
     def _submit_read(self, slot: int, block: int, phase: int) -> Future:
         """Start reading ``block``, the one phase ``phase`` brings in at its end, into
         ``slot`` on a refill thread."""
-        # what the phases after the next bring in (at an epoch's end up to K blocks,
-        # otherwise read at that phase change on the sampling thread): the phase after
-        # the next from a local file, several from a URL (ChunkReader.ahead_phases)
-        nxt = phase + 1
-        ahead: list[int] = []
-        for p in range(nxt, nxt + self._reader.ahead_phases):
+        return self._pool.submit(self._read, slot, block, self._coming(phase + 1))
+
+    def _coming(self, phase: int) -> list[int]:
+        """The blocks the ends of phases ``phase, phase + 1, ...`` bring in (at an epoch's
+        end up to K blocks, otherwise one), as far ahead as the reader reads: one phase
+        from a local file, several from a URL (:attr:`ChunkReader.ahead_phases`)."""
+        coming: list[int] = []
+        for p in range(phase, phase + self._reader.ahead_phases):
             now = set(self.schedule.active(p))
-            ahead += [b for b in self.schedule.active(p + 1) if b not in now and b not in ahead]
-        return self._pool.submit(self._read, slot, block, ahead)
+            coming += [b for b in self.schedule.active(p + 1) if b not in now and b not in coming]
+        return coming
 
     def _read_early(self) -> None:
         """At a phase's end, while the block the next phase brings in is still being read:
@@ -416,7 +418,11 @@ class BlockWindow:
         self._resume = None
         self._spare = next(s for s in range(self.k + 1) if s not in self._slots)
         self._slot_block = [-1] * (self.k + 1)
-        self._advise(self.schedule.active())  # all the first reads in flight at once
+        # all the first reads in flight at once, and behind them the blocks the first
+        # phases bring in (from a URL each is a round trip and its transfer: hinted only
+        # once sampling begins, they could still be arriving at the first phase changes)
+        phase = self.schedule.phase
+        self._advise([*self.schedule.active(), *self._coming(phase)])
         for slot, block in zip(self._slots, self.schedule.active()):
             self._read_into(slot, block)
         self._activate()

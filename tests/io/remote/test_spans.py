@@ -3,6 +3,8 @@ covers are fetched, and the cache's span entries serve later readers and other p
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.forked import run_forked
@@ -78,3 +80,55 @@ def test_a_damaged_or_evicted_span_entry_is_fetched_again(served, tmp_path, dama
     with open_url(url, cache=cache) as f:
         assert f.fetch_spans([(1000, 90_000)]) == [data[1000:90_000]]
         assert f.bytes_fetched == 89_000
+
+
+def test_gaps_a_few_bytes_apart_go_out_as_one_request_and_one_entry(served, tmp_path):
+    # a window's block: its columns' chunks, dozens of bytes apart (checksum tables between)
+    server, url, data = served
+    cache = ChunkCache(tmp_path / "cache", budget="64MiB")
+    with open_url(url, cache=cache) as f:
+        asked = [(0, 100_000), (100_036, 200_000), (200_500, 300_000), (900_000, 950_000)]
+        assert f.fetch_spans(asked) == [data[a:z] for a, z in asked]
+        assert sorted(_ranges(server)) == [(0, 300_000), (900_000, 950_000)]
+        assert len(list(f._spans.entries.folder.glob("*.blk"))) == 2
+
+
+def test_a_read_inside_a_larger_span_that_overlaps_smaller_ones_fetches_nothing(served):
+    server, url, data = served
+    with open_url(url, cache=False) as f:
+        f.fetch_spans([(100_000, 110_000), (150_000, 160_000)])
+        f.fetch_spans([(50_000, 100_000), (110_000, 150_000), (160_000, 400_000)])
+        n = len(server.gets("obj.bin"))
+        # spans now overlap, and no single one starts where these reads do
+        asked = [(105_000, 300_000), (155_000, 170_000), (60_000, 399_999)]
+        assert f.fetch_spans(asked) == [data[a:z] for a, z in asked]
+        assert f.pread(120_000, 380_000) == data[120_000:380_000]
+        assert len(server.gets("obj.bin")) == n
+
+
+def test_a_read_of_bytes_a_prefetch_has_in_flight_waits_for_it_instead_of_fetching(
+    served, tmp_path
+):
+    server, url, data = served
+    cache = ChunkCache(tmp_path / "cache", budget="64MiB")
+    with open_url(url, cache=cache) as f:
+        server.delay_s = 0.3
+        ahead = f.prefetch_spans([(0, 1_000_000)])
+        time.sleep(0.05)  # the prefetch's request is out, its answer not back
+        assert f.fetch_spans([(200_000, 300_000), (500_000, 1_200_000)]) == [
+            data[200_000:300_000],
+            data[500_000:1_200_000],
+        ]
+        ahead.result()
+        # the read fetched only what the prefetch did not cover
+        assert sorted(_ranges(server)) == [(0, 1_000_000), (1_000_000, 1_200_000)]
+
+
+def test_a_window_file_reads_long_ranges_exactly_with_no_read_ahead(served):
+    server, url, data = served
+    with open_url(url, cache=False) as f:
+        f.exact_reads = True  # what a window reading it sets
+        assert f.pread(1_000_123, 2_600_000) == data[1_000_123:2_600_000]
+        assert _ranges(server) == [(1_000_123, 2_600_000)]
+        assert f.pread(1_500_000, 1_600_000) == data[1_500_000:1_600_000]
+        assert len(_ranges(server)) == 1

@@ -695,6 +695,7 @@ class _RemoteAhead:
 
     def __init__(self, reader: ChunkReader, ranged: Any, ds: Any, names: list[str]):
         self.reader, self.ranged = reader, ranged
+        ranged.exact_reads = True
         self.phases = self.PHASES if getattr(ranged, "cached", ()) else 1
         #: the byte spans hinted so far, merged (for ``ahead_bytes``)
         self.seen: list[tuple[int, int]] = []

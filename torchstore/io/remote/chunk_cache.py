@@ -80,19 +80,35 @@ def parse_size(value: int | str, what: str = "cache") -> int:
     )
 
 
-def _encode(data: bytes) -> bytes:
-    return data + _TRAILER.pack(len(data), xxhash.xxh3_64_digest(data))
+def _trailer(data: bytes) -> bytes:
+    return _TRAILER.pack(len(data), xxhash.xxh3_64_digest(data))
 
 
-def _decode(raw: bytes) -> bytes | None:
-    """The block's bytes if the entry is whole and matches its checksum, else None."""
+def _decode(raw: bytes) -> memoryview | None:
+    """The block's bytes (a view of ``raw``, not a copy) if the entry is whole and matches
+    its checksum, else None."""
     if len(raw) < _TRAILER.size:
         return None
-    data = raw[: -_TRAILER.size]
+    data = memoryview(raw)[: -_TRAILER.size]
     length, digest = _TRAILER.unpack(raw[-_TRAILER.size :])
     if length != len(data) or digest != xxhash.xxh3_64_digest(data):
         return None
     return data
+
+
+def _write_all(fd: int, parts: list) -> None:
+    """Write ``parts`` to ``fd`` whole (``writev``, again after a short write)."""
+    parts = [memoryview(p).cast("B") for p in parts]
+    while parts:
+        n = os.writev(fd, parts)
+        if not n:
+            left = sum(map(len, parts))
+            raise OSError(f"writing a cache entry wrote nothing ({left} bytes left)")
+        while parts and n >= len(parts[0]):
+            n -= len(parts[0])
+            parts.pop(0)
+        if parts and n:
+            parts[0] = parts[0][n:]
 
 
 class ChunkCache:
@@ -268,7 +284,12 @@ class CachedEntries:
         path = self._path(index)
         tmp = path.with_name(f".{index}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
-            tmp.write_bytes(_encode(data))
+            # the bytes and their trailer in one write, without joining them first (a copy)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, [memoryview(data), _trailer(data)])
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
         except OSError:
             with contextlib.suppress(FileNotFoundError):

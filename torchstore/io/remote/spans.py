@@ -10,6 +10,12 @@ exactly the bytes asked for that no span it holds covers yet, and keeps what it 
   checksummed, renamed-into-place entries; see :mod:`.chunk_cache`), and the last
   ``memory_bytes`` of them stay in memory. A read is assembled from the entries that cover
   it; only the gaps between them are fetched, adjacent gaps of one call in one request.
+- **Overlaps.** Spans may overlap (a merged fetch over bytes a smaller entry holds); a
+  read takes, at each byte, the known span that reaches farthest past it.
+- **One fetch in flight a byte.** A read whose gaps overlap a fetch another thread of this
+  process has in flight waits for it and looks again, rather than fetching those bytes too
+  (a refill reading a block whose read-ahead was still arriving fetched its chunks a second
+  time, one round trip each).
 - **Shared.** Entries another process (or an earlier run) wrote are found by listing the
   object's cache folder: once when first needed, and again under a gap's lock before
   fetching it, so two processes never fetch the same gap twice.
@@ -31,6 +37,12 @@ __all__ = ["SpanStore"]
 
 #: Bytes of fetched spans kept in memory by one file object.
 MEMORY_BYTES = 64 * 1024 * 1024
+#: Gaps this close are fetched as one span, the bytes between them with it. A window's
+#: block is its columns' chunks, a few dozen bytes apart in the file (checksum tables lie
+#: between them); fetched apart, a 92 MiB walker store's blocks made 455 requests and cache
+#: entries of 200 KB each, whose headers, parsing and file creation (Python, holding the GIL)
+#: slowed the training thread.
+MERGE_GAP_BYTES = 16 * 1024
 _SUFFIX = ".blk"
 _TRAILER_BYTES = 16  # an entry's length and xxh3 after its bytes (see chunk_cache)
 
@@ -60,6 +72,11 @@ class SpanStore:
         self._held = 0
         self._starts: list[int] = []  # sorted starts of the spans known, memory or cache
         self._stops: dict[int, int] = {}
+        #: _farthest[i]: the start of the span among _starts[: i + 1] that reaches farthest
+        #: (kept for a prefix of _starts, extended as reads need it)
+        self._farthest: list[int] = []
+        #: fetches in flight in this process: (their spans, set when they end)
+        self._inflight: list[tuple[list[tuple[int, int]], threading.Event]] = []
         self._listed = False
         self._lock = threading.Lock()
 
@@ -69,18 +86,23 @@ class SpanStore:
             self._memory.clear()
             self._held = 0
             self._starts, self._stops, self._listed = [], {}, False
+            self._farthest = []
 
     # ----------------------------------------------------------------- the index
     def _know(self, start: int, stop: int) -> None:
         if self._stops.get(start, -1) >= stop:
             return
+        i = bisect.bisect_left(self._starts, start)
         if start not in self._stops:
-            bisect.insort(self._starts, start)
+            self._starts.insert(i, start)
         self._stops[start] = stop
+        del self._farthest[i:]
 
     def _forget(self, start: int) -> None:
         if self._stops.pop(start, None) is not None:
-            self._starts.pop(bisect.bisect_left(self._starts, start))
+            i = bisect.bisect_left(self._starts, start)
+            self._starts.pop(i)
+            del self._farthest[i:]
         data = self._memory.pop(start, None)
         if data is not None:
             self._held -= len(data)
@@ -96,13 +118,26 @@ class SpanStore:
         for entry in scan:
             name = entry.name
             if name.endswith(_SUFFIX) and name[: -len(_SUFFIX)].isdigit():
+                start = int(name[: -len(_SUFFIX)])
+                if start in self._stops:
+                    # known already: an entry is never rewritten shorter, so its stop holds.
+                    # (A stat each was 26,000 GIL hand-offs in a 3,000-batch cold run that
+                    # listed 400 entries 63 times, and slowed the training thread.)
+                    continue
                 try:
                     size = entry.stat().st_size - _TRAILER_BYTES
                 except FileNotFoundError:
                     continue
                 if size > 0:
-                    start = int(name[: -len(_SUFFIX)])
                     self._know(start, start + size)
+
+    def _reaching(self, i: int) -> int:
+        """The start of the span among the first ``i + 1`` known that reaches farthest."""
+        far, starts, stops = self._farthest, self._starts, self._stops
+        for k in range(len(far), i + 1):
+            start = starts[k]
+            far.append(start if not k or stops[start] > stops[far[k - 1]] else far[k - 1])
+        return far[i]
 
     def _cover(self, a: int, z: int) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
         """``[a, z)`` as pieces of known spans ``(span start, from, to)`` and the gaps
@@ -111,8 +146,8 @@ class SpanStore:
         pos = a
         while pos < z:
             i = bisect.bisect_right(self._starts, pos) - 1
-            if i >= 0 and self._stops[self._starts[i]] > pos:
-                start = self._starts[i]
+            start = self._reaching(i) if i >= 0 else -1
+            if i >= 0 and self._stops[start] > pos:
                 end = min(self._stops[start], z)
                 pieces.append((start, pos, end))
                 pos = end
@@ -124,29 +159,60 @@ class SpanStore:
         return pieces, gaps
 
     # ----------------------------------------------------------------- reads
-    def read(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
-        """The bytes of each half-open range, fetching only what no known span holds."""
+    def read(
+        self, ranges: Sequence[tuple[int, int]], assemble: bool = True
+    ) -> list[bytes | memoryview]:
+        """The bytes of each half-open range, fetching only what no known span holds (a
+        range inside one span: a view of it). ``assemble=False`` (a read-ahead): the spans
+        held in memory, nothing returned."""
         for _ in range(3):  # an entry evicted or damaged since it was listed: once more
+            plans, claim = self._plan(ranges)
+            if claim:
+                try:
+                    self._fetch_gaps(claim[0])
+                finally:
+                    with self._lock:
+                        self._inflight.remove(claim)
+                    claim[1].set()
+                with self._lock:
+                    plans = [self._cover(a, z) for a, z in ranges]
+            out = []
+            try:
+                for pieces, rest in plans:  # one a range
+                    if rest:
+                        raise _Stale
+                    parts = [self._piece(*p) for p in pieces]
+                    if assemble:
+                        out.append(parts[0] if len(parts) == 1 else b"".join(parts))
+                return out
+            except _Stale:
+                continue
+        raise RuntimeError("span entries kept vanishing while being read (cache evicting?)")
+
+    def _plan(self, ranges: Sequence[tuple[int, int]]) -> tuple[list, tuple | None]:
+        """Each range's pieces and gaps, once no fetch of this process in flight overlaps
+        a gap; and the claim ``(spans, event)`` this thread then holds on the gaps' spans
+        (merged, see :data:`MERGE_GAP_BYTES`), or None when there are none."""
+        while True:
             with self._lock:
                 if not self._listed:
                     self._list()
                     self._listed = True
                 plans = [self._cover(a, z) for a, z in ranges]
-            gaps = sorted({g for _, gs in plans for g in gaps_of(gs)})
-            if gaps:
-                self._fetch_gaps(gaps)
-                with self._lock:
-                    plans = [self._cover(a, z) for a, z in ranges]
-            out = []
-            try:
-                for (a, z), (pieces, rest) in zip(ranges, plans, strict=True):
-                    if rest:
-                        raise _Stale
-                    out.append(b"".join(self._piece(*p) for p in pieces) if z > a else b"")
-                return out
-            except _Stale:
-                continue
-        raise RuntimeError("span entries kept vanishing while being read (cache evicting?)")
+                spans = merge_spans(sorted({g for _, gs in plans for g in gaps_of(gs)}))
+                busy = [
+                    done
+                    for theirs, done in self._inflight
+                    if any(a < tz and ta < z for a, z in spans for ta, tz in theirs)
+                ]
+                if not busy:
+                    if not spans:
+                        return plans, None
+                    claim = (spans, threading.Event())
+                    self._inflight.append(claim)
+                    return plans, claim
+            for done in busy:
+                done.wait()
 
     def _piece(self, start: int, a: int, z: int) -> bytes | memoryview:
         with self._lock:
@@ -186,7 +252,7 @@ class SpanStore:
         """Whether a known span overlaps ``[a, z)``."""
         with self._lock:
             i = bisect.bisect_left(self._starts, z) - 1
-            return i >= 0 and self._stops[self._starts[i]] > a
+            return i >= 0 and self._stops[self._reaching(i)] > a
 
     def held(self, a: int, z: int) -> bytes | memoryview | None:
         """``[a, z)`` if the spans known cover it (from memory or the cache, no fetch);
@@ -203,29 +269,36 @@ class SpanStore:
             return None
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _fetch_gaps(self, gaps: list[tuple[int, int]]) -> None:
-        """Fetch ``gaps`` (touching ones as one span) and keep each as an entry."""
-        spans: list[list[int]] = []
-        for a, z in gaps:
-            if spans and a <= spans[-1][1]:
-                spans[-1][1] = max(spans[-1][1], z)
-            else:
-                spans.append([a, z])
+    def _fetch_gaps(self, spans: list[tuple[int, int]]) -> None:
+        """Fetch ``spans`` (sorted, disjoint) and keep each as an entry."""
         if self.entries is None:
-            for (a, _), data in zip(spans, self._fetch([tuple(s) for s in spans]), strict=True):
+            for (a, _), data in zip(spans, self._fetch(spans), strict=True):
                 self._keep(a, data)
             return
         cache = self.entries.cache
         with cache._stripes(sorted({self.entries._stripe(a) for a, _ in spans})):
             with self._lock:
                 self._list()  # what another process fetched while this one waited
-                todo = [(ga, gz) for a, z in spans for ga, gz in gaps_of(self._cover(a, z)[1])]
+                todo = merge_spans(
+                    [(ga, gz) for a, z in spans for ga, gz in gaps_of(self._cover(a, z)[1])]
+                )
             if not todo:
                 return
             for (a, _), data in zip(todo, self._fetch(todo), strict=True):
                 self.entries.put(a, data)
                 self.entries.fetched += 1
                 self._keep(a, data)
+
+
+def merge_spans(gaps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ``gaps`` with those within :data:`MERGE_GAP_BYTES` of each other as one."""
+    out: list[list[int]] = []
+    for a, z in gaps:
+        if out and a - out[-1][1] <= MERGE_GAP_BYTES:
+            out[-1][1] = max(out[-1][1], z)
+        else:
+            out.append([a, z])
+    return [(a, z) for a, z in out]
 
 
 def gaps_of(gaps: list[tuple[int, int]]) -> list[tuple[int, int]]:
