@@ -262,8 +262,9 @@ class CachedEntries:
     def _stripe(self, index: int) -> int:
         return zlib.crc32(f"{self.digest}:{index}".encode()) % _STRIPES
 
-    def get(self, index: int) -> bytes | None:
-        """Block ``index`` if cached whole and checked; a damaged entry is deleted."""
+    def get(self, index: int) -> memoryview | None:
+        """Block ``index`` if cached whole and checked (a view of the entry's bytes read
+        from disk); a damaged entry is deleted."""
         path = self._path(index)
         try:
             raw = path.read_bytes()
