@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -68,7 +69,15 @@ def test_a_connection_dropped_mid_body_is_retried(served):
 def test_503_then_ok_and_429_waits_its_retry_after(served, monkeypatch):
     server, url, data = served
     waits = []
-    monkeypatch.setattr(http.time, "sleep", waits.append)
+    sleep, this = http.time.sleep, threading.current_thread()
+
+    def counted(s: float) -> None:  # this thread's waits (the reads retry in it); others sleep
+        if threading.current_thread() is this:
+            waits.append(s)
+        else:
+            sleep(s)
+
+    monkeypatch.setattr(http.time, "sleep", counted)
     with _open(url) as f:
         server.status_for["obj.bin"] = [503]
         assert f.pread(0, 10) == data[:10]

@@ -60,6 +60,8 @@ _LOW_WATER = 0.9
 #: A temporary entry older than this was left by a killed writer; eviction removes it.
 _STALE_TMP_S = 3600.0
 _TRAILER = struct.Struct("<Q8s")
+#: Bytes after an entry's data: its length and xxh3.
+TRAILER_BYTES = _TRAILER.size
 
 
 def parse_size(value: int | str, what: str = "cache") -> int:

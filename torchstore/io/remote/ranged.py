@@ -263,14 +263,11 @@ class RangedFile(io.RawIOBase):
         held = self._spans.held(start, stop)  # spans fetched ahead for a window, say
         if held is not None:
             return held
-        if self._spans.touches(start, stop):
-            # next to spans a window fetched: its own bytes exactly, not blocks and a
-            # stream's read-ahead past them
-            return self._spans.read([(start, stop)])[0]
-        # a window reading this file fetches what it needs as spans: the reads around them
-        # (checksums, metadata) take pages, with no stream's read-ahead
+        # a window reading this file fetches what it needs as spans: a long read, or one
+        # next to spans it fetched, takes its own bytes exactly (no blocks, no stream's
+        # read-ahead past them); the short reads around them (checksums, metadata) pages
         window = self.exact_reads or bool(self._spans.known)
-        if window and stop - start >= self._block.unit:
+        if window and (stop - start >= self._block.unit or self._spans.touches(start, stop)):
             return self._spans.read([(start, stop)])[0]
         if stop - start < 4 * self._page.unit or window:
             # a block in memory (fetched ahead for the window, say) serves a short read too
@@ -282,8 +279,7 @@ class RangedFile(io.RawIOBase):
                     at = start - start // u * u
                     return memoryview(block)[at : at + stop - start]
             return self._read(self._page, [(start, stop)])[0]
-        ahead = 0 if window else self._ahead(start, stop)
-        return self._read(self._block, [(start, stop)], ahead=ahead)[0]
+        return self._read(self._block, [(start, stop)], ahead=self._ahead(start, stop))[0]
 
     def _ahead(self, start: int, stop: int) -> int:
         """Blocks to fetch past a long read that continues a stream of reads (one column's
@@ -306,23 +302,23 @@ class RangedFile(io.RawIOBase):
         span fetched before covers is fetched, cached as spans (see
         :class:`~torchstore.io.remote.spans.SpanStore`). For reads that know their byte
         spans (a window's chunks), where blocks would fetch past their ends."""
-        ranges = [(int(a), int(z)) for a, z in ranges]
-        self._check_ranges(ranges)
-        return self._spans.read(ranges)
+        return self._spans.read(self._checked(ranges))
 
     def prefetch_spans(self, ranges: Sequence[tuple[int, int]]) -> Future:
         """:meth:`fetch_spans` in the background; returns at once (see :meth:`prefetch`)."""
+        return self._background(self._spans.read, self._checked(ranges), False)
+
+    def _checked(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """``ranges`` as ints, each inside the object (in a forked child, after this file
+        object forgot its parent's threads, locks and fetches in flight)."""
         self._after_fork()
         ranges = [(int(a), int(z)) for a, z in ranges]
-        self._check_ranges(ranges)
-        return self._background(self._spans.read, ranges, False)
-
-    def _check_ranges(self, ranges: Sequence[tuple[int, int]]) -> None:
         for a, z in ranges:
             if not 0 <= a <= z <= self.obj.size:
                 raise ValueError(
                     f"byte range [{a}, {z}) is outside {self.obj.shown} ({self.obj.size} bytes)"
                 )
+        return ranges
 
     def _fetch_all(self, spans: Sequence[tuple[int, int]]) -> list[bytes]:
         """One request a span, up to ``parallel`` at once on the pool (in this thread, one
@@ -351,18 +347,14 @@ class RangedFile(io.RawIOBase):
         The blocks they cover are fetched (or taken from the cache) with adjacent blocks
         coalesced into one request each and up to ``parallel`` requests in flight.
         """
-        self._check_ranges(ranges)
-        return [bytes(v) for v in self._read(self._block, ranges)]
+        return [bytes(v) for v in self._read(self._block, self._checked(ranges))]
 
     def prefetch(self, ranges: Sequence[tuple[int, int]]) -> Future:
         """Start fetching the blocks ``ranges`` cover, in the background, and return at once
         (the remote counterpart of ``posix_fadvise(WILLNEED)``): they land in the cache (and
         memory), where the read that needs them finds them. A failure is logged and left
         for that read to meet again and raise."""
-        self._after_fork()
-        ranges = [(int(a), int(z)) for a, z in ranges]
-        self._check_ranges(ranges)
-        return self._background(self._read, self._block, ranges)
+        return self._background(self._read, self._block, self._checked(ranges))
 
     def _background(self, read, *args) -> Future:
         """``read(*args)`` on a prefetch thread; a failure is logged and left for the read

@@ -4,12 +4,14 @@
 h5py's reads, wasteful for a window's. A window's block is a few chunk spans; rounded out
 to whole blocks, a short run that touched scattered blocks fetched 1.55x the bytes its
 blocks held (a 92 MiB walker store, 600 batches: 13 blocks). :class:`SpanStore` fetches
-exactly the bytes asked for that no span it holds covers yet, and keeps what it fetched:
+the bytes asked for that no span it holds covers yet (and the few between gaps it merges),
+and keeps what it fetched:
 
 - **Entries.** A fetched span is one cache entry named by its first byte (the cache's
   checksummed, renamed-into-place entries; see :mod:`.chunk_cache`), and the last
   ``memory_bytes`` of them stay in memory. A read is assembled from the entries that cover
-  it; only the gaps between them are fetched, adjacent gaps of one call in one request.
+  it; only the gaps between them are fetched, gaps of one call within
+  :data:`MERGE_GAP_BYTES` of each other in one request.
 - **Overlaps.** Spans may overlap (a merged fetch over bytes a smaller entry holds); a
   read takes, at each byte, the known span that reaches farthest past it.
 - **One fetch in flight a byte.** A read whose gaps overlap a fetch another thread of this
@@ -31,7 +33,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from torchstore.io.remote.chunk_cache import CachedEntries, ChunkCache
+from torchstore.io.remote.chunk_cache import TRAILER_BYTES, CachedEntries, ChunkCache
 
 __all__ = ["SpanStore"]
 
@@ -44,7 +46,6 @@ MEMORY_BYTES = 64 * 1024 * 1024
 #: slowed the training thread.
 MERGE_GAP_BYTES = 16 * 1024
 _SUFFIX = ".blk"
-_TRAILER_BYTES = 16  # an entry's length and xxh3 after its bytes (see chunk_cache)
 
 
 class SpanStore:
@@ -125,7 +126,7 @@ class SpanStore:
                     # listed 400 entries 63 times, and slowed the training thread.)
                     continue
                 try:
-                    size = entry.stat().st_size - _TRAILER_BYTES
+                    size = entry.stat().st_size - TRAILER_BYTES
                 except FileNotFoundError:
                     continue
                 if size > 0:
